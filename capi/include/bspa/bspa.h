@@ -1,0 +1,430 @@
+/*
+ * bspa.h — block-sparse prefix attention: paged KV cache, prefix caching and
+ * block-sparse prefill attention behind a plain C99 ABI.
+ *
+ * This is the only public header. It needs neither CUDA nor C++ to parse; tensors
+ * are DLPack DLTensor (dlpack/dlpack.h) and streams are opaque CUstream handles.
+ *
+ * Conventions (every function follows them unless its comment says otherwise)
+ *  - Every fallible function returns a bspa_status; BSPA_OK (0) is success.
+ *  - On failure the thread's last-error message (bspa_last_error) names the argument
+ *    and the offending value, and no state changed: a failed call is a no-op.
+ *  - Constructors bspa_X_create(bspa_X **out, ...) set *out = NULL on failure.
+ *    Destructors accept NULL and never fail.
+ *  - Options structs start with `uint32_t version`; fill them with
+ *    bspa_X_options_init() and then change fields. A struct whose version is 0
+ *    (never initialised) or newer than this library knows is rejected with
+ *    BSPA_ERR_VERSION. Structs only ever grow at the end.
+ *  - Tensors are borrowed: the library never keeps a DLTensor pointer, or the memory
+ *    behind it, past the call, except where a function says so.
+ *  - Streams come last; NULL is the default stream; ignored for CPU work.
+ *  - No C++ exception or CUDA error ever crosses this ABI.
+ *
+ * Threading: a pool and its sequences are internally synchronised (any thread, any
+ * time); layouts are immutable after creation and may be shared freely; a batch is
+ * used by one stream (one thread) at a time. bspa_last_error is per thread.
+ *
+ * Security: prefix caching shares KV between requests with equal prefixes, which is
+ * observable through timing. Sequences of different tenants must use different salts
+ * (bspa_seq_options.salt), and the salt must come from the server (a tenant id), never
+ * from a request body.
+ */
+#ifndef BSPA_BSPA_H
+#define BSPA_BSPA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(BSPA_BUILDING_LIBRARY) && defined(__GNUC__)
+#define BSPA_API __attribute__((visibility("default")))
+#else
+#define BSPA_API
+#endif
+
+/* ------------------------------------------------------------------------------
+ * Versions
+ * ---------------------------------------------------------------------------- */
+
+#define BSPA_VERSION_MAJOR 0
+#define BSPA_VERSION_MINOR 1
+#define BSPA_VERSION_PATCH 0
+/* MAJOR * 10000 + MINOR * 100 + PATCH */
+#define BSPA_VERSION_NUMBER \
+  (BSPA_VERSION_MAJOR * 10000 + BSPA_VERSION_MINOR * 100 + BSPA_VERSION_PATCH)
+#define BSPA_VERSION_STRING "0.1.0"
+/* Moves whenever an existing signature or struct layout changes. Bindings refuse to
+ * load a library whose bspa_abi_version() differs from the one they were built for. */
+#define BSPA_ABI_VERSION 1
+
+/* The library's BSPA_VERSION_NUMBER, which may differ from the header's. */
+BSPA_API uint32_t bspa_version_number(void);
+/* Static string, e.g. "0.1.0". Never NULL, never freed. */
+BSPA_API const char *bspa_version_string(void);
+/* The library's BSPA_ABI_VERSION. */
+BSPA_API uint32_t bspa_abi_version(void);
+/* Static one-line description of what was compiled in, e.g.
+ * "bspa 0.1.0; backends: cpu,cuda; cuda_archs: 80,90a; dtypes: f32,f16,bf16; head_dims: 64,128".
+ * Never NULL, never freed. */
+BSPA_API const char *bspa_build_info(void);
+
+/* ------------------------------------------------------------------------------
+ * Status codes and errors
+ * ---------------------------------------------------------------------------- */
+
+typedef int32_t bspa_status;
+
+enum {
+  BSPA_OK = 0,
+
+  /* 1xx: the caller passed something invalid. */
+  BSPA_ERR_INVALID_ARGUMENT = 100, /* a value out of its documented domain */
+  BSPA_ERR_NULL_POINTER = 101,     /* a required pointer was NULL */
+  BSPA_ERR_OUT_OF_RANGE = 102,     /* an index (layer, head, page, block) out of range */
+  BSPA_ERR_SHAPE_MISMATCH = 103,   /* a tensor's ndim, shape or strides are wrong */
+  BSPA_ERR_DTYPE_MISMATCH = 104,   /* a tensor's dtype is wrong */
+  BSPA_ERR_DEVICE_MISMATCH = 105,  /* a tensor lives on the wrong device */
+  BSPA_ERR_BUFFER_TOO_SMALL = 106, /* an output buffer is too small; the size is reported */
+  BSPA_ERR_INVALID_STATE = 107,    /* the call is not valid for the object's current state */
+
+  /* 2xx: valid but not supported by this build or device. */
+  BSPA_ERR_NOT_SUPPORTED = 200,
+  BSPA_ERR_NO_DEVICE = 201, /* the requested device does not exist on this machine */
+
+  /* 3xx: a resource ran out. */
+  BSPA_ERR_OUT_OF_PAGES = 300,  /* the pool has no free or evictable page left */
+  BSPA_ERR_OUT_OF_MEMORY = 301, /* host or device allocation failed */
+
+  /* 4xx: the CUDA runtime reported an error. */
+  BSPA_ERR_CUDA = 400,
+
+  /* 5xx: version mismatch (options struct, ABI). */
+  BSPA_ERR_VERSION = 500,
+
+  /* 9xx: a bug in bspa. Please report it with bspa_last_error() and bspa_build_info(). */
+  BSPA_ERR_INTERNAL = 900
+};
+
+/* The category of a status: 0 ok, 1 invalid argument, 2 not supported, 3 resource,
+ * 4 CUDA, 5 version, 9 internal. */
+#define BSPA_STATUS_CATEGORY(s) ((s) / 100)
+
+/* Static name of a status, e.g. "BSPA_ERR_OUT_OF_PAGES"; "BSPA_UNKNOWN_STATUS" for a
+ * value this library does not define. Never NULL. */
+BSPA_API const char *bspa_status_string(bspa_status status);
+
+/* The message of the last failed call on this thread, naming the argument and the bad
+ * value, or "" if no call on this thread has failed. Never NULL. Valid until the next
+ * bspa call on this thread. Successful calls do not clear it. */
+BSPA_API const char *bspa_last_error(void);
+
+/* ------------------------------------------------------------------------------
+ * Common types
+ * ---------------------------------------------------------------------------- */
+
+/* A CUDA stream (cudaStream_t). NULL is the legacy default stream. */
+typedef struct CUstream_st *bspa_stream;
+
+/* Element types of KV pools and attention tensors. */
+typedef int32_t bspa_dtype;
+enum {
+  BSPA_DTYPE_F32 = 0,
+  BSPA_DTYPE_F16 = 1,
+  BSPA_DTYPE_BF16 = 2
+};
+
+/* Number of devices of a DLPack device type (kDLCPU: 1; kDLCUDA: visible GPUs, 0 on a
+ * machine with no GPU or no driver, or in a build without CUDA).
+ * Errors: BSPA_ERR_NULL_POINTER (count), BSPA_ERR_NOT_SUPPORTED (other device types). */
+BSPA_API bspa_status bspa_device_count(int32_t device_type, int32_t *count);
+
+/* ------------------------------------------------------------------------------
+ * Paged KV pool and prefix cache
+ *
+ * A pool owns num_pages pages of page_size tokens. For each layer it stores K and V as
+ * [num_pages, num_kv_heads, page_size, head_dim] (dense, row-major). Pages are handed
+ * to sequences, reference counted, and — once full and committed — published in a
+ * prefix index keyed by a chained XXH3-128 hash of (parent key, page tokens, extra key),
+ * the first parent derived from the sequence's salt. Every hit is verified against the
+ * stored tokens, parent key and extra key, so a hash collision never hands out wrong
+ * pages. Unreferenced published pages stay cached in an LRU queue until evicted.
+ * ---------------------------------------------------------------------------- */
+
+typedef struct bspa_pool bspa_pool;
+typedef struct bspa_seq bspa_seq;
+
+#define BSPA_POOL_OPTIONS_VERSION 1
+/* The hash seed used when bspa_pool_options.hash_seed is left at its default. Keys are
+ * stable across processes and machines for a given seed. */
+#define BSPA_DEFAULT_HASH_SEED UINT64_C(0x62737061b10cca5e)
+
+typedef struct bspa_pool_options {
+  uint32_t version;     /* BSPA_POOL_OPTIONS_VERSION (set by bspa_pool_options_init) */
+  int32_t device_type;  /* kDLCPU (default) or kDLCUDA */
+  int32_t device_id;    /* CUDA device ordinal; 0 for CPU */
+  bspa_dtype dtype;     /* element type of K and V (default BSPA_DTYPE_BF16) */
+  int32_t num_layers;   /* >= 0; 0 = bookkeeping and prefix lookup only, no KV storage */
+  int32_t num_kv_heads; /* >= 1 */
+  int32_t head_dim;     /* >= 1 (the CUDA prefill supports 64 and 128) */
+  int32_t page_size;    /* tokens per page, a power of two in [16, 256] (default 64) */
+  int64_t num_pages;    /* > 0, or 0 to derive it from memory_bytes */
+  uint64_t memory_bytes; /* KV storage budget when num_pages == 0 */
+  uint64_t hash_seed;   /* default BSPA_DEFAULT_HASH_SEED */
+} bspa_pool_options;
+
+/* Fills *options with defaults (CPU, bf16, 1 layer, 1 kv head, head_dim 128, page 64,
+ * no pages). Errors: BSPA_ERR_NULL_POINTER. */
+BSPA_API bspa_status bspa_pool_options_init(bspa_pool_options *options);
+
+/* Creates a pool. CPU storage is host memory; CUDA storage is one cudaMalloc on
+ * options->device_id. The caller owns *pool and frees it with bspa_pool_destroy.
+ * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_VERSION, BSPA_ERR_INVALID_ARGUMENT (any
+ * field out of its domain, or a memory budget too small for one page),
+ * BSPA_ERR_NO_DEVICE (kDLCUDA without such a GPU), BSPA_ERR_NOT_SUPPORTED (kDLCUDA in a
+ * build without CUDA), BSPA_ERR_OUT_OF_MEMORY. */
+BSPA_API bspa_status bspa_pool_create(bspa_pool **pool, const bspa_pool_options *options);
+
+/* Destroys the pool, its storage and every sequence still alive in it (their handles
+ * become invalid). Batches made from the pool must be destroyed first. NULL is a no-op. */
+BSPA_API void bspa_pool_destroy(bspa_pool *pool);
+
+/* Fills *k and *v with views of one layer's K and V storage,
+ * [num_pages, num_kv_heads, page_size, head_dim], strides NULL (compact row-major).
+ * The shape arrays belong to the pool and stay valid until bspa_pool_destroy; the
+ * views alias the pool's storage. Either of k, v may be NULL.
+ * Errors: BSPA_ERR_NULL_POINTER (pool), BSPA_ERR_OUT_OF_RANGE (layer),
+ * BSPA_ERR_INVALID_STATE (a pool with num_layers == 0). */
+BSPA_API bspa_status bspa_pool_kv(const bspa_pool *pool, int32_t layer, DLTensor *k, DLTensor *v);
+
+/* A struct without typedef: the function of the same name, bspa_pool_stats, owns the
+ * plain identifier. */
+struct bspa_pool_stats {
+  int64_t pages_total;    /* num_pages */
+  int64_t pages_free;     /* unreferenced and never published (used first) */
+  int64_t pages_cached;   /* unreferenced but published: evictable, reusable by a match */
+  int64_t pages_in_use;   /* referenced by at least one sequence */
+  int64_t num_sequences;  /* live sequences */
+  uint64_t match_calls;   /* bspa_seq_match calls */
+  uint64_t hits;          /* matches that returned at least one cached page */
+  uint64_t misses;        /* matches that returned none */
+  uint64_t matched_tokens; /* tokens returned as cached by all matches */
+  uint64_t queried_tokens; /* prompt tokens passed to all matches */
+  uint64_t hashed_tokens; /* tokens hashed (matching and publishing) */
+  uint64_t published_pages; /* pages entered into the prefix index */
+  uint64_t evictions;     /* cached pages taken back for reuse */
+};
+
+/* Snapshot of the pool's counters, consistent at one instant.
+ * Errors: BSPA_ERR_NULL_POINTER. */
+BSPA_API bspa_status bspa_pool_stats(const bspa_pool *pool, struct bspa_pool_stats *stats);
+
+/* Checks every invariant of the pool (free + cached + in use = total; reference counts
+ * equal the live sequences' page lists; prefix index and pages agree; LRU list
+ * consistent). O(pages + sequences); for tests and debugging.
+ * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INTERNAL (an invariant is broken; the
+ * message says which). */
+BSPA_API bspa_status bspa_pool_check(const bspa_pool *pool);
+
+#define BSPA_SEQ_OPTIONS_VERSION 1
+typedef struct bspa_seq_options {
+  uint32_t version;   /* BSPA_SEQ_OPTIONS_VERSION */
+  const void *salt;   /* tenant isolation: copied; NULL with salt_len 0 = no salt */
+  size_t salt_len;
+  uint64_t extra_key; /* mixed into every page key, e.g. a LoRA adapter id; default 0 */
+} bspa_seq_options;
+
+/* Errors: BSPA_ERR_NULL_POINTER. */
+BSPA_API bspa_status bspa_seq_options_init(bspa_seq_options *options);
+
+/* Creates an empty sequence in the pool. options may be NULL (no salt, extra key 0).
+ * The sequence belongs to the pool: destroy it with bspa_seq_destroy, or it is freed
+ * with the pool. Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_VERSION,
+ * BSPA_ERR_INVALID_ARGUMENT (salt NULL with salt_len > 0). */
+BSPA_API bspa_status bspa_seq_create(bspa_seq **seq, bspa_pool *pool, const bspa_seq_options *options);
+
+/* Looks up the longest cached page-aligned prefix of tokens[0..n) — at most
+ * floor((n-1)/page_size)*page_size tokens, so the last prompt token is always
+ * computed — pins those pages and makes them the sequence's first pages. Afterwards
+ * the sequence holds *cached tokens, all computed. A miss is not an error
+ * (*cached = 0). Only valid on an empty sequence. The tokens are copied.
+ * Errors: BSPA_ERR_NULL_POINTER (seq, cached, or tokens with n > 0),
+ * BSPA_ERR_INVALID_ARGUMENT (n < 0), BSPA_ERR_INVALID_STATE (sequence not empty). */
+BSPA_API bspa_status bspa_seq_match(bspa_seq *seq, const int32_t *tokens, int64_t n, int64_t *cached);
+
+/* Appends tokens[0..n) after the tokens the sequence holds and reserves pages for them
+ * (matched pages are never displaced; free never-published pages are used first, then
+ * the least recently used cached pages are evicted). All or nothing: on
+ * BSPA_ERR_OUT_OF_PAGES the sequence, the pool and every count are unchanged.
+ * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT (n < 0),
+ * BSPA_ERR_OUT_OF_PAGES. */
+BSPA_API bspa_status bspa_seq_append(bspa_seq *seq, const int32_t *tokens, int64_t n);
+
+/* Declares that tokens [0, computed) hold valid KV. Every page that is then full is
+ * published to the prefix index (if an identical page is already published, the
+ * existing one stays the index entry). computed may not decrease.
+ * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT (computed below the current
+ * computed count or above the number of tokens). */
+BSPA_API bspa_status bspa_seq_commit(bspa_seq *seq, int64_t computed);
+
+/* Copies the sequence's page ids, in token order, into pages[0..capacity) and sets
+ * *num_pages to the count. Call with pages NULL and capacity 0 to learn the count.
+ * Errors: BSPA_ERR_NULL_POINTER (seq, num_pages), BSPA_ERR_BUFFER_TOO_SMALL (capacity
+ * below the count; *num_pages holds the count needed, pages is untouched). */
+BSPA_API bspa_status bspa_seq_pages(const bspa_seq *seq, int32_t *pages, int64_t capacity, int64_t *num_pages);
+
+/* A struct without typedef, like struct bspa_pool_stats. */
+struct bspa_seq_info {
+  int64_t num_tokens;   /* tokens held (matched + appended) */
+  int64_t num_computed; /* tokens with valid KV */
+  int64_t num_cached;   /* tokens that came from the prefix cache in bspa_seq_match */
+  int64_t num_pages;    /* pages held */
+};
+
+/* Errors: BSPA_ERR_NULL_POINTER. */
+BSPA_API bspa_status bspa_seq_info(const bspa_seq *seq, struct bspa_seq_info *info);
+
+/* Releases the sequence's pages, last page first (so chain tails are evicted before
+ * heads); published pages stay cached. NULL is a no-op. */
+BSPA_API void bspa_seq_destroy(bspa_seq *seq);
+
+/* ------------------------------------------------------------------------------
+ * Block-sparse layouts
+ *
+ * A layout says which key blocks each query block of each (local) head may see. The
+ * token rule: the query at absolute position p sees the key at position j iff
+ * j <= p and allowed(head, p / block_size, j / block_size). Layouts are immutable.
+ * ---------------------------------------------------------------------------- */
+
+typedef struct bspa_layout bspa_layout;
+
+#define BSPA_LAYOUT_STRIDED_OPTIONS_VERSION 1
+/* Phi-3-small's local + vertical-stride rule, evaluated analytically (no mask is built):
+ *   allowed(h, qb, kb) = kb <= qb and (qb - kb < local_blocks or (kb + g*s + 1) % vert_stride == 0)
+ * with g = head_begin + h the global head index and
+ * s = homo_head ? 0 : max(1, vert_stride / num_heads_total). */
+typedef struct bspa_layout_strided_options {
+  uint32_t version;        /* BSPA_LAYOUT_STRIDED_OPTIONS_VERSION */
+  int32_t block_size;      /* tokens per block (default 64) */
+  int32_t local_blocks;    /* >= 1 (default 16) */
+  int32_t vert_stride;     /* >= 1 (default 8) */
+  int32_t homo_head;       /* 0 = heterogeneous heads (default), 1 = all heads alike */
+  int32_t num_heads_total; /* query heads over all tensor-parallel ranks (default 32) */
+  int32_t head_begin;      /* this rank's first global head (default 0) */
+  int32_t num_heads;       /* this rank's query heads (default 32) */
+} bspa_layout_strided_options;
+
+/* Errors: BSPA_ERR_NULL_POINTER. */
+BSPA_API bspa_status bspa_layout_strided_options_init(bspa_layout_strided_options *options);
+/* Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_VERSION, BSPA_ERR_INVALID_ARGUMENT. */
+BSPA_API bspa_status bspa_layout_create_strided(bspa_layout **layout, const bspa_layout_strided_options *options);
+/* Dense causal over num_heads heads. Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT. */
+BSPA_API bspa_status bspa_layout_create_dense(bspa_layout **layout, int32_t num_heads);
+/* A caller's own layout in per-head CSR form over num_block_rows query blocks.
+ * crow: [num_heads][num_block_rows + 1] offsets into col, absolute, non-decreasing
+ * across heads (head h's row r holds col[crow[h][r] .. crow[h][r+1]) and
+ * crow[h][0] == crow[h-1][num_block_rows], crow[0][0] == 0). col: key block indices,
+ * strictly ascending within a row, each <= its row, and every row holds its own
+ * diagonal block (so every query sees at least itself). Both arrays are copied.
+ * Queries beyond num_block_rows * block_size tokens are rejected by the prefill.
+ * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT (the message names the
+ * first bad head, row and entry). */
+BSPA_API bspa_status bspa_layout_create_csr(bspa_layout **layout, int32_t num_heads, int32_t block_size,
+                                            int32_t num_block_rows, const int32_t *crow, const int32_t *col);
+/* *allowed = 1 if query block q_block of local head `head` may see key block k_block.
+ * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (head, negative blocks, or a
+ * CSR row past num_block_rows). */
+BSPA_API bspa_status bspa_layout_allowed(const bspa_layout *layout, int32_t head, int64_t q_block,
+                                         int64_t k_block, int32_t *allowed);
+/* NULL is a no-op. */
+BSPA_API void bspa_layout_destroy(bspa_layout *layout);
+
+/* ------------------------------------------------------------------------------
+ * Batches and prefill
+ * ---------------------------------------------------------------------------- */
+
+typedef struct bspa_batch bspa_batch;
+
+/* Plans one engine step: sequence i computes query_lens[i] new tokens, the ones at
+ * positions [computed_i, computed_i + query_lens[i]) where computed_i is its
+ * num_computed; they must already be appended. Token rows of q/k_new/v_new/out are the
+ * sequences' new tokens concatenated in order (T_new = sum of query_lens). A
+ * query_len of 0 is allowed; 1 is a decode row. The batch snapshots the sequences'
+ * page tables: destroy it before any of its sequences is destroyed. For a CUDA pool it
+ * uploads its metadata on `stream`; later launches neither allocate nor synchronise.
+ * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT (n < 1, negative query_len,
+ * a sequence of another pool, the same sequence twice), BSPA_ERR_OUT_OF_RANGE
+ * (computed + query_len past the sequence's tokens), BSPA_ERR_INVALID_STATE (a pool
+ * without KV storage), BSPA_ERR_CUDA, BSPA_ERR_OUT_OF_MEMORY. */
+BSPA_API bspa_status bspa_batch_create(bspa_batch **batch, bspa_pool *pool, bspa_seq *const *seqs,
+                                       const int32_t *query_lens, int32_t n, bspa_stream stream);
+/* Waits for nothing; the caller must make sure no launch using the batch is still
+ * running on a device stream. NULL is a no-op. */
+BSPA_API void bspa_batch_destroy(bspa_batch *batch);
+
+/* Writes the new tokens' K and V, [T_new, num_kv_heads, head_dim] of the pool's dtype
+ * on the pool's device (last dimension contiguous; other strides free), into their
+ * pages of `layer`. Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (layer),
+ * BSPA_ERR_SHAPE_MISMATCH, BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH,
+ * BSPA_ERR_INVALID_ARGUMENT (batch of another pool), BSPA_ERR_CUDA. */
+BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int32_t layer,
+                                   const DLTensor *k_new, const DLTensor *v_new, bspa_stream stream);
+
+/* Block-sparse causal attention of the batch's new tokens over each sequence's cached
+ * prefix plus themselves, reading K/V of `layer` from the pool (write them first with
+ * bspa_kv_write). q and out: [T_new, Hq, head_dim] of the pool's dtype on its device,
+ * last dimension contiguous; Hq == layout's head count and a multiple of
+ * num_kv_heads (query head h reads kv head h / (Hq / num_kv_heads)). scale multiplies
+ * the logits (Phi-3-small: 1/128). lse, optional: [Hq, T_new] float32, the natural log
+ * of each row's softmax denominator of scaled logits. Accumulation is fp32.
+ * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (layer; a CSR layout shorter
+ * than a sequence), BSPA_ERR_SHAPE_MISMATCH, BSPA_ERR_DTYPE_MISMATCH,
+ * BSPA_ERR_DEVICE_MISMATCH, BSPA_ERR_INVALID_ARGUMENT (non-finite scale, batch of another
+ * pool), BSPA_ERR_NOT_SUPPORTED (e.g. a head_dim the CUDA kernel lacks), BSPA_ERR_CUDA. */
+BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int32_t layer,
+                                  const bspa_layout *layout, const DLTensor *q, DLTensor *out, float scale,
+                                  DLTensor *lse, bspa_stream stream);
+
+#define BSPA_PAGED_ARGS_VERSION 1
+/* Bring-your-own cache: the same attention over caller-owned pages. All tensors live
+ * on one device (the integer metadata too).
+ *  k_pages, v_pages: [num_pages, num_kv_heads, page_size, head_dim], any strides with
+ *    the last dimension contiguous.
+ *  block_table: int32 [num_seqs, max_pages_per_seq]; sequence i's token t lives in page
+ *    block_table[i][t / page_size] at slot t % page_size.
+ *  query_starts: int32 [num_seqs + 1], rows of q/out, query_starts[0] == 0.
+ *  context_lens: int32 [num_seqs], tokens before the new ones; sequence i has
+ *    context_lens[i] + (query_starts[i+1] - query_starts[i]) tokens in its pages,
+ *    the new tokens' K/V included.
+ *  max_query_len: an upper bound of the query lengths (sizes the CUDA grid). */
+typedef struct bspa_paged_args {
+  uint32_t version; /* BSPA_PAGED_ARGS_VERSION */
+  const DLTensor *q;
+  DLTensor *out;
+  DLTensor *lse; /* optional, [Hq, T_new] float32 */
+  const DLTensor *k_pages;
+  const DLTensor *v_pages;
+  const DLTensor *block_table;
+  const DLTensor *query_starts;
+  const DLTensor *context_lens;
+  int32_t max_query_len;
+  const bspa_layout *layout;
+  float scale;
+} bspa_paged_args;
+
+/* Errors: BSPA_ERR_NULL_POINTER. */
+BSPA_API bspa_status bspa_paged_args_init(bspa_paged_args *args);
+/* Errors: as bspa_prefill, plus BSPA_ERR_VERSION; on CPU, out-of-range page ids or
+ * lengths in the metadata are BSPA_ERR_OUT_OF_RANGE (on CUDA they are the caller's
+ * responsibility: the kernel does not read the metadata back to the host). */
+BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* BSPA_BSPA_H */

@@ -1,0 +1,76 @@
+#include "common/device.hpp"
+
+#include "common/error.hpp"
+
+#ifdef BSPA_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace bspa {
+
+#ifdef BSPA_HAVE_CUDA
+
+bool cuda_compiled_in() { return true; }
+
+int32_t cuda_device_count() {
+  int n = 0;
+  // Without a driver (CI, development machines) this fails with
+  // cudaErrorInsufficientDriver or cudaErrorNoDevice: that means zero devices.
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+namespace {
+// Restores the caller's current device so bspa never changes a runtime's thread state.
+struct DeviceGuard {
+  int previous = -1;
+  explicit DeviceGuard(int32_t device) {
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) fail(Errc::Cuda, "cudaSetDevice(", device, "): ", cudaGetErrorString(e));
+  }
+  ~DeviceGuard() {
+    if (previous >= 0) cudaSetDevice(previous);
+  }
+};
+}  // namespace
+
+void *cuda_malloc(int32_t device, size_t bytes) {
+  const int32_t n = cuda_device_count();
+  check(device >= 0 && device < n, Errc::NoDevice, "device_id = ", device, " but this machine has ", n,
+        " CUDA device(s)");
+  DeviceGuard guard(device);
+  void *p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    fail(Errc::OutOfMemory, "cudaMalloc of ", bytes, " bytes on device ", device, " failed: out of memory");
+  }
+  if (e != cudaSuccess) fail(Errc::Cuda, "cudaMalloc of ", bytes, " bytes: ", cudaGetErrorString(e));
+  return p;
+}
+
+void cuda_free(int32_t device, void *ptr) noexcept {
+  if (!ptr) return;
+  int previous = -1;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device);
+  cudaFree(ptr);
+  if (previous >= 0) cudaSetDevice(previous);
+}
+
+#else
+
+bool cuda_compiled_in() { return false; }
+int32_t cuda_device_count() { return 0; }
+void *cuda_malloc(int32_t, size_t) {
+  fail(Errc::NotSupported, "device_type = kDLCUDA but this build of bspa has no CUDA backend");
+}
+void cuda_free(int32_t, void *) noexcept {}
+
+#endif
+
+}  // namespace bspa

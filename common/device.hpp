@@ -1,0 +1,20 @@
+// The few CUDA runtime calls the host side needs (device count, device memory), kept in
+// one place so cache/ and capi/ need no CUDA headers and work in a build without CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace bspa {
+
+// Visible CUDA devices; 0 without a driver or in a build without CUDA.
+int32_t cuda_device_count();
+// True when this build has the CUDA backend compiled in.
+bool cuda_compiled_in();
+
+// cudaMalloc on `device`; throws Error(NoDevice / NotSupported / OutOfMemory / Cuda).
+void *cuda_malloc(int32_t device, size_t bytes);
+// cudaFree; never throws (errors during teardown are ignored).
+void cuda_free(int32_t device, void *ptr) noexcept;
+
+}  // namespace bspa

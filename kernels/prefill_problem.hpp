@@ -1,0 +1,70 @@
+// One paged block-sparse prefill launch described with plain arrays: what every
+// backend (CPU, CUDA sm80, CUDA sm90a) computes. Nothing here knows of pools,
+// sequences or the C ABI; capi/ fills it from a batch or from bspa_paged_args.
+//
+// Semantics (DESIGN.md §2): sequence i has context_lens[i] tokens before its
+// q_i = query_starts[i+1] - query_starts[i] new ones; all ctx + q_i tokens' K/V are in
+// its pages. New token t (row query_starts[i] + t) sits at absolute position
+// p = ctx + t and sees key j iff j <= p and layout.allowed(h, p / B, j / B).
+#pragma once
+
+#include <cstdint>
+
+#include "dtype.hpp"
+#include "layout.hpp"
+
+namespace bspa::kernels {
+
+// Strides are in elements; the last (head_dim) dimension is always contiguous.
+struct PagedKV {
+  const void *k = nullptr;
+  const void *v = nullptr;
+  int64_t k_page_stride = 0, k_head_stride = 0, k_token_stride = 0;
+  int64_t v_page_stride = 0, v_head_stride = 0, v_token_stride = 0;
+};
+
+struct PrefillProblem {
+  DType dtype = DType::BF16;
+  int32_t num_q_heads = 0;   // Hq, equal to layout->num_heads
+  int32_t num_kv_heads = 0;  // Hkv, divides Hq
+  int32_t head_dim = 0;
+  int32_t page_size = 0;
+
+  // Sequence metadata. Host pointers for the CPU backend; device pointers for CUDA.
+  int32_t num_seqs = 0;
+  const int32_t *query_starts = nullptr;  // [num_seqs + 1]
+  const int32_t *context_lens = nullptr;  // [num_seqs]
+  const int32_t *block_table = nullptr;   // [num_seqs][block_table_stride]
+  int64_t block_table_stride = 0;
+  int32_t total_q = 0;        // query_starts[num_seqs]
+  int32_t max_query_len = 0;  // an upper bound of every q_i
+
+  // q, out: [total_q, Hq, head_dim]; lse: [Hq, total_q] fp32, nullable.
+  const void *q = nullptr;
+  int64_t q_token_stride = 0, q_head_stride = 0;
+  void *out = nullptr;
+  int64_t out_token_stride = 0, out_head_stride = 0;
+  float *lse = nullptr;
+  int64_t lse_head_stride = 0;
+
+  PagedKV kv;
+  const Layout *layout = nullptr;  // host object; backends derive device forms from it
+  float scale = 1.0f;
+};
+
+// Writes new tokens' K/V ([total_q, Hkv, head_dim], token/head strides in elements)
+// into the pages the block table names, at positions ctx .. ctx + q_i of each sequence.
+struct KvWriteProblem {
+  DType dtype = DType::BF16;
+  int32_t num_kv_heads = 0, head_dim = 0, page_size = 0;
+  int32_t num_seqs = 0;
+  const int32_t *query_starts = nullptr, *context_lens = nullptr, *block_table = nullptr;
+  int64_t block_table_stride = 0;
+  int32_t total_q = 0;
+  const void *k_new = nullptr, *v_new = nullptr;
+  int64_t k_new_token_stride = 0, k_new_head_stride = 0;
+  int64_t v_new_token_stride = 0, v_new_head_stride = 0;
+  void *k_pages = nullptr, *v_pages = nullptr;  // compact [pages, Hkv, page_size, D]
+};
+
+}  // namespace bspa::kernels

@@ -1,0 +1,43 @@
+/* Shared helpers of the Criterion tests: random data, poisoning, error checks. */
+#ifndef BSPA_TEST_SUPPORT_H
+#define BSPA_TEST_SUPPORT_H
+
+#include <bspa/bspa.h>
+#include <criterion/criterion.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Asserts a call's status and, for failures, that a message was recorded. */
+#define EXPECT_STATUS(call, expected)                                                        \
+  do {                                                                                       \
+    bspa_status s_ = (call);                                                                 \
+    cr_assert_eq(s_, (expected), "%s returned %s (%d), expected %s: %s", #call,              \
+                 bspa_status_string(s_), s_, bspa_status_string(expected), bspa_last_error()); \
+    if ((expected) != BSPA_OK) cr_assert_neq(bspa_last_error()[0], '\0', "%s set no message", #call); \
+  } while (0)
+#define EXPECT_OK(call) EXPECT_STATUS(call, BSPA_OK)
+
+/* A small deterministic generator (splitmix64) so failures reproduce from the seed. */
+typedef struct test_rng {
+  uint64_t state;
+} test_rng;
+uint64_t test_rng_next(test_rng *r);
+double test_rng_uniform(test_rng *r); /* [0, 1) */
+double test_rng_normal(test_rng *r);  /* N(0, 1) */
+/* A seed that differs per run unless BSPA_TEST_SEED is set; printed by the tests. */
+uint64_t test_seed(void);
+
+/* float <-> half / bfloat16 (round to nearest even), for building test inputs. */
+uint16_t test_f32_to_f16(float f);
+float test_f16_to_f32(uint16_t h);
+uint16_t test_f32_to_bf16(float f);
+float test_bf16_to_f32(uint16_t b);
+
+/* A host DLTensor over caller memory; shape copied into the struct's own storage. */
+typedef struct test_tensor {
+  DLTensor t;
+  int64_t shape[4];
+} test_tensor;
+void test_tensor_init(test_tensor *tt, void *data, bspa_dtype dtype, int ndim, const int64_t *shape);
+
+#endif
