@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what building and testing bspa needs on a fresh Debian 12 machine
+# (apt as root, pip for the Python tools). Safe to run again: it skips what is there.
+set -euo pipefail
+
+apt_packages=(cmake ninja-build pkg-config g++ libomp-dev libxxhash-dev libdlpack-dev libcriterion-dev
+              swig golang-go bindgen librust-bindgen-dev clang libclang-rt-14-dev)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python3 -m pip install -q --disable-pip-version-check numpy pytest scikit-build-core swig 2>&1 | grep -v "already satisfied" || true
