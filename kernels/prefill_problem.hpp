@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "batch_plan.hpp"
 #include "dtype.hpp"
 #include "layout.hpp"
 
@@ -38,6 +39,13 @@ struct PrefillProblem {
   int64_t block_table_stride = 0;
   int32_t total_q = 0;        // query_starts[num_seqs]
   int32_t max_query_len = 0;  // an upper bound of every q_i
+
+  // Optional work list (same memory space as the metadata above): query tiles of
+  // work_tile_rows rows, heaviest first. nullptr (bspa_prefill_paged) = the backend
+  // covers every (sequence, tile of max_query_len) itself.
+  const WorkItem *work = nullptr;
+  int32_t num_work = 0;
+  int32_t work_tile_rows = 0;
 
   // q, out: [total_q, Hq, head_dim]; lse: [Hq, total_q] fp32, nullable.
   const void *q = nullptr;

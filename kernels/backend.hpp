@@ -1,0 +1,54 @@
+// The backends' entry points. capi/ dispatches on the pool's or the tensors' device;
+// kernels/cpu implements the CPU ones, kernels/cuda the CUDA ones, and in a build
+// without CUDA kernels/nocuda supplies CUDA entry points that throw NotSupported.
+// All of them take plain arrays (prefill_problem.hpp, batch_plan.hpp) and assume capi/
+// validated shapes, dtypes and devices.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "common/device.hpp"
+#include "kernels/batch_plan.hpp"
+#include "kernels/prefill_problem.hpp"
+
+namespace bspa::kernels {
+
+// CPU (host pointers everywhere). OpenMP-parallel; synchronous.
+void prefill_cpu(const PrefillProblem &p);
+void kv_write_cpu(const KvWriteProblem &p);
+
+// CUDA (device pointers, including the metadata arrays). Asynchronous on `stream`
+// (a cudaStream_t; nullptr = the legacy default stream); never allocate, never
+// synchronise. Errors: Error(NotSupported) for dtypes/head dims the kernels lack,
+// Error(Cuda) for launch failures.
+void prefill_cuda(const PrefillProblem &p, void *stream);
+void kv_write_cuda(const KvWriteProblem &p, void *stream);
+
+// Query rows per work item in plans made for CUDA pools (the kernels' query tile).
+constexpr int32_t kCudaTileRows = 128;
+// Query rows per work item on the CPU.
+constexpr int32_t kCpuTileRows = 32;
+
+// Device copies of a BatchPlan's arrays, in one allocation on `device`, owned here.
+struct DeviceBatchMetadata {
+  int32_t device = 0;
+  const int32_t *query_starts = nullptr;  // [num_seqs + 1]
+  const int32_t *context_lens = nullptr;  // [num_seqs]
+  const int32_t *block_table = nullptr;   // [num_seqs][block_table_stride]
+  const WorkItem *work = nullptr;         // [num_work]
+  int32_t num_work = 0;
+  void *allocation = nullptr;  // freed by the destructor with bspa::cuda_free
+
+  DeviceBatchMetadata() = default;
+  DeviceBatchMetadata(const DeviceBatchMetadata &) = delete;
+  DeviceBatchMetadata &operator=(const DeviceBatchMetadata &) = delete;
+  ~DeviceBatchMetadata() { cuda_free(device, allocation); }
+};
+
+// Allocates and fills the device copies (asynchronously on `stream`; the plan's host
+// vectors must outlive the copy, i.e. stay in the batch). Throws Error(OutOfMemory /
+// Cuda / NoDevice), or Error(NotSupported) in a build without CUDA.
+std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, int32_t device, void *stream);
+
+}  // namespace bspa::kernels

@@ -1,0 +1,65 @@
+#include "kernels/batch_plan.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/error.hpp"
+
+namespace bspa::kernels {
+
+std::vector<WorkItem> plan_work(int32_t num_seqs, const int32_t *query_starts, const int32_t *context_lens,
+                                int32_t tile_rows) {
+  std::vector<WorkItem> work;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const int32_t q = query_starts[s + 1] - query_starts[s];
+    for (int32_t b = 0; b < q; b += tile_rows) {
+      const int32_t e = std::min(q, b + tile_rows);
+      work.push_back(WorkItem{s, b, e, context_lens[s] + e});
+    }
+  }
+  // Late tiles see the most keys: starting them first keeps the tail of the step short.
+  std::stable_sort(work.begin(), work.end(),
+                   [](const WorkItem &a, const WorkItem &b) { return a.key_end > b.key_end; });
+  return work;
+}
+
+BatchPlan plan_batch(const BatchPlanInput &in) {
+  check(in.num_seqs >= 1, Errc::InvalidArgument, "n = ", in.num_seqs, " must be at least 1");
+  check(in.page_size >= 1, Errc::InvalidArgument, "page_size = ", in.page_size, " must be positive");
+  check(in.tile_rows >= 1, Errc::InvalidArgument, "tile_rows = ", in.tile_rows, " must be positive");
+  BatchPlan p;
+  p.num_seqs = in.num_seqs;
+  p.page_size = in.page_size;
+  p.tile_rows = in.tile_rows;
+  p.query_starts.assign(in.num_seqs + 1, 0);
+  p.context_lens.assign(in.context_lens, in.context_lens + in.num_seqs);
+  int64_t total = 0, max_pages = 1;
+  for (int32_t i = 0; i < in.num_seqs; ++i) {
+    const int32_t q = in.query_lens[i], ctx = in.context_lens[i];
+    check(q >= 0, Errc::InvalidArgument, "query_lens[", i, "] = ", q, " is negative");
+    check(ctx >= 0, Errc::InvalidArgument, "context of sequence ", i, " = ", ctx, " is negative");
+    const int64_t held = in.page_offsets[i + 1] - in.page_offsets[i];
+    const int64_t tokens = static_cast<int64_t>(ctx) + q;
+    check(tokens <= held * in.page_size, Errc::OutOfRange, "sequence ", i, ": computed ", ctx, " + query_lens[", i,
+          "] ", q, " = ", tokens, " tokens, but its ", held, " page(s) hold only ", held * in.page_size);
+    total += q;
+    check(total <= std::numeric_limits<int32_t>::max(), Errc::InvalidArgument, "the batch's query tokens exceed ",
+          std::numeric_limits<int32_t>::max());
+    p.query_starts[i + 1] = static_cast<int32_t>(total);
+    p.max_query_len = std::max(p.max_query_len, q);
+    max_pages = std::max(max_pages, (tokens + in.page_size - 1) / in.page_size);
+  }
+  p.total_q = static_cast<int32_t>(total);
+  p.block_table_stride = max_pages;
+  p.block_table.assign(static_cast<size_t>(in.num_seqs) * max_pages, -1);
+  for (int32_t i = 0; i < in.num_seqs; ++i) {
+    const int64_t tokens = static_cast<int64_t>(in.context_lens[i]) + in.query_lens[i];
+    const int64_t used = (tokens + in.page_size - 1) / in.page_size;
+    std::copy(in.pages + in.page_offsets[i], in.pages + in.page_offsets[i] + used,
+              p.block_table.begin() + i * max_pages);
+  }
+  p.work = plan_work(p.num_seqs, p.query_starts.data(), p.context_lens.data(), p.tile_rows);
+  return p;
+}
+
+}  // namespace bspa::kernels

@@ -1,0 +1,55 @@
+// The host plan of one engine step, built from plain arrays (no pools, no sequences):
+// row offsets, context lengths, a padded block table and a work list of query tiles
+// ordered heavy first. Every backend launches from it; CUDA gets device copies
+// (backend.hpp: upload_batch_cuda).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace bspa::kernels {
+
+// One query tile of one sequence: rows [q_begin, q_end) of the sequence's new tokens.
+// The head is not part of the item: a batch is planned before the layout (and so the
+// query head count) is known; backends run every item for every query head.
+struct WorkItem {
+  int32_t seq = 0;
+  int32_t q_begin = 0;  // relative to the sequence's first new token
+  int32_t q_end = 0;
+  int32_t key_end = 0;  // context_len + q_end: keys the tile's last row sees (cost proxy)
+};
+
+struct BatchPlanInput {
+  int32_t num_seqs = 0;
+  const int32_t *query_lens = nullptr;    // [num_seqs]
+  const int32_t *context_lens = nullptr;  // [num_seqs], tokens before the new ones
+  // Page ids of sequence i: pages[page_offsets[i] .. page_offsets[i + 1]).
+  const int32_t *pages = nullptr;
+  const int64_t *page_offsets = nullptr;  // [num_seqs + 1]
+  int32_t page_size = 0;
+  int32_t tile_rows = 64;  // query rows per work item
+};
+
+struct BatchPlan {
+  int32_t num_seqs = 0;
+  int32_t page_size = 0;
+  int32_t tile_rows = 0;
+  int32_t total_q = 0;
+  int32_t max_query_len = 0;
+  int64_t block_table_stride = 0;     // >= 1 so the table is never empty
+  std::vector<int32_t> query_starts;  // [num_seqs + 1]
+  std::vector<int32_t> context_lens;  // [num_seqs]
+  std::vector<int32_t> block_table;   // [num_seqs][block_table_stride], padded with -1
+  std::vector<WorkItem> work;         // heaviest (largest key_end) first
+};
+
+// Throws Error(OutOfRange) when a sequence's context + query tokens need more pages
+// than it holds, Error(InvalidArgument) for negative lengths or a total past INT32_MAX.
+BatchPlan plan_batch(const BatchPlanInput &in);
+
+// The work list alone, for callers that have only row offsets and context lengths
+// (bspa_prefill_paged on the CPU).
+std::vector<WorkItem> plan_work(int32_t num_seqs, const int32_t *query_starts, const int32_t *context_lens,
+                                int32_t tile_rows);
+
+}  // namespace bspa::kernels

@@ -1,0 +1,20 @@
+// The CUDA entry points of a build without CUDA: every one reports NotSupported, so
+// capi/ can dispatch unconditionally and a CUDA pool simply cannot exist here.
+#include "common/error.hpp"
+#include "kernels/backend.hpp"
+
+namespace bspa::kernels {
+
+void prefill_cuda(const PrefillProblem &, void *) {
+  fail(Errc::NotSupported, "CUDA prefill: bspa was built without CUDA");
+}
+
+void kv_write_cuda(const KvWriteProblem &, void *) {
+  fail(Errc::NotSupported, "CUDA kv write: bspa was built without CUDA");
+}
+
+std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &, int32_t, void *) {
+  fail(Errc::NotSupported, "CUDA batch metadata: bspa was built without CUDA");
+}
+
+}  // namespace bspa::kernels
