@@ -45,4 +45,22 @@ struct Layout {
   }
 };
 
+// Factories: validate and build. Errors are Error(InvalidArgument) naming the field and
+// value (for CSR: the first bad head, row and entry).
+struct StridedLayoutParams {
+  int32_t block_size = 64, local_blocks = 16, vert_stride = 8;
+  bool homo_head = false;
+  int32_t num_heads_total = 32, head_begin = 0, num_heads = 32;
+};
+Layout make_strided_layout(const StridedLayoutParams &p);
+Layout make_dense_layout(int32_t num_heads, int32_t block_size = 64);
+// crow: [num_heads][num_block_rows + 1] absolute offsets; col: crow[num_heads-1][num_block_rows] entries.
+Layout make_csr_layout(int32_t num_heads, int32_t block_size, int32_t num_block_rows, const int32_t *crow,
+                       const int32_t *col);
+
+// Longest sequence (in tokens) the layout can answer for: CSR stops at its rows.
+inline int64_t layout_max_tokens(const Layout &l) {
+  return l.kind == Layout::Kind::Csr ? static_cast<int64_t>(l.num_block_rows) * l.block_size : INT64_MAX;
+}
+
 }  // namespace bspa::kernels
