@@ -1,0 +1,208 @@
+// CPU prefill: one task per (query tile, query head), heaviest tiles first, each an
+// online-softmax pass over the key blocks its rows may see, keys gathered through the
+// block table one chunk of at most kKeyChunk tokens at a time and converted to fp32.
+// Key blocks that no row of the tile may see are skipped without being read.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "kernels/backend.hpp"
+#include "kernels/cpu/convert.hpp"
+
+namespace bspa::kernels {
+
+namespace {
+
+constexpr int kKeyChunk = 64;
+
+struct Scratch {
+  std::vector<float> q, k, v, acc, m, l, s;
+  std::vector<uint8_t> allow;
+  void size_for(int rows, int d) {
+    q.resize(static_cast<size_t>(rows) * d);
+    acc.resize(static_cast<size_t>(rows) * d);
+    k.resize(static_cast<size_t>(kKeyChunk) * d);
+    v.resize(static_cast<size_t>(kKeyChunk) * d);
+    m.resize(rows);
+    l.resize(rows);
+    s.resize(kKeyChunk);
+  }
+};
+
+const char *element(const void *base, DType t, int64_t offset) {
+  return static_cast<const char *>(base) + offset * dtype_bytes(t);
+}
+
+// Which key blocks each query block of the tile may see: allow[(qb - qb0) * nkb + kb].
+void fill_allowed(const Layout &L, int32_t h, int64_t qb0, int64_t qb1, std::vector<uint8_t> &allow) {
+  const int64_t nkb = qb1 + 1;
+  allow.assign(static_cast<size_t>((qb1 - qb0 + 1) * nkb), 0);
+  for (int64_t qb = qb0; qb <= qb1; ++qb) {
+    uint8_t *row = allow.data() + (qb - qb0) * nkb;
+    if (L.kind == Layout::Kind::Csr) {  // walk the row instead of searching it per block
+      const int32_t *cr = L.crow.data() + static_cast<int64_t>(h) * (L.num_block_rows + 1) + qb;
+      for (int32_t e = cr[0]; e < cr[1]; ++e) row[L.col[e]] = 1;
+    } else {
+      for (int64_t kb = 0; kb <= qb; ++kb) row[kb] = L.allowed(h, qb, kb) ? 1 : 0;
+    }
+  }
+}
+
+void run_tile(const PrefillProblem &p, const WorkItem &w, int32_t h, Scratch &sc) {
+  const Layout &L = *p.layout;
+  const int d = p.head_dim;
+  const int64_t B = L.block_size;
+  const int32_t ctx = p.context_lens[w.seq];
+  const int64_t row0 = static_cast<int64_t>(p.query_starts[w.seq]) + w.q_begin;
+  const int nr = w.q_end - w.q_begin;
+  const int32_t kvh = h / (p.num_q_heads / p.num_kv_heads);
+  const int64_t p_first = static_cast<int64_t>(ctx) + w.q_begin, p_last = p_first + nr - 1;
+  const int64_t qb0 = p_first / B, qb1 = p_last / B, nkb = qb1 + 1;
+  const int32_t *table = p.block_table + w.seq * p.block_table_stride;
+
+  fill_allowed(L, h, qb0, qb1, sc.allow);
+  for (int r = 0; r < nr; ++r) {
+    float *qr = sc.q.data() + static_cast<size_t>(r) * d;
+    cpu::load_f32(p.dtype, element(p.q, p.dtype, (row0 + r) * p.q_token_stride + h * p.q_head_stride), qr, d);
+    for (int i = 0; i < d; ++i) qr[i] *= p.scale;
+    sc.m[r] = -std::numeric_limits<float>::infinity();
+    sc.l[r] = 0.0f;
+  }
+  std::fill(sc.acc.begin(), sc.acc.begin() + static_cast<size_t>(nr) * d, 0.0f);
+
+  for (int64_t kb = 0; kb <= qb1; ++kb) {
+    bool any = false;
+    for (int64_t qb = qb0; qb <= qb1 && !any; ++qb) any = sc.allow[(qb - qb0) * nkb + kb] != 0;
+    if (!any) continue;
+    const int64_t k_end = std::min((kb + 1) * B, p_last + 1);
+    for (int64_t c0 = kb * B; c0 < k_end; c0 += kKeyChunk) {
+      const int nc = static_cast<int>(std::min<int64_t>(kKeyChunk, k_end - c0));
+      for (int c = 0; c < nc; ++c) {
+        const int64_t j = c0 + c;
+        const int64_t page = table[j / p.page_size], slot = j % p.page_size;
+        cpu::load_f32(p.dtype,
+                      element(p.kv.k, p.dtype, page * p.kv.k_page_stride + kvh * p.kv.k_head_stride +
+                                                   slot * p.kv.k_token_stride),
+                      sc.k.data() + static_cast<size_t>(c) * d, d);
+        cpu::load_f32(p.dtype,
+                      element(p.kv.v, p.dtype, page * p.kv.v_page_stride + kvh * p.kv.v_head_stride +
+                                                   slot * p.kv.v_token_stride),
+                      sc.v.data() + static_cast<size_t>(c) * d, d);
+      }
+      for (int r = 0; r < nr; ++r) {
+        const int64_t pos = p_first + r;
+        if (c0 > pos || !sc.allow[(pos / B - qb0) * nkb + kb]) continue;
+        const int ncr = static_cast<int>(std::min<int64_t>(nc, pos - c0 + 1));  // causal within the chunk
+        const float *qr = sc.q.data() + static_cast<size_t>(r) * d;
+        float mx = sc.m[r];
+        for (int c = 0; c < ncr; ++c) {
+          const float *kc = sc.k.data() + static_cast<size_t>(c) * d;
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int i = 0; i < d; ++i) dot += qr[i] * kc[i];
+          sc.s[c] = dot;
+          mx = std::max(mx, dot);
+        }
+        float *acc = sc.acc.data() + static_cast<size_t>(r) * d;
+        if (mx > sc.m[r]) {
+          const float corr = std::exp(sc.m[r] - mx);  // exp(-inf) = 0 on the first chunk
+          sc.l[r] *= corr;
+          for (int i = 0; i < d; ++i) acc[i] *= corr;
+          sc.m[r] = mx;
+        }
+        float sum = 0.0f;
+        for (int c = 0; c < ncr; ++c) {
+          const float e = std::exp(sc.s[c] - mx);
+          sum += e;
+          const float *vc = sc.v.data() + static_cast<size_t>(c) * d;
+#pragma omp simd
+          for (int i = 0; i < d; ++i) acc[i] += e * vc[i];
+        }
+        sc.l[r] += sum;
+      }
+    }
+  }
+
+  for (int r = 0; r < nr; ++r) {
+    float *acc = sc.acc.data() + static_cast<size_t>(r) * d;
+    const float inv = 1.0f / sc.l[r];
+    for (int i = 0; i < d; ++i) acc[i] *= inv;
+    cpu::store_from_f32(p.dtype, acc,
+                        static_cast<char *>(p.out) +
+                            ((row0 + r) * p.out_token_stride + h * p.out_head_stride) * dtype_bytes(p.dtype),
+                        d);
+    if (p.lse) p.lse[h * p.lse_head_stride + row0 + r] = sc.m[r] + std::log(sc.l[r]);
+  }
+}
+
+}  // namespace
+
+void prefill_cpu(const PrefillProblem &p) {
+  std::vector<WorkItem> own;
+  const WorkItem *work = p.work;
+  int64_t num_work = p.num_work;
+  if (!work) {
+    own = plan_work(p.num_seqs, p.query_starts, p.context_lens, kCpuTileRows);
+    work = own.data();
+    num_work = static_cast<int64_t>(own.size());
+  }
+  int max_rows = 1;
+  size_t max_allow = 1;
+  const int64_t B = p.layout->block_size;
+  for (int64_t i = 0; i < num_work; ++i) {
+    const WorkItem &w = work[i];
+    max_rows = std::max(max_rows, w.q_end - w.q_begin);
+    const int64_t first = (static_cast<int64_t>(p.context_lens[w.seq]) + w.q_begin) / B;
+    const int64_t last = (static_cast<int64_t>(p.context_lens[w.seq]) + w.q_end - 1) / B;
+    if (w.q_end > w.q_begin) max_allow = std::max(max_allow, static_cast<size_t>((last - first + 1) * (last + 1)));
+  }
+
+  // Scratch is allocated here, outside the parallel region, so no allocation can throw inside it.
+  int threads = 1;
+#ifdef _OPENMP
+  threads = omp_get_max_threads();
+#endif
+  std::vector<Scratch> scratch(threads);
+  for (auto &s : scratch) {
+    s.size_for(max_rows, p.head_dim);
+    s.allow.reserve(max_allow);
+  }
+  const int64_t hq = p.num_q_heads, tasks = num_work * hq;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t t = 0; t < tasks; ++t) {
+    int tid = 0;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+#endif
+    run_tile(p, work[t / hq], static_cast<int32_t>(t % hq), scratch[tid]);
+  }
+}
+
+void kv_write_cpu(const KvWriteProblem &p) {
+  const int64_t bytes = dtype_bytes(p.dtype), row = static_cast<int64_t>(p.head_dim) * bytes;
+  const int64_t head_stride = static_cast<int64_t>(p.page_size) * p.head_dim;
+  const int64_t page_stride = p.num_kv_heads * head_stride;
+#pragma omp parallel for schedule(static)
+  for (int32_t t = 0; t < p.total_q; ++t) {
+    const int32_t s = static_cast<int32_t>(
+        std::upper_bound(p.query_starts, p.query_starts + p.num_seqs + 1, t) - p.query_starts - 1);
+    const int32_t *table = p.block_table + s * p.block_table_stride;
+    const int64_t j = static_cast<int64_t>(p.context_lens[s]) + (t - p.query_starts[s]);
+    const int64_t base = table[j / p.page_size] * page_stride + (j % p.page_size) * p.head_dim;
+    for (int32_t h = 0; h < p.num_kv_heads; ++h) {
+      std::memcpy(static_cast<char *>(p.k_pages) + (base + h * head_stride) * bytes,
+                  static_cast<const char *>(p.k_new) + (t * p.k_new_token_stride + h * p.k_new_head_stride) * bytes,
+                  row);
+      std::memcpy(static_cast<char *>(p.v_pages) + (base + h * head_stride) * bytes,
+                  static_cast<const char *>(p.v_new) + (t * p.v_new_token_stride + h * p.v_new_head_stride) * bytes,
+                  row);
+    }
+  }
+}
+
+}  // namespace bspa::kernels
