@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace bspa::kernels {
@@ -24,6 +25,11 @@ struct Layout {
   int32_t num_block_rows = 0;
   std::vector<int32_t> crow;
   std::vector<int32_t> col;
+
+  // Device copies of crow/col, made by the CUDA backend on the layout's first CUDA use
+  // on each device and freed with the layout (kernels/cuda/device_layout.cu). Opaque
+  // here; a layout is immutable, so copies of it may share them.
+  mutable std::shared_ptr<void> device_copies;
 
   // Callers guarantee 0 <= h < num_heads, qb, kb >= 0 and (for Csr) qb < num_block_rows.
   bool allowed(int32_t h, int64_t qb, int64_t kb) const {
