@@ -1,0 +1,181 @@
+// bspa_kv_write, bspa_prefill, bspa_prefill_paged: validate the DLTensors, describe the
+// launch as a kernels::PrefillProblem / KvWriteProblem and dispatch on the device.
+#include <bspa/bspa.h>
+
+#include <cmath>
+
+#include "capi/src/guard.hpp"
+#include "capi/src/layout_handle.hpp"
+#include "capi/src/tensor_checks.hpp"
+#include "kernels/backend.hpp"
+
+using bspa::Errc;
+using bspa::check;
+using bspa::capi::guarded;
+using bspa::capi::require;
+using bspa::capi::TensorView;
+using bspa::kernels::DType;
+
+namespace {
+
+// q, out and lse against the layout and the KV geometry; fills the problem's q/out/lse part.
+void describe_attention(bspa::kernels::PrefillProblem &p, const bspa_layout *layout, const DLTensor *q,
+                        DLTensor *out, DLTensor *lse, float scale, DType dtype, int32_t num_kv_heads,
+                        int32_t head_dim, DLDevice device, const char *device_from) {
+  require(layout, "layout");
+  const int32_t hq = layout->layout.num_heads;
+  const TensorView qv = bspa::capi::view_tensor(q, "q", {-1, -1, head_dim});
+  check(q->shape[1] == hq, Errc::ShapeMismatch, "q.shape[1] = ", q->shape[1],
+        " query heads but the layout has ", hq, " heads");
+  check(hq % num_kv_heads == 0, Errc::ShapeMismatch, "q has ", hq, " query heads, not a multiple of the ",
+        num_kv_heads, " kv heads (GQA needs Hq % Hkv == 0)");
+  const int64_t t = q->shape[0];
+  const TensorView ov = bspa::capi::view_tensor(out, "out", {t, hq, head_dim});
+  bspa::capi::check_dtype(q, dtype, "q");
+  bspa::capi::check_dtype(out, dtype, "out");
+  bspa::capi::check_device(q, device, "q", device_from);
+  bspa::capi::check_device(out, device, "out", device_from);
+  check(std::isfinite(scale), Errc::InvalidArgument, "scale = ", scale, " is not finite");
+  p.dtype = dtype;
+  p.num_q_heads = hq;
+  p.num_kv_heads = num_kv_heads;
+  p.head_dim = head_dim;
+  p.total_q = static_cast<int32_t>(t);
+  p.q = qv.data;
+  p.q_token_stride = qv.stride[0];
+  p.q_head_stride = qv.stride[1];
+  p.out = ov.data;
+  p.out_token_stride = ov.stride[0];
+  p.out_head_stride = ov.stride[1];
+  if (lse) {
+    const TensorView lv = bspa::capi::view_tensor(lse, "lse", {hq, t});
+    bspa::capi::check_float32(lse, "lse");
+    bspa::capi::check_device(lse, device, "lse", device_from);
+    p.lse = reinterpret_cast<float *>(lv.data);
+    p.lse_head_stride = lv.stride[0];
+  }
+  p.layout = &layout->layout;
+  p.scale = scale;
+}
+
+void describe_pages(bspa::kernels::PagedKV &kv, const TensorView &k, const TensorView &v) {
+  kv.k = k.data;
+  kv.v = v.data;
+  kv.k_page_stride = k.stride[0];
+  kv.k_head_stride = k.stride[1];
+  kv.k_token_stride = k.stride[2];
+  kv.v_page_stride = v.stride[0];
+  kv.v_head_stride = v.stride[1];
+  kv.v_token_stride = v.stride[2];
+}
+
+// Host metadata of bspa_prefill_paged, checked entry by entry (the CPU backend trusts it).
+void check_paged_metadata(const bspa::kernels::PrefillProblem &p, int64_t num_pages, int64_t max_pages) {
+  const int32_t *qs = p.query_starts;
+  check(qs[0] == 0, Errc::OutOfRange, "query_starts[0] = ", qs[0], " must be 0");
+  const int64_t limit = bspa::kernels::layout_max_tokens(*p.layout);
+  for (int32_t i = 0; i < p.num_seqs; ++i) {
+    check(qs[i + 1] >= qs[i], Errc::OutOfRange, "query_starts[", i + 1, "] = ", qs[i + 1],
+          " is below query_starts[", i, "] = ", qs[i]);
+    const int32_t ql = qs[i + 1] - qs[i], ctx = p.context_lens[i];
+    check(ql <= p.max_query_len, Errc::OutOfRange, "sequence ", i, " has ", ql,
+          " query rows, more than max_query_len = ", p.max_query_len);
+    check(ctx >= 0, Errc::OutOfRange, "context_lens[", i, "] = ", ctx, " is negative");
+    const int64_t tokens = static_cast<int64_t>(ctx) + ql;
+    if (ql == 0) continue;
+    check(tokens <= limit, Errc::OutOfRange, "sequence ", i, " has ", tokens,
+          " tokens but the CSR layout covers only ", limit);
+    const int64_t pages = (tokens + p.page_size - 1) / p.page_size;
+    check(pages <= max_pages, Errc::OutOfRange, "sequence ", i, " needs ", pages, " pages for ", tokens,
+          " tokens but block_table has ", max_pages, " columns");
+    const int32_t *row = p.block_table + i * p.block_table_stride;
+    for (int64_t j = 0; j < pages; ++j)
+      check(row[j] >= 0 && row[j] < num_pages, Errc::OutOfRange, "block_table[", i, "][", j, "] = ", row[j],
+            " is not in [0, ", num_pages, ")");
+  }
+  check(qs[p.num_seqs] == p.total_q, Errc::OutOfRange, "query_starts[", p.num_seqs, "] = ", qs[p.num_seqs],
+        " but q has ", p.total_q, " rows");
+}
+
+}  // namespace
+
+extern "C" {
+
+BSPA_API bspa_status bspa_paged_args_init(bspa_paged_args *args) {
+  return guarded(__func__, [&] {
+    require(args, "args");
+    *args = bspa_paged_args{};
+    args->version = BSPA_PAGED_ARGS_VERSION;
+    args->scale = 1.0f;
+  });
+}
+
+BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream stream) {
+  return guarded(__func__, [&] {
+    require(args, "args");
+    bspa::capi::check_options_version(args->version, BSPA_PAGED_ARGS_VERSION, "args");
+    require(args->q, "args->q");
+    require(args->out, "args->out");
+    require(args->k_pages, "args->k_pages");
+    require(args->v_pages, "args->v_pages");
+    require(args->block_table, "args->block_table");
+    require(args->query_starts, "args->query_starts");
+    require(args->context_lens, "args->context_lens");
+    require(args->layout, "args->layout");
+
+    const TensorView k = bspa::capi::view_tensor(args->k_pages, "k_pages", {-1, -1, -1, -1});
+    const int64_t num_pages = k.dim(0), hkv = k.dim(1), page_size = k.dim(2), head_dim = k.dim(3);
+    check(hkv >= 1 && page_size >= 1 && head_dim >= 1, Errc::ShapeMismatch, "k_pages.shape = [", num_pages, ", ",
+          hkv, ", ", page_size, ", ", head_dim, "] has an empty head, page or head dimension");
+    check(num_pages <= INT32_MAX, Errc::ShapeMismatch, "k_pages.shape[0] = ", num_pages, " exceeds INT32_MAX");
+    const TensorView v = bspa::capi::view_tensor(args->v_pages, "v_pages", {num_pages, hkv, page_size, head_dim});
+    const DType dtype = bspa::capi::attention_dtype(args->k_pages, "k_pages");
+    bspa::capi::check_dtype(args->v_pages, dtype, "v_pages");
+    const DLDevice device = args->k_pages->device;
+    check(device.device_type == kDLCPU || device.device_type == kDLCUDA, Errc::DeviceMismatch,
+          "k_pages is on device type ", device.device_type, " (", bspa::capi::device_name(device.device_type),
+          "); only kDLCPU and kDLCUDA are supported");
+    bspa::capi::check_device(args->v_pages, device, "v_pages", "k_pages");
+
+    bspa::kernels::PrefillProblem p;
+    describe_attention(p, args->layout, args->q, args->out, args->lse, args->scale, dtype,
+                       static_cast<int32_t>(hkv), static_cast<int32_t>(head_dim), device, "k_pages");
+    p.page_size = static_cast<int32_t>(page_size);
+    describe_pages(p.kv, k, v);
+
+    const TensorView bt = bspa::capi::view_tensor(args->block_table, "block_table", {-1, -1});
+    const int64_t num_seqs = bt.dim(0);
+    const TensorView qs = bspa::capi::view_compact(args->query_starts, "query_starts", {num_seqs + 1});
+    const TensorView cl = bspa::capi::view_compact(args->context_lens, "context_lens", {num_seqs});
+    bspa::capi::check_int32(args->block_table, "block_table");
+    bspa::capi::check_int32(args->query_starts, "query_starts");
+    bspa::capi::check_int32(args->context_lens, "context_lens");
+    bspa::capi::check_device(args->block_table, device, "block_table", "k_pages");
+    bspa::capi::check_device(args->query_starts, device, "query_starts", "k_pages");
+    bspa::capi::check_device(args->context_lens, device, "context_lens", "k_pages");
+    check(args->max_query_len >= 0, Errc::InvalidArgument, "args->max_query_len = ", args->max_query_len,
+          " is negative");
+    check(num_seqs <= INT32_MAX, Errc::ShapeMismatch, "block_table.shape[0] = ", num_seqs, " exceeds INT32_MAX");
+    check(args->q->shape[0] <= INT32_MAX, Errc::ShapeMismatch, "q.shape[0] = ",
+          args->q->shape[0], " exceeds INT32_MAX");
+    p.num_seqs = static_cast<int32_t>(num_seqs);
+    p.block_table = reinterpret_cast<const int32_t *>(bt.data);
+    p.block_table_stride = bt.stride[0];
+    p.query_starts = reinterpret_cast<const int32_t *>(qs.data);
+    p.context_lens = reinterpret_cast<const int32_t *>(cl.data);
+    p.max_query_len = args->max_query_len;
+
+    if (device.device_type == kDLCPU) {
+      if (num_seqs == 0) {
+        check(p.total_q == 0, Errc::OutOfRange, "block_table has no sequences but q has ", p.total_q, " rows");
+        return;
+      }
+      check_paged_metadata(p, num_pages, bt.dim(1));
+      if (p.total_q > 0) bspa::kernels::prefill_cpu(p);
+    } else {
+      if (p.total_q > 0 && num_seqs > 0) bspa::kernels::prefill_cuda(p, stream);
+    }
+  });
+}
+
+}  // extern "C"
