@@ -1,0 +1,41 @@
+// Command-line flags of bspa-demo.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "attention.hpp"
+#include "model.hpp"
+#include "workload.hpp"
+
+namespace demo {
+
+struct Options {
+  std::string device = "auto";  // cpu | cuda | auto
+  std::string dtype;            // f32 | f16 | bf16; empty = f32 on CPU, bf16 on CUDA
+  int32_t device_id = 0;
+  WorkloadOptions workload;
+  ModelShape model;
+  LayerLayouts::Strided strided;
+  int32_t page_size = 64;
+  int64_t pages = 0;  // 0 = synthetic: enough that nothing is evicted; trace: 16384
+  double scale = 0;   // 0 = 1/sqrt(head_dim)
+
+  std::string trace;            // Mooncake JSONL file: replay it instead of the synthetic workload
+  int64_t max_requests = 0;     // trace: replay only the first N requests (0 = all)
+  int32_t attention_sample = 3; // trace: requests whose attention is computed and checked
+  int32_t attention_max_tokens = 2048;  // trace: sampled prompts are cut to this many tokens
+  bool no_attention = false;
+
+  std::string json;
+  bool progress = true;
+  bool verbose = false;
+  std::string command_line;
+};
+
+// Parses argv; on a bad flag prints the reason and the usage and returns false
+// (exit code 2). `--help` prints the usage and sets *help.
+bool parse_options(int argc, char **argv, Options &options, bool *help);
+void print_usage(const char *argv0);
+
+}  // namespace demo

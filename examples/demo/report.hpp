@@ -1,0 +1,55 @@
+// What a run measured and checked; printed as the summary and written as JSON.
+#pragma once
+
+#include <bspa/bspa.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention.hpp"
+
+namespace demo {
+
+struct Report {
+  std::string mode;  // "synthetic" or "trace"
+  std::string device;
+  std::string dtype;
+  std::string command;
+  int32_t num_layers = 0, sparse_layers = 0;
+  int32_t page_size = 0;
+  int64_t num_pages = 0;
+
+  int64_t requests = 0;        // turns (synthetic) or trace requests replayed
+  int64_t hit_requests = 0;    // requests whose match returned at least one page
+  int64_t prompt_tokens = 0;   // sum of prompt lengths
+  int64_t cached_tokens = 0;   // served from the prefix cache (prefill tokens saved)
+  int64_t tenants = 0;
+
+  // Attention checks (every turn in synthetic mode; a sample in trace mode).
+  int64_t attention_requests = 0;
+  int64_t attention_prompt_tokens = 0;
+  int64_t attention_computed_tokens = 0;
+  int64_t attention_verified = 0;
+  double max_rel_l2 = 0;
+  double tolerance = 0;
+  Timings with_cache, without_cache;
+
+  // Cache-semantics checks: a tenant only ever hits pages it produced.
+  int64_t cache_checks = 0;
+  int64_t isolation_probes = 0;  // a tenant's first request while others had cached the same system prompt
+
+  struct bspa_pool_stats stats {};
+  std::vector<std::string> failures;
+  int64_t failure_count = 0;
+  double wall_s = 0;
+
+  void fail(const std::string &message);
+  bool verified() const { return failure_count == 0 && attention_verified == attention_requests; }
+};
+
+void print_summary(const Report &r, bool attention_skipped);
+// Returns false (with a message on stderr) when the file cannot be written.
+bool write_json(const Report &r, const std::string &path);
+
+}  // namespace demo
