@@ -4,7 +4,9 @@
 
 #include <cmath>
 
+#include "capi/src/batch_handle.hpp"
 #include "capi/src/guard.hpp"
+#include "capi/src/handles.hpp"
 #include "capi/src/layout_handle.hpp"
 #include "capi/src/tensor_checks.hpp"
 #include "kernels/backend.hpp"
@@ -97,9 +99,126 @@ void check_paged_metadata(const bspa::kernels::PrefillProblem &p, int64_t num_pa
         " but q has ", p.total_q, " rows");
 }
 
+struct PoolGeometry {
+  DType dtype;
+  DLDevice device;
+  bool cuda;
+};
+
+PoolGeometry geometry_of(const bspa::cache::Pool &pool, const bspa_pool *handle, const bspa_batch *batch) {
+  require(batch, "batch");
+  check(batch->pool == handle, Errc::InvalidArgument, "batch was made from another pool");
+  PoolGeometry g;
+  g.dtype = static_cast<DType>(pool.dtype());
+  g.cuda = pool.device() == bspa::cache::DeviceKind::Cuda;
+  g.device = DLDevice{g.cuda ? kDLCUDA : kDLCPU, g.cuda ? pool.device_id() : 0};
+  return g;
+}
+
+// The batch's metadata in the memory the backend reads: host plan or its device copy.
+template <class Problem>
+void describe_batch(Problem &p, const bspa_batch &b, bool cuda) {
+  const bspa::kernels::BatchPlan &plan = b.plan;
+  p.num_seqs = plan.num_seqs;
+  p.block_table_stride = plan.block_table_stride;
+  p.total_q = plan.total_q;
+  if (cuda) {
+    p.query_starts = b.device->query_starts;
+    p.context_lens = b.device->context_lens;
+    p.block_table = b.device->block_table;
+  } else {
+    p.query_starts = plan.query_starts.data();
+    p.context_lens = plan.context_lens.data();
+    p.block_table = plan.block_table.data();
+  }
+}
+
 }  // namespace
 
 extern "C" {
+
+BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int32_t layer, const DLTensor *k_new,
+                                   const DLTensor *v_new, bspa_stream stream) {
+  return guarded(__func__, [&] {
+    const bspa::cache::Pool &pl = *bspa::capi::pool_of(require(pool, "pool"));
+    const PoolGeometry g = geometry_of(pl, pool, batch);
+    void *k_pages = pl.k_data(layer);
+    void *v_pages = pl.v_data(layer);
+    const int64_t t = batch->plan.total_q, hkv = pl.num_kv_heads(), d = pl.head_dim();
+    const TensorView k = bspa::capi::view_tensor(k_new, "k_new", {t, hkv, d});
+    const TensorView v = bspa::capi::view_tensor(v_new, "v_new", {t, hkv, d});
+    bspa::capi::check_dtype(k_new, g.dtype, "k_new");
+    bspa::capi::check_dtype(v_new, g.dtype, "v_new");
+    bspa::capi::check_device(k_new, g.device, "k_new", "the pool");
+    bspa::capi::check_device(v_new, g.device, "v_new", "the pool");
+    bspa::kernels::KvWriteProblem p;
+    p.dtype = g.dtype;
+    p.num_kv_heads = pl.num_kv_heads();
+    p.head_dim = pl.head_dim();
+    p.page_size = pl.page_size();
+    describe_batch(p, *batch, g.cuda);
+    p.k_new = k.data;
+    p.v_new = v.data;
+    p.k_new_token_stride = k.stride[0];
+    p.k_new_head_stride = k.stride[1];
+    p.v_new_token_stride = v.stride[0];
+    p.v_new_head_stride = v.stride[1];
+    p.k_pages = k_pages;
+    p.v_pages = v_pages;
+    if (t == 0) return;
+    if (g.cuda)
+      bspa::kernels::kv_write_cuda(p, stream);
+    else
+      bspa::kernels::kv_write_cpu(p);
+  });
+}
+
+BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int32_t layer, const bspa_layout *layout,
+                                  const DLTensor *q, DLTensor *out, float scale, DLTensor *lse, bspa_stream stream) {
+  return guarded(__func__, [&] {
+    const bspa::cache::Pool &pl = *bspa::capi::pool_of(require(pool, "pool"));
+    const PoolGeometry g = geometry_of(pl, pool, batch);
+    const void *k_pages = pl.k_data(layer);
+    const void *v_pages = pl.v_data(layer);
+    require(q, "q");
+    require(out, "out");
+    bspa::kernels::PrefillProblem p;
+    describe_attention(p, layout, q, out, lse, scale, g.dtype, pl.num_kv_heads(), pl.head_dim(), g.device,
+                       "the pool");
+    const bspa::kernels::BatchPlan &plan = batch->plan;
+    check(q->shape[0] == plan.total_q, Errc::ShapeMismatch, "q.shape[0] = ", q->shape[0], " but the batch has ",
+          plan.total_q, " new tokens");
+    const int64_t limit = bspa::kernels::layout_max_tokens(layout->layout);
+    for (int32_t i = 0; i < plan.num_seqs; ++i) {
+      const int64_t tokens = static_cast<int64_t>(plan.context_lens[i]) + plan.query_starts[i + 1] -
+                             plan.query_starts[i];
+      check(tokens <= limit || plan.query_starts[i + 1] == plan.query_starts[i], Errc::OutOfRange,
+            "sequence ", i, " of the batch has ", tokens, " tokens but the CSR layout covers only ", limit);
+    }
+    p.page_size = pl.page_size();
+    p.max_query_len = plan.max_query_len;
+    describe_batch(p, *batch, g.cuda);
+    const int64_t head_stride = static_cast<int64_t>(pl.page_size()) * pl.head_dim();
+    p.kv.k = k_pages;
+    p.kv.v = v_pages;
+    p.kv.k_page_stride = p.kv.v_page_stride = head_stride * pl.num_kv_heads();
+    p.kv.k_head_stride = p.kv.v_head_stride = head_stride;
+    p.kv.k_token_stride = p.kv.v_token_stride = pl.head_dim();
+    if (g.cuda) {
+      p.work = batch->device->work;
+      p.num_work = batch->device->num_work;
+    } else {
+      p.work = plan.work.data();
+      p.num_work = static_cast<int32_t>(plan.work.size());
+    }
+    p.work_tile_rows = plan.tile_rows;
+    if (plan.total_q == 0) return;
+    if (g.cuda)
+      bspa::kernels::prefill_cuda(p, stream);
+    else
+      bspa::kernels::prefill_cpu(p);
+  });
+}
 
 BSPA_API bspa_status bspa_paged_args_init(bspa_paged_args *args) {
   return guarded(__func__, [&] {
