@@ -1,0 +1,473 @@
+"""Pool, Sequence, Layout, Batch and the launches over the SWIG module."""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence as Seq, Union
+
+import numpy as np
+
+from . import _bspa
+from ._errors import InvalidStateError, check
+from ._tensor import (DLTensor, StreamLike, TensorLike, bfloat16_dtype, device_of, kDLCPU, kDLCUDA,
+                      resolve_stream, tensor_arg)
+
+_DTYPES = {"f32": _bspa.BSPA_DTYPE_F32, "f16": _bspa.BSPA_DTYPE_F16, "bf16": _bspa.BSPA_DTYPE_BF16}
+_DTYPE_ALIASES = {"float32": "f32", "float": "f32", "float16": "f16", "half": "f16", "bfloat16": "bf16"}
+_DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
+
+DTypeLike = Union[str, np.dtype, type, object]
+DeviceLike = Union[str, tuple]
+
+
+def _dtype_name(dtype: DTypeLike) -> str:
+    if isinstance(dtype, str):
+        name = dtype
+    elif isinstance(dtype, (np.dtype, type)):
+        name = np.dtype(dtype).name
+    else:  # torch.bfloat16 and friends
+        name = str(dtype).rsplit(".", 1)[-1]
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of f32, f16, bf16")
+    return name
+
+
+def _device(device: DeviceLike) -> tuple[int, int]:
+    if isinstance(device, tuple):
+        return (int(device[0]), int(device[1]))
+    kind, _, index = str(device).partition(":")
+    if kind == "cpu":
+        return (kDLCPU, 0)
+    if kind == "cuda":
+        return (kDLCUDA, int(index or 0))
+    raise ValueError(f"device {device!r} is neither 'cpu' nor 'cuda[:N]'")
+
+
+def _tokens(tokens: Iterable[int]) -> np.ndarray:
+    arr = np.asarray(tokens)
+    if arr.ndim != 1:
+        raise ValueError(f"tokens must be one-dimensional, got shape {arr.shape}")
+    if arr.dtype != np.int32:
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"tokens must be integers, got {arr.dtype}")
+        if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
+            raise OverflowError("a token id does not fit in int32")
+        arr = arr.astype(np.int32)
+    return np.ascontiguousarray(arr)
+
+
+def _closed(what: str) -> InvalidStateError:
+    return InvalidStateError(_bspa.BSPA_ERR_INVALID_STATE, f"{what} is closed")
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    pages_total: int
+    pages_free: int
+    pages_cached: int
+    pages_in_use: int
+    num_sequences: int
+    match_calls: int
+    hits: int
+    misses: int
+    matched_tokens: int
+    queried_tokens: int
+    hashed_tokens: int
+    published_pages: int
+    evictions: int
+
+
+@dataclass(frozen=True)
+class SeqInfo:
+    num_tokens: int
+    num_computed: int
+    num_cached: int
+    num_pages: int
+
+
+class Pool:
+    """A paged KV pool with its prefix cache.
+
+    K and V of each layer are ``[num_pages, num_kv_heads, page_size, head_dim]``. The pool
+    and its sequences are internally synchronised and may be used from any thread.
+    Closing the pool closes its batches and sequences first.
+    """
+
+    def __init__(self, *, num_kv_heads: int, head_dim: int, num_layers: int = 1, page_size: int = 64,
+                 num_pages: int = 0, memory_bytes: int = 0, dtype: DTypeLike = "bf16",
+                 device: DeviceLike = "cpu", hash_seed: Optional[int] = None) -> None:
+        options = _bspa.bspa_pool_options()
+        check(_bspa.bspa_pool_options_init(options))
+        options.device_type, options.device_id = _device(device)
+        self.dtype: str = _dtype_name(dtype)
+        options.dtype = _DTYPES[self.dtype]
+        options.num_layers = num_layers
+        options.num_kv_heads = num_kv_heads
+        options.head_dim = head_dim
+        options.page_size = page_size
+        options.num_pages = num_pages
+        options.memory_bytes = memory_bytes
+        if hash_seed is not None:
+            options.hash_seed = hash_seed
+        status, handle = _bspa.bspa_pool_create(options)
+        check(status)
+        self._handle = handle
+        self.device: tuple[int, int] = (options.device_type, options.device_id)
+        self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
+        self.page_size = page_size
+        self._sequences: "weakref.WeakSet[Sequence]" = weakref.WeakSet()
+        self._batches: "weakref.WeakSet[Batch]" = weakref.WeakSet()
+
+    # -- lifetime --------------------------------------------------------------------
+    def close(self) -> None:
+        """Destroys the pool, its batches and sequences. Idempotent."""
+        if self._handle is None:
+            return
+        for batch in list(self._batches):
+            batch.close()
+        for seq in list(self._sequences):
+            seq.close()
+        _bspa.bspa_pool_destroy(self._handle)
+        self._handle = None
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def _h(self):
+        if self._handle is None:
+            raise _closed("pool")
+        return self._handle
+
+    # -- objects ---------------------------------------------------------------------
+    def sequence(self, salt: Optional[bytes] = None, extra_key: int = 0) -> "Sequence":
+        """A new empty sequence. ``salt`` isolates tenants: it must come from the server
+        (a tenant id), never from a request body (shared prefixes leak through timing)."""
+        if isinstance(salt, str):
+            salt = salt.encode()
+        status, handle = _bspa.bspa_py_seq_create(self._h(), salt, extra_key)
+        check(status)
+        seq = Sequence(self, handle)
+        self._sequences.add(seq)
+        return seq
+
+    def batch(self, sequences: Seq["Sequence"], query_lens: Iterable[int], stream: StreamLike = None) -> "Batch":
+        """Plans one engine step: sequence i computes query_lens[i] new tokens after its
+        computed ones. Token rows of q/k/v/out are the new tokens concatenated in order."""
+        seqs = list(sequences)
+        lens = np.ascontiguousarray(np.asarray(list(query_lens), dtype=np.int32))
+        if len(lens) != len(seqs):
+            raise ValueError(f"{len(seqs)} sequences but {len(lens)} query lengths")
+        for s in seqs:
+            if s._pool is not self:
+                raise ValueError("a sequence of another pool")
+        handles = np.array([int(s._h()) for s in seqs], dtype=np.uintp)
+        status, handle = _bspa.bspa_batch_create(self._h(), handles, lens, len(seqs),
+                                                 resolve_stream(stream, []) or None)
+        check(status)
+        batch = Batch(self, handle, seqs, lens)
+        self._batches.add(batch)
+        for s in seqs:
+            s._batches.add(batch)
+        return batch
+
+    # -- queries ---------------------------------------------------------------------
+    def stats(self) -> PoolStats:
+        raw = _bspa.bspa_pool_stats_t()
+        check(_bspa.bspa_pool_stats(self._h(), raw))
+        return PoolStats(**{f: int(getattr(raw, f)) for f in PoolStats.__dataclass_fields__})
+
+    def check(self) -> None:
+        """Verifies every invariant of the pool; raises InternalError if one is broken."""
+        check(_bspa.bspa_pool_check(self._h()))
+
+    @property
+    def num_pages(self) -> int:
+        return self.stats().pages_total
+
+    def kv(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """Numpy views of a CPU pool's K and V storage of one layer (valid until close()).
+        bf16 pools give ml_dtypes.bfloat16 arrays when ml_dtypes is installed, else the
+        raw bits as uint16."""
+        if self.device[0] != kDLCPU:
+            raise ValueError("kv() views host memory; this pool lives on a CUDA device")
+        k, v = DLTensor(), DLTensor()
+        check(_bspa.bspa_pool_kv(self._h(), layer, ctypes.addressof(k), ctypes.addressof(v)))
+        np_dtype = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
+                    "bf16": bfloat16_dtype() or np.dtype(np.uint16)}[self.dtype]
+        views = []
+        for t in (k, v):
+            shape = tuple(t.shape[i] for i in range(t.ndim))
+            count = int(np.prod(shape))
+            buf = (ctypes.c_char * (count * np_dtype.itemsize)).from_address(t.data)
+            buf._bspa_pool = self  # the view keeps the Python pool object alive
+            views.append(np.frombuffer(buf, dtype=np_dtype).reshape(shape))
+        return views[0], views[1]
+
+    # -- launches --------------------------------------------------------------------
+    def kv_write(self, batch: "Batch", layer: int, k: TensorLike, v: TensorLike, stream: StreamLike = None) -> None:
+        """Writes the batch's new K and V, ``[T_new, num_kv_heads, head_dim]``, into their pages."""
+        keep: list = []
+        s = resolve_stream(stream, [k, v])
+        raw = self.dtype == "bf16"
+        check(_bspa.bspa_kv_write(self._h(), batch._h(), layer, tensor_arg(k, s, keep, raw_bf16=raw),
+                                  tensor_arg(v, s, keep, raw_bf16=raw), s or None))
+
+    def prefill(self, batch: "Batch", layer: int, layout: "Layout", q: TensorLike, out: Optional[TensorLike] = None,
+                *, scale: float, lse: Optional[TensorLike] = None, stream: StreamLike = None) -> TensorLike:
+        """Block-sparse causal attention of the batch's new tokens over their cached prefix
+        and themselves. q, out: ``[T_new, Hq, head_dim]``; lse: ``[Hq, T_new]`` float32.
+        Returns ``out`` (allocated like ``q`` when omitted, for numpy and torch)."""
+        if out is None:
+            out = _empty_like(q)
+        keep: list = []
+        s = resolve_stream(stream, [q, out, lse])
+        raw = self.dtype == "bf16"
+        check(_bspa.bspa_prefill(self._h(), batch._h(), layer, layout._h(), tensor_arg(q, s, keep, raw_bf16=raw),
+                                 tensor_arg(out, s, keep, writable=True, raw_bf16=raw), float(scale),
+                                 tensor_arg(lse, s, keep, writable=True), s or None))
+        return out
+
+
+def _empty_like(q: TensorLike) -> TensorLike:
+    if isinstance(q, np.ndarray):
+        return np.empty_like(q)
+    if hasattr(q, "new_empty"):  # torch
+        return q.new_empty(q.shape)
+    raise TypeError("pass `out` explicitly for tensors other than numpy arrays and torch tensors")
+
+
+class Sequence:
+    """A request's token sequence and its pages. Made by :meth:`Pool.sequence`."""
+
+    def __init__(self, pool: Pool, handle) -> None:
+        self._pool = pool  # keeps the pool alive at least as long as the sequence
+        self._handle = handle
+        self._batches: "weakref.WeakSet[Batch]" = weakref.WeakSet()
+
+    def close(self) -> None:
+        """Releases the pages (published ones stay cached); closes batches using it. Idempotent."""
+        if self._handle is None:
+            return
+        for batch in list(self._batches):
+            batch.close()
+        _bspa.bspa_seq_destroy(self._handle)
+        self._handle = None
+
+    def __enter__(self) -> "Sequence":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None) is not None and self._pool._handle is not None:
+            self.close()
+
+    def _h(self):
+        if self._handle is None:
+            raise _closed("sequence")
+        return self._handle
+
+    def match(self, tokens: Iterable[int]) -> int:
+        """Pins the longest cached page-aligned prefix of the prompt (never its last token)
+        and returns its length in tokens; 0 on a miss. Only on an empty sequence."""
+        status, cached = _bspa.bspa_seq_match(self._h(), _tokens(tokens))
+        check(status)
+        return int(cached)
+
+    def append(self, tokens: Iterable[int]) -> None:
+        """Adds tokens and reserves their pages; all or nothing (OutOfPagesError changes nothing)."""
+        check(_bspa.bspa_seq_append(self._h(), _tokens(tokens)))
+
+    def commit(self, computed: int) -> None:
+        """Tokens [0, computed) now hold valid KV; full pages are published."""
+        check(_bspa.bspa_seq_commit(self._h(), computed))
+
+    def pages(self) -> np.ndarray:
+        status, count = _bspa.bspa_seq_pages(self._h(), None)
+        check(status)
+        pages = np.empty(count, dtype=np.int32)
+        status, _ = _bspa.bspa_seq_pages(self._h(), pages)
+        check(status)
+        return pages
+
+    def info(self) -> SeqInfo:
+        raw = _bspa.bspa_seq_info_t()
+        check(_bspa.bspa_seq_info(self._h(), raw))
+        return SeqInfo(int(raw.num_tokens), int(raw.num_computed), int(raw.num_cached), int(raw.num_pages))
+
+    @property
+    def num_tokens(self) -> int:
+        return self.info().num_tokens
+
+    @property
+    def num_computed(self) -> int:
+        return self.info().num_computed
+
+
+class Layout:
+    """Which key blocks each query block of each head may see. Immutable; shareable
+    across threads. Build with :meth:`strided`, :meth:`dense` or :meth:`csr`."""
+
+    def __init__(self, handle, num_heads: int) -> None:
+        self._handle = handle
+        self.num_heads = num_heads
+
+    @classmethod
+    def strided(cls, *, num_heads: int = 32, num_heads_total: Optional[int] = None, head_begin: int = 0,
+                block_size: int = 64, local_blocks: int = 16, vert_stride: int = 8,
+                homo_head: bool = False) -> "Layout":
+        """Phi-3-small's local + vertical-stride rule over this rank's heads
+        [head_begin, head_begin + num_heads) of num_heads_total (default num_heads)."""
+        o = _bspa.bspa_layout_strided_options()
+        check(_bspa.bspa_layout_strided_options_init(o))
+        o.num_heads = num_heads
+        o.num_heads_total = num_heads if num_heads_total is None else num_heads_total
+        o.head_begin = head_begin
+        o.block_size = block_size
+        o.local_blocks = local_blocks
+        o.vert_stride = vert_stride
+        o.homo_head = int(bool(homo_head))
+        status, handle = _bspa.bspa_layout_create_strided(o)
+        check(status)
+        return cls(handle, num_heads)
+
+    @classmethod
+    def dense(cls, num_heads: int) -> "Layout":
+        """Dense causal attention."""
+        status, handle = _bspa.bspa_layout_create_dense(num_heads)
+        check(status)
+        return cls(handle, num_heads)
+
+    @classmethod
+    def csr(cls, crow: np.ndarray, col: np.ndarray, *, block_size: int) -> "Layout":
+        """A caller's own layout: ``crow`` ``[num_heads, num_block_rows + 1]`` absolute
+        offsets into ``col`` (key blocks, ascending per row, diagonal included)."""
+        crow = np.ascontiguousarray(crow, dtype=np.int32)
+        col = np.ascontiguousarray(col, dtype=np.int32).reshape(-1)
+        if crow.ndim != 2 or crow.shape[1] < 2:
+            raise ValueError(f"crow must be [num_heads, num_block_rows + 1], got shape {crow.shape}")
+        if crow.size and (crow.min() < 0 or crow.max() > col.size):
+            raise ValueError(f"crow offsets must lie in [0, len(col) = {col.size}]")
+        num_heads, rows = crow.shape[0], crow.shape[1] - 1
+        status, handle = _bspa.bspa_layout_create_csr(num_heads, block_size, rows, crow, col)
+        check(status)
+        return cls(handle, num_heads)
+
+    def allowed(self, head: int, q_block: int, k_block: int) -> bool:
+        status, allowed = _bspa.bspa_layout_allowed(self._h(), head, q_block, k_block)
+        check(status)
+        return bool(allowed)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            _bspa.bspa_layout_destroy(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> "Layout":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+    def _h(self):
+        if self._handle is None:
+            raise _closed("layout")
+        return self._handle
+
+
+class Batch:
+    """One engine step's plan. Use it from one thread (one stream) at a time; it keeps its
+    sequences alive and is closed before any of them."""
+
+    def __init__(self, pool: Pool, handle, sequences: list, query_lens: np.ndarray) -> None:
+        self._pool = pool
+        self._handle = handle
+        self.sequences = tuple(sequences)
+        self.query_lens = tuple(int(x) for x in query_lens)
+        self.num_tokens = sum(self.query_lens)
+
+    def close(self) -> None:
+        """Destroys the plan. The caller makes sure no launch using it still runs on a device."""
+        if self._handle is not None:
+            _bspa.bspa_batch_destroy(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> "Batch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+    def _h(self):
+        if self._handle is None:
+            raise _closed("batch")
+        return self._handle
+
+
+def kv_write(pool: Pool, batch: Batch, layer: int, k: TensorLike, v: TensorLike, stream: StreamLike = None) -> None:
+    """:meth:`Pool.kv_write` as a function."""
+    pool.kv_write(batch, layer, k, v, stream)
+
+
+def prefill(pool: Pool, batch: Batch, layer: int, layout: Layout, q: TensorLike, out: Optional[TensorLike] = None,
+            *, scale: float, lse: Optional[TensorLike] = None, stream: StreamLike = None) -> TensorLike:
+    """:meth:`Pool.prefill` as a function."""
+    return pool.prefill(batch, layer, layout, q, out, scale=scale, lse=lse, stream=stream)
+
+
+def prefill_paged(q: TensorLike, k_pages: TensorLike, v_pages: TensorLike, block_table: TensorLike,
+                  query_starts: TensorLike, context_lens: TensorLike, layout: Layout, *, scale: float,
+                  out: Optional[TensorLike] = None, lse: Optional[TensorLike] = None,
+                  max_query_len: Optional[int] = None, stream: StreamLike = None) -> TensorLike:
+    """Bring-your-own cache: the same attention over caller-owned pages
+    ``[num_pages, num_kv_heads, page_size, head_dim]``. block_table int32
+    ``[num_seqs, max_pages]``, query_starts int32 ``[num_seqs + 1]``, context_lens int32
+    ``[num_seqs]``, all on q's device. ``max_query_len`` defaults to the largest query
+    length (read from query_starts, which must then be host memory)."""
+    if out is None:
+        out = _empty_like(q)
+    if max_query_len is None:
+        if device_of(query_starts)[0] != kDLCPU:
+            raise ValueError("pass max_query_len when query_starts lives on a device")
+        starts = np.asarray(query_starts)
+        max_query_len = int(np.diff(starts).max()) if starts.size > 1 else 0
+    keep: list = []
+    s = resolve_stream(stream, [q, out, k_pages])
+    args = _bspa.bspa_paged_args()
+    check(_bspa.bspa_paged_args_init(args))
+    args.q = tensor_arg(q, s, keep)
+    args.out = tensor_arg(out, s, keep, writable=True)
+    args.lse = tensor_arg(lse, s, keep, writable=True)
+    args.k_pages = tensor_arg(k_pages, s, keep)
+    args.v_pages = tensor_arg(v_pages, s, keep)
+    args.block_table = tensor_arg(block_table, s, keep)
+    args.query_starts = tensor_arg(query_starts, s, keep)
+    args.context_lens = tensor_arg(context_lens, s, keep)
+    args.max_query_len = int(max_query_len)
+    args.layout = layout._h()
+    args.scale = float(scale)
+    check(_bspa.bspa_prefill_paged(args, s or None))
+    return out

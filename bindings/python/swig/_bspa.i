@@ -1,0 +1,187 @@
+/* SWIG interface over bspa.h: the raw C ABI as module bspa._bspa. The pure-Python
+ * package (bspa/__init__.py and friends) is the user API; this layer only converts
+ * arguments. Functions return their bspa_status first, then their out-parameters:
+ * `status, pool = bspa_pool_create(options)`. */
+%module(package="bspa") _bspa
+
+%{
+#include <bspa/bspa.h>
+#include <dlpack/dlpack.h>
+%}
+
+%include <stdint.i>
+%include <typemaps.i>
+
+/* The structs share their names with the functions that fill them. */
+%rename(bspa_pool_stats_t, %$isclass) bspa_pool_stats;
+%rename(bspa_seq_info_t, %$isclass) bspa_seq_info;
+/* Wrapped by bspa_py_seq_create below: a raw const void * salt is unusable from Python. */
+%ignore bspa_seq_options::salt;
+
+/* ---- opaque handles returned through T **out ---------------------------------- */
+%define BSPA_HANDLE_OUT(TYPE)
+%typemap(in, numinputs=0) TYPE **(TYPE *tmp = NULL) { $1 = &tmp; }
+%typemap(argout) TYPE ** {
+  %append_output(SWIG_NewPointerObj(SWIG_as_voidptr(*$1), $*1_descriptor, 0));
+}
+%enddef
+BSPA_HANDLE_OUT(bspa_pool)
+BSPA_HANDLE_OUT(bspa_seq)
+BSPA_HANDLE_OUT(bspa_layout)
+BSPA_HANDLE_OUT(bspa_batch)
+
+/* ---- scalar out-parameters ------------------------------------------------------- */
+%apply int32_t *OUTPUT { int32_t *count, int32_t *allowed };
+%apply int64_t *OUTPUT { int64_t *cached, int64_t *num_pages };
+
+/* ---- host arrays through the buffer protocol (numpy arrays, array.array, bytes) -- */
+%{
+/* Borrows a C-contiguous buffer whose items are `itemsize` bytes; `writable` asks for
+ * a writable one. Returns 0 and sets a Python exception on failure. */
+static int bspa_py_get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, int writable,
+                              const char *what) {
+  int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj, view, flags) != 0) return 0;
+  if (view->itemsize != itemsize) {
+    PyErr_Format(PyExc_TypeError, "%s: expected items of %zd bytes, got %zd (format '%s')", what, itemsize,
+                 view->itemsize, view->format ? view->format : "B");
+    PyBuffer_Release(view);
+    return 0;
+  }
+  return 1;
+}
+%}
+
+/* const int32_t * (query lengths, CSR arrays): any int32 buffer; None is NULL. The
+ * pure-Python layer checks lengths, since the C function trusts them. */
+%typemap(in) const int32_t * (Py_buffer view, int have = 0) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!bspa_py_get_buffer($input, &view, 4, 0, "$1_name")) SWIG_fail;
+    have = 1;
+    $1 = ($1_ltype)view.buf;
+  }
+}
+%typemap(freearg) const int32_t * { if (have$argnum) PyBuffer_Release(&view$argnum); }
+%typemap(typecheck, precedence=SWIG_TYPECHECK_POINTER) const int32_t * {
+  $1 = $input == Py_None || PyObject_CheckBuffer($input);
+}
+
+/* (tokens, n): the count comes from the buffer. */
+%typemap(in) (const int32_t *tokens, int64_t n) (Py_buffer view, int have = 0) {
+  if (!bspa_py_get_buffer($input, &view, 4, 0, "tokens")) SWIG_fail;
+  have = 1;
+  $1 = (int32_t *)view.buf;
+  $2 = (int64_t)(view.len / 4);
+}
+%typemap(freearg) (const int32_t *tokens, int64_t n) { if (have$argnum) PyBuffer_Release(&view$argnum); }
+
+/* (pages, capacity): a writable int32 buffer, or None for a size query. */
+%typemap(in) (int32_t *pages, int64_t capacity) (Py_buffer view, int have = 0) {
+  if ($input == Py_None) {
+    $1 = NULL;
+    $2 = 0;
+  } else {
+    if (!bspa_py_get_buffer($input, &view, 4, 1, "pages")) SWIG_fail;
+    have = 1;
+    $1 = (int32_t *)view.buf;
+    $2 = (int64_t)(view.len / 4);
+  }
+}
+%typemap(freearg) (int32_t *pages, int64_t capacity) { if (have$argnum) PyBuffer_Release(&view$argnum); }
+
+/* bspa_seq *const *seqs: a buffer of uintptr_t handle addresses (int(handle)). */
+%typemap(in) bspa_seq *const * (Py_buffer view, int have = 0) {
+  if (!bspa_py_get_buffer($input, &view, (Py_ssize_t)sizeof(void *), 0, "seqs")) SWIG_fail;
+  have = 1;
+  $1 = ($1_ltype)view.buf;
+}
+%typemap(freearg) bspa_seq *const * { if (have$argnum) PyBuffer_Release(&view$argnum); }
+
+/* ---- DLTensor: a DLPack capsule ("dltensor", not consumed: the producer's capsule
+ * destructor frees it), an integer address of a DLTensor (ctypes-built over numpy
+ * memory), or None (NULL). The caller keeps the object alive across the call. ------ */
+%{
+static int bspa_py_tensor(PyObject *obj, DLTensor **out) {
+  if (obj == Py_None) {
+    *out = NULL;
+    return 1;
+  }
+  if (PyCapsule_CheckExact(obj)) {
+    DLManagedTensor *managed = (DLManagedTensor *)PyCapsule_GetPointer(obj, "dltensor");
+    if (!managed) return 0; /* wrong name or already consumed: the exception is set */
+    *out = &managed->dl_tensor;
+    return 1;
+  }
+  if (PyLong_Check(obj)) {
+    *out = (DLTensor *)PyLong_AsVoidPtr(obj);
+    return !PyErr_Occurred();
+  }
+  PyErr_SetString(PyExc_TypeError, "expected a DLPack capsule, a DLTensor address or None");
+  return 0;
+}
+%}
+%typemap(in) DLTensor *, const DLTensor * {
+  DLTensor *tensor = NULL;
+  if (!bspa_py_tensor($input, &tensor)) SWIG_fail;
+  $1 = ($1_ltype)tensor;
+}
+%typemap(typecheck, precedence=SWIG_TYPECHECK_POINTER) DLTensor *, const DLTensor * {
+  $1 = $input == Py_None || PyCapsule_CheckExact($input) || PyLong_Check($input);
+}
+/* Members of bspa_paged_args read back as integer addresses. */
+%typemap(out) DLTensor *, const DLTensor * { $result = PyLong_FromVoidPtr((void *)$1); }
+
+/* ---- streams: an integer cudaStream_t or None ---------------------------------- */
+%typemap(in) bspa_stream {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    $1 = (bspa_stream)PyLong_AsVoidPtr($input);
+    if (PyErr_Occurred()) SWIG_fail;
+  }
+}
+%typemap(typecheck, precedence=SWIG_TYPECHECK_POINTER) bspa_stream {
+  $1 = $input == Py_None || PyLong_Check($input);
+}
+
+/* The header's function-like and UINT64_C macros are not for SWIG. */
+%ignore BSPA_DEFAULT_HASH_SEED;
+%constant uint64_t BSPA_DEFAULT_HASH_SEED = BSPA_DEFAULT_HASH_SEED;
+
+%include <bspa/bspa.h>
+
+/* ---- helpers for what the raw ABI cannot express in Python ---------------------- */
+%typemap(in) (const void *salt, size_t salt_len) (Py_buffer view, int have = 0) {
+  if ($input == Py_None) {
+    $1 = NULL;
+    $2 = 0;
+  } else {
+    if (!bspa_py_get_buffer($input, &view, 1, 0, "salt")) SWIG_fail;
+    have = 1;
+    $1 = view.buf;
+    $2 = (size_t)view.len;
+  }
+}
+%typemap(freearg) (const void *salt, size_t salt_len) { if (have$argnum) PyBuffer_Release(&view$argnum); }
+
+%inline %{
+/* bspa_seq_create with the salt given as bytes (copied by the library). */
+bspa_status bspa_py_seq_create(bspa_seq **seq, bspa_pool *pool, const void *salt, size_t salt_len,
+                               uint64_t extra_key) {
+  bspa_seq_options options;
+  bspa_status status = bspa_seq_options_init(&options);
+  if (status != BSPA_OK) {
+    *seq = NULL;
+    return status;
+  }
+  options.salt = salt;
+  options.salt_len = salt_len;
+  options.extra_key = extra_key;
+  return bspa_seq_create(seq, pool, &options);
+}
+
+/* The header's ABI version, compiled into this module, for the load-time check. */
+uint32_t bspa_py_header_abi_version(void) { return BSPA_ABI_VERSION; }
+%}
