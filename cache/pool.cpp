@@ -1,0 +1,211 @@
+#include "cache/pool.hpp"
+
+#include <cstring>
+#include <limits>
+
+#include "cache/sequence.hpp"
+#include "common/device.hpp"
+#include "common/error.hpp"
+
+namespace bspa::cache {
+
+namespace {
+
+using u128 = unsigned __int128;
+
+u128 page_bytes_all_layers(const PoolConfig &c) {
+  return u128(c.num_layers) * 2 * u128(c.num_kv_heads) * u128(c.page_size) * u128(c.head_dim) *
+         element_bytes(c.dtype);
+}
+
+// Validates every field and resolves num_pages from memory_bytes when it is 0.
+PoolConfig validated(PoolConfig c) {
+  bspa::check(c.num_layers >= 0, Errc::InvalidArgument, "num_layers = ", c.num_layers, " is negative");
+  bspa::check(c.num_kv_heads >= 1, Errc::InvalidArgument, "num_kv_heads = ", c.num_kv_heads, " is not >= 1");
+  bspa::check(c.head_dim >= 1, Errc::InvalidArgument, "head_dim = ", c.head_dim, " is not >= 1");
+  bspa::check(c.page_size >= 16 && c.page_size <= 256 && (c.page_size & (c.page_size - 1)) == 0, Errc::InvalidArgument,
+        "page_size = ", c.page_size, " is not a power of two in [16, 256]");
+  constexpr int64_t max_pages = std::numeric_limits<int32_t>::max();
+  bspa::check(c.num_pages >= 0 && c.num_pages <= max_pages, Errc::InvalidArgument, "num_pages = ", c.num_pages,
+        " is not in [0, ", max_pages, "] (0 derives it from memory_bytes)");
+  if (c.device == DeviceKind::Cpu) {
+    check(c.device_id == 0, Errc::InvalidArgument, "device_id = ", c.device_id, " must be 0 for a CPU pool");
+  } else {
+    check(cuda_compiled_in(), Errc::NotSupported, "device_type = kDLCUDA but this build of bspa has no CUDA backend");
+    const int32_t n = cuda_device_count();
+    check(c.device_id >= 0 && c.device_id < n, Errc::NoDevice, "device_id = ", c.device_id,
+          " but this machine has ", n, " CUDA device(s)");
+  }
+  if (c.num_pages == 0) {
+    check(c.num_layers > 0, Errc::InvalidArgument,
+          "num_pages = 0 with num_layers = 0: a pool without storage needs an explicit num_pages");
+    const u128 per_page = page_bytes_all_layers(c);
+    check(u128(c.memory_bytes) >= per_page, Errc::InvalidArgument, "memory_bytes = ", c.memory_bytes,
+          " is too small for one page (", static_cast<uint64_t>(per_page), " bytes over all layers, K and V)");
+    const u128 pages = u128(c.memory_bytes) / per_page;
+    c.num_pages = pages > u128(max_pages) ? max_pages : static_cast<int64_t>(pages);
+  }
+  const u128 total = page_bytes_all_layers(c) * u128(c.num_pages);
+  bspa::check(total <= u128(std::numeric_limits<size_t>::max() / 2), Errc::InvalidArgument, "num_pages = ", c.num_pages,
+        " needs more KV storage than this machine can address");
+  return c;
+}
+
+size_t layer_bytes_of(const PoolConfig &c) {
+  return static_cast<size_t>(c.num_pages) * c.num_kv_heads * c.page_size * c.head_dim * element_bytes(c.dtype);
+}
+
+}  // namespace
+
+Pool::Pool(const PoolConfig &config)
+    : config_(validated(config)),
+      num_pages_(static_cast<int32_t>(config_.num_pages)),
+      layer_bytes_(config_.num_layers > 0 ? layer_bytes_of(config_) : 0),
+      storage_(config_.device, config_.device_id, layer_bytes_ * 2 * static_cast<size_t>(config_.num_layers)),
+      // Not value-initialised: the OS backs only the pages that are ever written.
+      tokens_(new int32_t[static_cast<size_t>(num_pages_) * config_.page_size]),
+      pages_(static_cast<size_t>(num_pages_)),
+      index_(num_pages_),
+      hasher_(config_.page_size, config_.hash_seed) {
+  free_.resize(static_cast<size_t>(num_pages_));
+  // A stack: page 0 is handed out first.
+  for (int32_t i = 0; i < num_pages_; ++i) free_[static_cast<size_t>(i)] = num_pages_ - 1 - i;
+  counters_.pages_total = num_pages_;
+  layer_shape_[0] = num_pages_;
+  layer_shape_[1] = config_.num_kv_heads;
+  layer_shape_[2] = config_.page_size;
+  layer_shape_[3] = config_.head_dim;
+}
+
+Pool::~Pool() {
+  for (Sequence *s : sequences_) delete s;
+}
+
+void *Pool::k_data(int32_t layer) const {
+  bspa::check(config_.num_layers > 0, Errc::InvalidState, "the pool has num_layers = 0 and keeps no KV storage");
+  bspa::check(layer >= 0 && layer < config_.num_layers, Errc::OutOfRange, "layer = ", layer, " is not in [0, ",
+        config_.num_layers, ")");
+  return static_cast<char *>(storage_.data()) + layer_bytes_ * (2 * static_cast<size_t>(layer));
+}
+
+void *Pool::v_data(int32_t layer) const { return static_cast<char *>(k_data(layer)) + layer_bytes_; }
+
+Sequence *Pool::create_sequence(const void *salt, size_t salt_len, uint64_t extra_key) {
+  bspa::check(salt != nullptr || salt_len == 0, Errc::InvalidArgument, "salt is NULL but salt_len = ", salt_len);
+  const Key digest = salt_digest(salt, salt_len, config_.hash_seed);
+  std::lock_guard<std::mutex> lock(mutex_);
+  sequences_.reserve(sequences_.size() + 1);
+  auto *s = new Sequence(this, digest, extra_key);
+  s->registry_slot_ = sequences_.size();
+  sequences_.push_back(s);
+  return s;
+}
+
+void Pool::destroy_sequence(Sequence *seq) noexcept {
+  if (!seq) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = seq->pages_.rbegin(); it != seq->pages_.rend(); ++it) release(*it);
+  const size_t slot = seq->registry_slot_;
+  sequences_[slot] = sequences_.back();
+  sequences_[slot]->registry_slot_ = slot;
+  sequences_.pop_back();
+  delete seq;
+}
+
+PoolStats Pool::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PoolStats s = counters_;
+  s.pages_total = num_pages_;
+  s.pages_free = static_cast<int64_t>(free_.size());
+  s.pages_cached = lru_size_;
+  s.pages_in_use = in_use_;
+  s.num_sequences = static_cast<int64_t>(sequences_.size());
+  return s;
+}
+
+int32_t Pool::take_page() {
+  int32_t p;
+  if (!free_.empty()) {
+    p = free_.back();
+    free_.pop_back();
+  } else {
+    p = lru_head_;
+    lru_unlink(p);
+    const bool erased = index_.erase(pages_[static_cast<size_t>(p)].key, p);
+    (void)erased;  // the invariant check catches an index out of step
+    ++counters_.evictions;
+  }
+  Page &pg = pages_[static_cast<size_t>(p)];
+  const uint32_t gen = pg.gen + 1;
+  pg = Page{};
+  pg.gen = gen;
+  pg.ref = 1;
+  ++in_use_;
+  return p;
+}
+
+void Pool::pin(int32_t page) {
+  Page &pg = pages_[static_cast<size_t>(page)];
+  if (pg.ref == 0) {
+    lru_unlink(page);  // only published pages are pinned by a match
+    ++in_use_;
+  }
+  ++pg.ref;
+}
+
+void Pool::release(int32_t page) {
+  Page &pg = pages_[static_cast<size_t>(page)];
+  if (--pg.ref > 0) return;
+  --in_use_;
+  if (pg.published) {
+    lru_push_back(page);
+  } else {
+    free_.push_back(page);  // capacity num_pages is reserved at creation: never allocates
+  }
+}
+
+void Pool::lru_push_back(int32_t page) {
+  Page &pg = pages_[static_cast<size_t>(page)];
+  pg.lru_prev = lru_tail_;
+  pg.lru_next = -1;
+  if (lru_tail_ >= 0) {
+    pages_[static_cast<size_t>(lru_tail_)].lru_next = page;
+  } else {
+    lru_head_ = page;
+  }
+  lru_tail_ = page;
+  ++lru_size_;
+}
+
+void Pool::lru_unlink(int32_t page) {
+  Page &pg = pages_[static_cast<size_t>(page)];
+  if (pg.lru_prev >= 0) {
+    pages_[static_cast<size_t>(pg.lru_prev)].lru_next = pg.lru_next;
+  } else {
+    lru_head_ = pg.lru_next;
+  }
+  if (pg.lru_next >= 0) {
+    pages_[static_cast<size_t>(pg.lru_next)].lru_prev = pg.lru_prev;
+  } else {
+    lru_tail_ = pg.lru_prev;
+  }
+  pg.lru_prev = pg.lru_next = -1;
+  --lru_size_;
+}
+
+int32_t Pool::find_published(const Key &key, const int32_t *tokens, uint64_t extra_key, int32_t parent_page,
+                             uint32_t parent_gen, const Key &root_digest) const {
+  const size_t token_bytes = sizeof(int32_t) * static_cast<size_t>(config_.page_size);
+  return index_.find(key, [&](int32_t c) {
+    const Page &pg = pages_[static_cast<size_t>(c)];
+    if (pg.key != key || pg.extra_key != extra_key || pg.parent_page != parent_page) return false;
+    if (parent_page < 0) {
+      if (pg.parent_key != root_digest) return false;
+    } else if (pg.parent_gen != parent_gen) {
+      return false;
+    }
+    return std::memcmp(page_tokens(c), tokens, token_bytes) == 0;
+  });
+}
+
+}  // namespace bspa::cache

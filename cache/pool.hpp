@@ -1,0 +1,154 @@
+// The paged KV pool and its prefix cache (C++ core; capi/src/pool.cpp and seq.cpp are
+// the C shims). Stable API for capi/ (batches read a sequence's pages through it):
+//
+//   Pool(const PoolConfig &)           validates the config (Error names the field), allocates
+//   pool.device() / device_id() / dtype() / num_layers() / num_kv_heads() / head_dim() /
+//     page_size() / num_pages()        geometry
+//   pool.k_data(layer), v_data(layer)  base pointers of a layer's K and V, each
+//                                      [num_pages, num_kv_heads, page_size, head_dim] row-major
+//   pool.create_sequence(...)          the pool owns its sequences; destroy_sequence(seq)
+//   pool.stats(), pool.check()         counters; invariant check (Error(Internal) names it)
+//   pool.mutex()                       guards everything in the pool and its sequences
+//   Sequence (cache/sequence.hpp)      match / append / commit / info / copy_pages, and
+//                                      lock-free views for callers holding pool.mutex()
+//
+// Page states: free (unreferenced, never published: used first), cached (unreferenced,
+// published: in an LRU list, evictable, reusable by a match), in use (ref > 0).
+// Published pages sit in the prefix index; a page leaves it only when evicted.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "cache/key.hpp"
+#include "cache/kv_storage.hpp"
+#include "cache/prefix_index.hpp"
+
+namespace bspa::cache {
+
+enum class ElementType : int32_t { F32 = 0, F16 = 1, BF16 = 2 };
+inline size_t element_bytes(ElementType t) { return t == ElementType::F32 ? 4 : 2; }
+
+struct PoolConfig {
+  DeviceKind device = DeviceKind::Cpu;
+  int32_t device_id = 0;
+  ElementType dtype = ElementType::BF16;
+  int32_t num_layers = 1;    // 0 = bookkeeping and prefix lookup only
+  int32_t num_kv_heads = 1;
+  int32_t head_dim = 128;
+  int32_t page_size = 64;    // power of two in [16, 256]
+  int64_t num_pages = 0;     // in [1, INT32_MAX], or 0 to derive from memory_bytes
+  uint64_t memory_bytes = 0;
+  uint64_t hash_seed = 0;
+};
+
+struct PoolStats {
+  int64_t pages_total = 0;
+  int64_t pages_free = 0;
+  int64_t pages_cached = 0;
+  int64_t pages_in_use = 0;
+  int64_t num_sequences = 0;
+  uint64_t match_calls = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t matched_tokens = 0;
+  uint64_t queried_tokens = 0;
+  uint64_t hashed_tokens = 0;
+  uint64_t published_pages = 0;
+  uint64_t evictions = 0;
+};
+
+class Sequence;
+
+class Pool {
+ public:
+  explicit Pool(const PoolConfig &config);
+  Pool(const Pool &) = delete;
+  Pool &operator=(const Pool &) = delete;
+  // Destroys every sequence still alive.
+  ~Pool();
+
+  DeviceKind device() const { return config_.device; }
+  int32_t device_id() const { return config_.device_id; }
+  ElementType dtype() const { return config_.dtype; }
+  int32_t num_layers() const { return config_.num_layers; }
+  int32_t num_kv_heads() const { return config_.num_kv_heads; }
+  int32_t head_dim() const { return config_.head_dim; }
+  int32_t page_size() const { return config_.page_size; }
+  int32_t num_pages() const { return num_pages_; }
+  uint64_t hash_seed() const { return config_.hash_seed; }
+  // Bytes of one layer's K (or V): num_pages * num_kv_heads * page_size * head_dim * element.
+  size_t layer_bytes() const { return layer_bytes_; }
+  // {num_pages, num_kv_heads, page_size, head_dim}: lives as long as the pool.
+  const int64_t *layer_shape() const { return layer_shape_; }
+
+  // Throws Error(InvalidState) for a pool without storage, Error(OutOfRange) for the layer.
+  void *k_data(int32_t layer) const;
+  void *v_data(int32_t layer) const;
+
+  // salt is copied (only its digest is kept); salt_len 0 means no salt.
+  Sequence *create_sequence(const void *salt, size_t salt_len, uint64_t extra_key);
+  // Releases the sequence's pages last first (chain tails are then evicted before heads).
+  void destroy_sequence(Sequence *seq) noexcept;
+
+  PoolStats stats() const;
+  // Throws Error(Internal, "...") naming the first broken invariant.
+  void check() const;
+
+  std::mutex &mutex() const { return mutex_; }
+
+ private:
+  friend class Sequence;
+
+  struct Page {
+    Key key;               // valid while published
+    Key parent_key;        // the parent's key; for a chain's first page, the salt digest
+    uint64_t extra_key = 0;
+    int32_t parent_page = -1;  // the parent page when published (-1: first page)
+    uint32_t parent_gen = 0;   // its generation then: a re-used parent never verifies
+    uint32_t gen = 0;          // bumped every time the page is handed out
+    int32_t ref = 0;
+    int32_t lru_prev = -1;
+    int32_t lru_next = -1;
+    bool published = false;
+  };
+
+  // All below: call with mutex_ held.
+  int32_t *page_tokens(int32_t page) { return tokens_.get() + static_cast<size_t>(page) * config_.page_size; }
+  const int32_t *page_tokens(int32_t page) const {
+    return tokens_.get() + static_cast<size_t>(page) * config_.page_size;
+  }
+  int64_t available_pages() const { return static_cast<int64_t>(free_.size()) + lru_size_; }
+  int32_t take_page();             // precondition: available_pages() > 0
+  void pin(int32_t page);          // ref++ (leaving the LRU list if cached)
+  void release(int32_t page);      // ref--; at 0 to the LRU tail or the free list
+  void lru_push_back(int32_t page);
+  void lru_unlink(int32_t page);
+  // The published page equal to (key, tokens, extra key, parent), or -1.
+  // parent_page -1 is a chain's first page, verified by the salt digest instead.
+  int32_t find_published(const Key &key, const int32_t *tokens, uint64_t extra_key, int32_t parent_page,
+                         uint32_t parent_gen, const Key &root_digest) const;
+
+  PoolConfig config_;
+  int32_t num_pages_ = 0;
+  size_t layer_bytes_ = 0;
+  int64_t layer_shape_[4] = {0, 0, 0, 0};
+  KvStorage storage_;
+  std::unique_ptr<int32_t[]> tokens_;  // [num_pages][page_size]: a hit is verified against them
+  std::vector<Page> pages_;
+  std::vector<int32_t> free_;          // a stack of never-published free pages
+  int32_t lru_head_ = -1;              // least recently used: evicted first
+  int32_t lru_tail_ = -1;
+  int64_t lru_size_ = 0;
+  int64_t in_use_ = 0;
+  PrefixIndex index_;
+  PageHasher hasher_;
+  std::vector<Sequence *> sequences_;  // each knows its slot here
+  PoolStats counters_;
+  mutable std::mutex mutex_;
+};
+
+}  // namespace bspa::cache
