@@ -43,6 +43,8 @@ void print_usage(const char *argv0) {
       "  --json FILE              write the summary as JSON\n"
       "  --no-progress            no progress bar (it is drawn only on a terminal anyway)\n"
       "  --verbose                one line per request\n"
+      "  --inject-fault kv|salt   break the cache on purpose (corrupt one cached page, or one\n"
+      "                           salt for all tenants) to see the checks fail\n"
       "Exit status: 0 when every check passed (\"verified\"), 1 when a check failed, 2 on a\n"
       "bad flag, 3 when the library or the device reported an error.\n",
       argv0);
@@ -114,6 +116,10 @@ bool parse_options(int argc, char **argv, Options &o, bool *help) {
       {"--max-requests", [&](const std::string &f, const std::string &v) { o.max_requests = to_int(f, v, 1, big * 64); }},
       {"--attention-sample", i32(o.attention_sample, 0, 1 << 20)},
       {"--attention-max-tokens", i32(o.attention_max_tokens, 2, 1 << 24)},
+      {"--inject-fault", [&](const std::string &f, const std::string &v) {
+         if (v != "kv" && v != "salt") throw std::invalid_argument(f + " = '" + v + "': expected kv or salt");
+         o.inject_fault = v;
+       }},
       {"--json", [&](const std::string &, const std::string &v) { o.json = v; }},
   };
   try {

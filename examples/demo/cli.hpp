@@ -27,6 +27,10 @@ struct Options {
   int32_t attention_max_tokens = 2048;  // trace: sampled prompts are cut to this many tokens
   bool no_attention = false;
 
+  // Testing the checks themselves: "kv" corrupts one cached page once, "salt" gives every
+  // tenant the same salt. Either must make the run fail with exit status 1.
+  std::string inject_fault;
+
   std::string json;
   bool progress = true;
   bool verbose = false;

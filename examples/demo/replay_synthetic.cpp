@@ -4,6 +4,7 @@
 #include <string>
 
 #include "clock.hpp"
+#include "fault.hpp"
 #include "prefix_oracle.hpp"
 #include "progress.hpp"
 #include "replay.hpp"
@@ -60,6 +61,7 @@ void replay_synthetic(const Options &o, Device device, bspa_dtype dtype, Report 
   report.tenants = o.workload.tenants;
   report.tolerance = dtype == BSPA_DTYPE_F32 ? 1e-5 : 1e-2;
   PrefixOracle oracle(page);
+  bool injected = false;
   Progress progress(static_cast<int64_t>(turns.size()), "turns", o.progress);
 
   for (size_t i = 0; i < turns.size(); ++i) {
@@ -82,7 +84,7 @@ void replay_synthetic(const Options &o, Device device, bspa_dtype dtype, Report 
     struct bspa_pool_stats before;
     DEMO_OK(bspa_pool_stats(pool.get(), &before));
 
-    const std::string salt = turn.salt();
+    const std::string salt = o.inject_fault == "salt" ? "everyone" : turn.salt();
     bspa_seq_options so;
     DEMO_OK(bspa_seq_options_init(&so));
     so.salt = salt.data();
@@ -109,6 +111,10 @@ void replay_synthetic(const Options &o, Device device, bspa_dtype dtype, Report 
     if (info.num_cached != cached || info.num_computed != cached || info.num_tokens != cached)
       fail("bspa_seq_info after the match disagrees with bspa_seq_match's " + std::to_string(cached) + " tokens");
 
+    if (o.inject_fault == "kv" && cached > 0 && !injected && o.model.num_layers > 0) {
+      corrupt_first_page(pool.get(), seq.get(), device, o.model.head_dim, dtype);
+      injected = true;
+    }
     DEMO_OK(bspa_seq_append(seq.get(), prompt + cached, n - cached));
 
     Timings with, without;

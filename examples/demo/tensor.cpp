@@ -210,6 +210,18 @@ void Tensor::poison() {
   upload_floats(std::vector<float>(static_cast<size_t>(numel()), std::numeric_limits<float>::quiet_NaN()));
 }
 
+void copy_on_device(Device device, void *dst, const void *src, size_t bytes) {
+  if (device.cuda()) {
+#ifdef BSPA_HAVE_CUDA
+    cuda_ok(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy on device");
+#else
+    no_cuda();
+#endif
+  } else {
+    std::memmove(dst, src, bytes);
+  }
+}
+
 void synchronize(Device device) {
 #ifdef BSPA_HAVE_CUDA
   if (device.cuda()) cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");

@@ -72,6 +72,9 @@ class Tensor {
   DLTensor dl_{};
 };
 
+// Copies bytes within one device's memory (host memcpy or cudaMemcpy device to device).
+void copy_on_device(Device device, void *dst, const void *src, size_t bytes);
+
 // Waits for the device (so host timers measure the work); a no-op on CPU.
 void synchronize(Device device);
 
