@@ -98,6 +98,7 @@ static int bspa_py_get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsiz
   $1 = ($1_ltype)view.buf;
 }
 %typemap(freearg) bspa_seq *const * { if (have$argnum) PyBuffer_Release(&view$argnum); }
+%typemap(argout) bspa_seq *const * ""  /* an input, unlike bspa_seq ** */
 
 /* ---- DLTensor: a DLPack capsule ("dltensor", not consumed: the producer's capsule
  * destructor frees it), an integer address of a DLTensor (ctypes-built over numpy

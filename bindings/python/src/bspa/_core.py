@@ -176,13 +176,17 @@ class Pool:
                 raise ValueError("a sequence of another pool")
         handles = np.array([int(s._h()) for s in seqs], dtype=np.uintp)
         status, handle = _bspa.bspa_batch_create(self._h(), handles, lens, len(seqs),
-                                                 resolve_stream(stream, []) or None)
+                                                 self._stream(stream) or None)
         check(status)
         batch = Batch(self, handle, seqs, lens)
         self._batches.add(batch)
         for s in seqs:
             s._batches.add(batch)
         return batch
+
+    def _stream(self, stream: StreamLike) -> int:
+        cuda_device = self.device[1] if self.device[0] == kDLCUDA else None
+        return resolve_stream(stream, [], cuda_device)
 
     # -- queries ---------------------------------------------------------------------
     def stats(self) -> PoolStats:
@@ -221,7 +225,7 @@ class Pool:
     def kv_write(self, batch: "Batch", layer: int, k: TensorLike, v: TensorLike, stream: StreamLike = None) -> None:
         """Writes the batch's new K and V, ``[T_new, num_kv_heads, head_dim]``, into their pages."""
         keep: list = []
-        s = resolve_stream(stream, [k, v])
+        s = self._stream(stream)
         raw = self.dtype == "bf16"
         check(_bspa.bspa_kv_write(self._h(), batch._h(), layer, tensor_arg(k, s, keep, raw_bf16=raw),
                                   tensor_arg(v, s, keep, raw_bf16=raw), s or None))
@@ -234,7 +238,7 @@ class Pool:
         if out is None:
             out = _empty_like(q)
         keep: list = []
-        s = resolve_stream(stream, [q, out, lse])
+        s = self._stream(stream)
         raw = self.dtype == "bf16"
         check(_bspa.bspa_prefill(self._h(), batch._h(), layer, layout._h(), tensor_arg(q, s, keep, raw_bf16=raw),
                                  tensor_arg(out, s, keep, writable=True, raw_bf16=raw), float(scale),

@@ -100,12 +100,16 @@ def device_of(obj: TensorLike) -> tuple[int, int]:
     raise TypeError(f"{type(obj).__name__} is neither a numpy array nor a DLPack tensor (__dlpack__)")
 
 
-def resolve_stream(stream: StreamLike, tensors: Sequence[Optional[TensorLike]]) -> int:
+def resolve_stream(stream: StreamLike, tensors: Sequence[Optional[TensorLike]],
+                   cuda_device: Optional[int] = None) -> int:
     """The cudaStream_t to launch on: the given one, else torch's current stream when the
-    tensors are CUDA torch tensors (the caller's stream), else 0 (the default stream)."""
+    tensors are CUDA torch tensors or `cuda_device` is given and torch is loaded (the
+    caller's stream), else 0 (the default stream)."""
     if stream is not None:
         return int(getattr(stream, "cuda_stream", stream))
     torch = sys.modules.get("torch")
+    if cuda_device is not None and torch is not None:
+        return int(torch.cuda.current_stream(cuda_device).cuda_stream)
     for t in tensors:
         if t is None or isinstance(t, np.ndarray):
             continue

@@ -1,0 +1,131 @@
+"""CPU prefill through the pool against the float64 reference with an explicit mask."""
+
+import functools
+
+import numpy as np
+import pytest
+
+import bspa
+from reference import attention, rel_l2, strided_allowed, token_mask
+
+HQ, HKV, D, PAGE, BLOCK = 4, 2, 16, 16, 16
+SCALE = 0.3
+
+
+def make_layout(kind):
+    if kind == "dense":
+        return bspa.Layout.dense(HQ), lambda h, qb, kb: kb <= qb
+    homo = kind == "strided-homo"
+    layout = bspa.Layout.strided(num_heads=HQ, block_size=BLOCK, local_blocks=2, vert_stride=3, homo_head=homo)
+    return layout, functools.partial(strided_allowed, local_blocks=2, vert_stride=3, num_heads_total=HQ,
+                                     homo_head=homo)
+
+
+class Conversation:
+    """Q/K/V of every absolute position of one conversation: a shared prefix recomputed
+    in a later turn has the same K/V, as with a real model."""
+
+    def __init__(self, rng, length):
+        self.tokens = rng.integers(0, 32000, size=length, dtype=np.int32)
+        self.q = rng.standard_normal((length, HQ, D), dtype=np.float32)
+        self.k = rng.standard_normal((length, HKV, D), dtype=np.float32)
+        self.v = rng.standard_normal((length, HKV, D), dtype=np.float32)
+
+
+def step(pool, layout, work):
+    """work: [(seq, conversation, ctx, q)]. One batch: kv_write then prefill; returns
+    (out, lse) split per sequence."""
+    seqs = [w[0] for w in work]
+    with pool.batch(seqs, [w[3] for w in work]) as batch:
+        k_new = np.concatenate([c.k[ctx:ctx + q] for _, c, ctx, q in work])
+        v_new = np.concatenate([c.v[ctx:ctx + q] for _, c, ctx, q in work])
+        q_new = np.concatenate([c.q[ctx:ctx + q] for _, c, ctx, q in work])
+        bspa.kv_write(pool, batch, 0, k_new, v_new)
+        out = np.full_like(q_new, np.nan)  # poisoned: an unwritten row fails
+        lse = np.full((HQ, len(q_new)), np.nan, dtype=np.float32)
+        bspa.prefill(pool, batch, 0, layout, q_new, out, scale=SCALE, lse=lse)
+    rows = np.cumsum([0] + [w[3] for w in work])
+    return [(out[a:b], lse[:, a:b]) for a, b in zip(rows[:-1], rows[1:])]
+
+
+def check_against_reference(conv, ctx, q, out, lse, allowed):
+    mask = token_mask(HQ, ctx, q, BLOCK, allowed)
+    ref_out, ref_lse = attention(conv.q[ctx:ctx + q], conv.k[:ctx + q], conv.v[:ctx + q], mask, SCALE)
+    assert not np.isnan(out).any()
+    err = rel_l2(out, ref_out)
+    assert err <= 1e-5, f"ctx={ctx} q={q}: relative L2 error {err:.3g}, max {np.abs(out - ref_out).max():.3g}"
+    assert rel_l2(lse, ref_lse) <= 1e-5
+
+
+@pytest.mark.parametrize("kind", ["strided", "strided-homo", "dense"])
+def test_two_turns_with_prefix_hit_match_the_reference(kind):
+    rng = np.random.default_rng(7)
+    layout, allowed = make_layout(kind)
+    conv = Conversation(rng, 115)
+    with bspa.Pool(num_kv_heads=HKV, head_dim=D, page_size=PAGE, num_pages=32, dtype="f32") as pool:
+        with pool.sequence() as first:
+            assert first.match(conv.tokens[:70]) == 0
+            first.append(conv.tokens[:70])
+            [(out, lse)] = step(pool, layout, [(first, conv, 0, 70)])
+            check_against_reference(conv, 0, 70, out, lse, allowed)
+            first.commit(70)
+        second = pool.sequence()
+        cached = second.match(conv.tokens)
+        assert cached == 64  # the four full pages of turn one
+        second.append(conv.tokens[cached:])
+        [(out, lse)] = step(pool, layout, [(second, conv, cached, 115 - cached)])
+        check_against_reference(conv, cached, 115 - cached, out, lse, allowed)
+        second.commit(115)
+        pool.check()
+
+
+def test_mixed_batch_with_unaligned_context_and_decode():
+    rng = np.random.default_rng(11)
+    layout, allowed = make_layout("strided")
+    a, b, c = Conversation(rng, 60), Conversation(rng, 50), Conversation(rng, 34)
+    with bspa.Pool(num_kv_heads=HKV, head_dim=D, page_size=PAGE, num_pages=32, dtype="f32") as pool:
+        sa, sb, sc = pool.sequence(), pool.sequence(), pool.sequence()
+        sa.append(a.tokens)
+        sc.append(c.tokens[:33])
+        step(pool, layout, [(sa, a, 0, 37), (sc, c, 0, 33)])  # a chunked prefill stops at 37
+        sa.commit(37)
+        sc.commit(33)
+        sb.append(b.tokens)
+        sc.append(c.tokens[33:])
+        results = step(pool, layout, [(sa, a, 37, 23), (sb, b, 0, 50), (sc, c, 33, 1)])
+        for (conv, ctx, q), (out, lse) in zip([(a, 37, 23), (b, 0, 50), (c, 33, 1)], results):
+            check_against_reference(conv, ctx, q, out, lse, allowed)
+
+
+def test_prefill_paged_over_the_pools_pages_matches_prefill():
+    rng = np.random.default_rng(3)
+    layout, _ = make_layout("strided")
+    conv = Conversation(rng, 90)
+    with bspa.Pool(num_kv_heads=HKV, head_dim=D, page_size=PAGE, num_pages=16, dtype="f32") as pool:
+        seq = pool.sequence()
+        seq.append(conv.tokens)
+        step(pool, layout, [(seq, conv, 0, 41)])
+        seq.commit(41)
+        [(expected, _)] = step(pool, layout, [(seq, conv, 41, 49)])
+        k_pages, v_pages = pool.kv(0)
+        out = bspa.prefill_paged(conv.q[41:], k_pages, v_pages, seq.pages()[None, :],
+                                 np.array([0, 49], dtype=np.int32), np.array([41], dtype=np.int32),
+                                 layout, scale=SCALE)
+        assert rel_l2(out, expected) <= 1e-6
+
+
+def test_launch_errors_map_to_exceptions():
+    with bspa.Pool(num_kv_heads=HKV, head_dim=D, page_size=PAGE, num_pages=8, dtype="f32") as pool:
+        seq = pool.sequence()
+        seq.append(np.arange(20))
+        with pool.batch([seq], [20]) as batch:
+            k = np.zeros((20, HKV, D), dtype=np.float32)
+            with pytest.raises(bspa.ShapeMismatchError):
+                pool.kv_write(batch, 0, k[:19], k[:19])
+            with pytest.raises(bspa.DtypeMismatchError) as caught:
+                pool.kv_write(batch, 0, k.astype(np.float16), k.astype(np.float16))
+            assert isinstance(caught.value, TypeError)
+            with pytest.raises(bspa.OutOfRangeError):
+                pool.kv_write(batch, 1, k, k)
+        with pytest.raises(bspa.OutOfRangeError):
+            pool.batch([seq], [21])
