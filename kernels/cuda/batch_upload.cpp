@@ -1,0 +1,51 @@
+// upload_batch_cuda: the plan's arrays in one device allocation, copied on the caller's
+// stream when the batch is created, so the per-layer launches only read them.
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <memory>
+
+#include "common/device.hpp"
+#include "common/error.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/cuda/launch_check.hpp"
+
+namespace bspa::kernels {
+namespace {
+size_t align_up(size_t v) { return (v + 255) & ~size_t{255}; }
+}  // namespace
+
+std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, int32_t device, void *stream_ptr) {
+  const size_t qs = plan.query_starts.size() * sizeof(int32_t);
+  const size_t cl = plan.context_lens.size() * sizeof(int32_t);
+  const size_t bt = plan.block_table.size() * sizeof(int32_t);
+  const size_t wk = plan.work.size() * sizeof(WorkItem);
+  const size_t o_cl = align_up(qs), o_bt = o_cl + align_up(cl), o_wk = o_bt + align_up(bt);
+  const size_t total = o_wk + align_up(wk);
+
+  auto meta = std::make_unique<DeviceBatchMetadata>();
+  meta->device = device;
+  meta->allocation = cuda_malloc(device, total);
+  char *base = static_cast<char *>(meta->allocation);
+  // One host staging buffer so a single copy moves everything.
+  std::unique_ptr<char[]> host(new char[total]());
+  std::memcpy(host.get(), plan.query_starts.data(), qs);
+  std::memcpy(host.get() + o_cl, plan.context_lens.data(), cl);
+  std::memcpy(host.get() + o_bt, plan.block_table.data(), bt);
+  if (wk) std::memcpy(host.get() + o_wk, plan.work.data(), wk);
+  int previous = -1;
+  cuda::check_cuda(cudaGetDevice(&previous), "cudaGetDevice");
+  cuda::check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  // Pageable source: the copy is staged before cudaMemcpyAsync returns, so `host` may die.
+  cudaError_t e = cudaMemcpyAsync(base, host.get(), total, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_ptr));
+  cudaSetDevice(previous);
+  cuda::check_cuda(e, "uploading batch metadata");
+  meta->query_starts = reinterpret_cast<const int32_t *>(base);
+  meta->context_lens = reinterpret_cast<const int32_t *>(base + o_cl);
+  meta->block_table = reinterpret_cast<const int32_t *>(base + o_bt);
+  meta->work = reinterpret_cast<const WorkItem *>(base + o_wk);
+  meta->num_work = static_cast<int32_t>(plan.work.size());
+  return meta;
+}
+
+}  // namespace bspa::kernels

@@ -1,0 +1,46 @@
+#include "kernels/cuda/launch_check.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace bspa::kernels::cuda {
+
+bool debug_sync_enabled() {
+  static const bool on = [] {
+    const char *v = std::getenv("BSPA_CUDA_DEBUG");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+void check_launch(const char *kernel, cudaStream_t stream) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) fail(Errc::Cuda, "launch of ", kernel, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+  if (debug_sync_enabled()) {
+    e = cudaStreamSynchronize(stream);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess)
+      fail(Errc::Cuda, kernel, " failed (BSPA_CUDA_DEBUG=1 synchronised after it): ", cudaGetErrorName(e), " (",
+           cudaGetErrorString(e), ")");
+  }
+}
+
+PointerDeviceGuard::PointerDeviceGuard(const void *ptr) {
+  cudaPointerAttributes attr{};
+  cudaError_t e = cudaPointerGetAttributes(&attr, ptr);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail(Errc::DeviceMismatch, "pointer ", ptr, " is not known to CUDA: ", cudaGetErrorString(e));
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+    fail(Errc::DeviceMismatch, "pointer ", ptr, " is not device memory");
+  device_ = attr.device;
+  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != device_) check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+}
+
+PointerDeviceGuard::~PointerDeviceGuard() {
+  if (previous_ >= 0 && previous_ != device_) cudaSetDevice(previous_);
+}
+
+}  // namespace bspa::kernels::cuda

@@ -1,0 +1,36 @@
+// Error handling around kernel launches: a failed launch becomes Error(Cuda), and with
+// BSPA_CUDA_DEBUG=1 every launch is followed by a stream synchronisation and a check, so
+// an asynchronous fault is reported by the call that caused it (not graph capturable).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/error.hpp"
+
+namespace bspa::kernels::cuda {
+
+bool debug_sync_enabled();
+
+inline void check_cuda(cudaError_t e, const char *what) {
+  if (e != cudaSuccess) fail(Errc::Cuda, what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+
+// Call right after a <<<...>>> launch.
+void check_launch(const char *kernel, cudaStream_t stream);
+
+// Makes the device that owns `ptr` current for the guard's lifetime (launches go to the
+// current device) and restores the caller's device afterwards.
+class PointerDeviceGuard {
+ public:
+  explicit PointerDeviceGuard(const void *ptr);
+  ~PointerDeviceGuard();
+  int device() const { return device_; }
+  PointerDeviceGuard(const PointerDeviceGuard &) = delete;
+  PointerDeviceGuard &operator=(const PointerDeviceGuard &) = delete;
+
+ private:
+  int device_ = 0;
+  int previous_ = -1;
+};
+
+}  // namespace bspa::kernels::cuda

@@ -1,0 +1,119 @@
+// prefill_cuda: checks what the sm80 kernel supports (anything else is NotSupported,
+// never a wrong answer), maps the problem to kernel parameters and picks the tile.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/error.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/cuda/launch_check.hpp"
+#include "kernels/cuda/prefill_sm80.hpp"
+
+namespace bspa::kernels {
+namespace {
+
+bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+bool stride_ok(int64_t s) { return s % 8 == 0; }  // 16 bytes of 2-byte elements
+
+int log2_exact(int32_t v) {
+  int s = 0;
+  while ((int64_t{1} << s) < v) ++s;
+  return (int64_t{1} << s) == v ? s : -1;
+}
+
+template <class T>
+void dispatch(const sm80::Params &prm, int head_dim, int bm, dim3 grid, cudaStream_t stream) {
+  if (head_dim == 64) {
+    if (bm == 128) sm80::launch<T, 64, 128>(prm, grid, stream);
+    else sm80::launch<T, 64, 64>(prm, grid, stream);
+  } else {
+    if (bm == 128) sm80::launch<T, 128, 128>(prm, grid, stream);
+    else sm80::launch<T, 128, 64>(prm, grid, stream);
+  }
+}
+
+}  // namespace
+
+void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
+  check(p.dtype == DType::BF16 || p.dtype == DType::F16, Errc::NotSupported, "dtype = ", dtype_name(p.dtype),
+        ": the CUDA prefill supports bf16 and f16");
+  check(p.head_dim == 64 || p.head_dim == 128, Errc::NotSupported, "head_dim = ", p.head_dim,
+        ": the CUDA prefill supports 64 and 128");
+  check(p.layout != nullptr, Errc::NullPointer, "layout is NULL");
+  const Layout &layout = *p.layout;
+  check(p.num_kv_heads >= 1 && p.num_q_heads % p.num_kv_heads == 0, Errc::InvalidArgument, "num_q_heads = ",
+        p.num_q_heads, " is not a multiple of num_kv_heads = ", p.num_kv_heads);
+  const int page_shift = log2_exact(p.page_size);
+  check(page_shift >= 0, Errc::NotSupported, "page_size = ", p.page_size,
+        ": the CUDA prefill supports power-of-two page sizes");
+  check(layout.kind == Layout::Kind::Dense || (layout.block_size >= 64 && layout.block_size % 64 == 0),
+        Errc::NotSupported, "layout block_size = ", layout.block_size,
+        ": the CUDA prefill supports block sizes that are multiples of 64");
+  check(aligned16(p.q) && aligned16(p.out) && aligned16(p.kv.k) && aligned16(p.kv.v), Errc::NotSupported,
+        "the CUDA prefill needs 16-byte aligned q, out, k and v data");
+  check(stride_ok(p.q_token_stride) && stride_ok(p.q_head_stride) && stride_ok(p.out_token_stride) &&
+            stride_ok(p.out_head_stride) && stride_ok(p.kv.k_page_stride) && stride_ok(p.kv.k_head_stride) &&
+            stride_ok(p.kv.k_token_stride) && stride_ok(p.kv.v_page_stride) && stride_ok(p.kv.v_head_stride) &&
+            stride_ok(p.kv.v_token_stride),
+        Errc::NotSupported, "the CUDA prefill needs strides that are multiples of 8 elements (16 bytes)");
+  check(std::isfinite(p.scale), Errc::InvalidArgument, "scale = ", p.scale, " is not finite");
+  if (p.num_seqs <= 0 || p.total_q <= 0 || p.num_q_heads <= 0) return;
+  if (p.work && p.num_work <= 0) return;
+
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  cuda::PointerDeviceGuard device(p.q);
+
+  sm80::Params prm{};
+  prm.q = p.q;
+  prm.q_tok = p.q_token_stride;
+  prm.q_head = p.q_head_stride;
+  prm.out = p.out;
+  prm.o_tok = p.out_token_stride;
+  prm.o_head = p.out_head_stride;
+  prm.lse = p.lse;
+  prm.lse_head = p.lse_head_stride;
+  prm.k = p.kv.k;
+  prm.v = p.kv.v;
+  prm.k_page = p.kv.k_page_stride;
+  prm.k_head = p.kv.k_head_stride;
+  prm.k_tok = p.kv.k_token_stride;
+  prm.v_page = p.kv.v_page_stride;
+  prm.v_head = p.kv.v_head_stride;
+  prm.v_tok = p.kv.v_token_stride;
+  prm.query_starts = p.query_starts;
+  prm.context_lens = p.context_lens;
+  prm.block_table = p.block_table;
+  prm.bt_stride = p.block_table_stride;
+  prm.group = p.num_q_heads / p.num_kv_heads;
+  prm.page_shift = page_shift;
+  prm.scale_log2 = p.scale * 1.4426950408889634f;
+  prm.layout = cuda::device_layout(layout, device.device(), stream);
+  if (layout.kind == Layout::Kind::Dense) prm.layout.block_size = 64;
+
+  // 128-row query tiles halve the K/V traffic per row; short queries (decode, small
+  // chunks) would mostly fill them with padding, so they get 64-row tiles.
+  const int bm = p.max_query_len > 64 ? 128 : 64;
+  dim3 grid;
+  if (p.work && p.work_tile_rows % bm == 0) {
+    prm.work = p.work;
+    prm.work_tile_rows = p.work_tile_rows;
+    const int64_t y = static_cast<int64_t>(p.num_work) * (p.work_tile_rows / bm);
+    check(y <= 65535, Errc::NotSupported, "the CUDA prefill launches at most 65535 query tiles per head (",
+          y, " needed)");
+    grid = dim3(p.num_q_heads, static_cast<unsigned>(y), 1);
+  } else {
+    const int64_t tiles = (static_cast<int64_t>(p.max_query_len) + bm - 1) / bm;
+    if (tiles == 0) return;
+    check(tiles <= 65535 && p.num_seqs <= 65535, Errc::NotSupported,
+          "the CUDA prefill launches at most 65535 query tiles per sequence and 65535 sequences");
+    grid = dim3(p.num_q_heads, static_cast<unsigned>(tiles), p.num_seqs);
+  }
+  if (p.dtype == DType::BF16)
+    dispatch<__nv_bfloat16>(prm, p.head_dim, bm, grid, stream);
+  else
+    dispatch<__half>(prm, p.head_dim, bm, grid, stream);
+}
+
+}  // namespace bspa::kernels
