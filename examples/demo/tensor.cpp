@@ -22,7 +22,9 @@ void cuda_ok(cudaError_t e, const char *what) {
 }
 #endif
 
+#ifndef BSPA_HAVE_CUDA
 [[noreturn]] void no_cuda() { throw std::runtime_error("this bspa-demo was built without CUDA"); }
+#endif
 
 uint16_t to_bf16(float f) {
   uint32_t u;
