@@ -1,0 +1,457 @@
+use std::marker::PhantomData;
+use std::os::raw::c_void;
+use std::ptr::{self, NonNull};
+
+use crate::error::{check, check_abi, Error, Result};
+use crate::layout::Layout;
+use crate::sys;
+use crate::tensor::{host_tensor, DType, Element};
+
+/// Where a pool's storage lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Device {
+    Cpu,
+    Cuda(i32),
+}
+
+/// Options of [`Pool::new`]; `Default` gives the library's defaults (CPU, bf16, one
+/// layer, one kv head, head_dim 128, page 64, no pages: set `num_pages` or `memory_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolOptions {
+    pub device: Device,
+    pub dtype: DType,
+    pub num_layers: i32,
+    pub num_kv_heads: i32,
+    pub head_dim: i32,
+    pub page_size: i32,
+    pub num_pages: i64,
+    pub memory_bytes: u64,
+    pub hash_seed: u64,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        let mut raw = unsafe { std::mem::zeroed::<sys::bspa_pool_options>() };
+        unsafe { sys::bspa_pool_options_init(&mut raw) };
+        PoolOptions {
+            device: if raw.device_type == sys::kDLCUDA as i32 { Device::Cuda(raw.device_id) } else { Device::Cpu },
+            dtype: DType::from_raw(raw.dtype),
+            num_layers: raw.num_layers,
+            num_kv_heads: raw.num_kv_heads,
+            head_dim: raw.head_dim,
+            page_size: raw.page_size,
+            num_pages: raw.num_pages,
+            memory_bytes: raw.memory_bytes,
+            hash_seed: raw.hash_seed,
+        }
+    }
+}
+
+/// A snapshot of a pool's counters (see `struct bspa_pool_stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolStats {
+    pub pages_total: i64,
+    pub pages_free: i64,
+    pub pages_cached: i64,
+    pub pages_in_use: i64,
+    pub num_sequences: i64,
+    pub match_calls: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub matched_tokens: u64,
+    pub queried_tokens: u64,
+    pub hashed_tokens: u64,
+    pub published_pages: u64,
+    pub evictions: u64,
+}
+
+/// A paged KV pool with its prefix cache. Internally synchronised: `Send + Sync`, and
+/// every method takes `&self`.
+#[derive(Debug)]
+pub struct Pool {
+    raw: NonNull<sys::bspa_pool>,
+    options: PoolOptions,
+}
+
+// The header: a pool and its sequences are internally synchronised (any thread, any time).
+unsafe impl Send for Pool {}
+unsafe impl Sync for Pool {}
+
+impl Pool {
+    pub fn new(options: &PoolOptions) -> Result<Pool> {
+        check_abi()?;
+        let mut raw = unsafe { std::mem::zeroed::<sys::bspa_pool_options>() };
+        check(unsafe { sys::bspa_pool_options_init(&mut raw) })?;
+        let (device_type, device_id) = match options.device {
+            Device::Cpu => (sys::kDLCPU as i32, 0),
+            Device::Cuda(id) => (sys::kDLCUDA as i32, id),
+        };
+        raw.device_type = device_type;
+        raw.device_id = device_id;
+        raw.dtype = options.dtype.raw();
+        raw.num_layers = options.num_layers;
+        raw.num_kv_heads = options.num_kv_heads;
+        raw.head_dim = options.head_dim;
+        raw.page_size = options.page_size;
+        raw.num_pages = options.num_pages;
+        raw.memory_bytes = options.memory_bytes;
+        raw.hash_seed = options.hash_seed;
+        let mut pool = ptr::null_mut();
+        check(unsafe { sys::bspa_pool_create(&mut pool, &raw) })?;
+        Ok(Pool { raw: NonNull::new(pool).expect("bspa returned BSPA_OK and a NULL pool"), options: *options })
+    }
+
+    pub fn options(&self) -> &PoolOptions {
+        &self.options
+    }
+
+    pub fn stats(&self) -> Result<PoolStats> {
+        let mut s = unsafe { std::mem::zeroed::<sys::bspa_pool_stats>() };
+        check(unsafe { sys::bspa_pool_stats(self.raw.as_ptr(), &mut s) })?;
+        Ok(PoolStats {
+            pages_total: s.pages_total,
+            pages_free: s.pages_free,
+            pages_cached: s.pages_cached,
+            pages_in_use: s.pages_in_use,
+            num_sequences: s.num_sequences,
+            match_calls: s.match_calls,
+            hits: s.hits,
+            misses: s.misses,
+            matched_tokens: s.matched_tokens,
+            queried_tokens: s.queried_tokens,
+            hashed_tokens: s.hashed_tokens,
+            published_pages: s.published_pages,
+            evictions: s.evictions,
+        })
+    }
+
+    /// Verifies every invariant of the pool (for tests); `ErrorKind::Internal` if one is broken.
+    pub fn check(&self) -> Result<()> {
+        check(unsafe { sys::bspa_pool_check(self.raw.as_ptr()) })
+    }
+
+    /// A new empty sequence without salt.
+    pub fn sequence(&self) -> Result<Sequence<'_>> {
+        self.sequence_with(&[], 0)
+    }
+
+    /// A new empty sequence. `salt` isolates tenants and must come from the server (a
+    /// tenant id), never from a request body: shared prefixes are observable through timing.
+    pub fn sequence_with(&self, salt: &[u8], extra_key: u64) -> Result<Sequence<'_>> {
+        let mut options = unsafe { std::mem::zeroed::<sys::bspa_seq_options>() };
+        check(unsafe { sys::bspa_seq_options_init(&mut options) })?;
+        if !salt.is_empty() {
+            options.salt = salt.as_ptr() as *const c_void;
+            options.salt_len = salt.len();
+        }
+        options.extra_key = extra_key;
+        let mut seq = ptr::null_mut();
+        check(unsafe { sys::bspa_seq_create(&mut seq, self.raw.as_ptr(), &options) })?;
+        Ok(Sequence { raw: NonNull::new(seq).expect("bspa returned BSPA_OK and a NULL sequence"), pool: self })
+    }
+
+    /// Plans one step of a CPU pool: sequence `i` computes `query_lens[i]` new tokens
+    /// after its computed ones. The batch borrows the sequences, so they outlive it.
+    pub fn batch<'a>(&'a self, seqs: &[&'a Sequence<'a>], query_lens: &[i32]) -> Result<Batch<'a>> {
+        // A null stream is the default stream, ignored by CPU pools; CUDA pools take the
+        // stream explicitly (batch_on_stream) since ordering is the caller's business.
+        unsafe { self.batch_on_stream(seqs, query_lens, ptr::null_mut()) }
+    }
+
+    /// [`Pool::batch`] uploading its metadata on `stream`.
+    ///
+    /// # Safety
+    /// `stream` must be a valid CUDA stream of the pool's device (or null).
+    pub unsafe fn batch_on_stream<'a>(
+        &'a self,
+        seqs: &[&'a Sequence<'a>],
+        query_lens: &[i32],
+        stream: sys::bspa_stream,
+    ) -> Result<Batch<'a>> {
+        if seqs.len() != query_lens.len() {
+            return Err(Error::new(
+                sys::BSPA_ERR_INVALID_ARGUMENT,
+                format!("{} sequences but {} query lengths", seqs.len(), query_lens.len()),
+            ));
+        }
+        if let Some(other) = seqs.iter().find(|s| !ptr::eq(s.pool, self)) {
+            return Err(Error::new(
+                sys::BSPA_ERR_INVALID_ARGUMENT,
+                format!("sequence {:p} belongs to another pool", other.raw.as_ptr()),
+            ));
+        }
+        let raw_seqs: Vec<*mut sys::bspa_seq> = seqs.iter().map(|s| s.raw.as_ptr()).collect();
+        let n = i32::try_from(seqs.len()).map_err(|_| {
+            Error::new(sys::BSPA_ERR_INVALID_ARGUMENT, format!("{} sequences in one batch", seqs.len()))
+        })?;
+        let mut batch = ptr::null_mut();
+        check(sys::bspa_batch_create(&mut batch, self.raw.as_ptr(), raw_seqs.as_ptr(), query_lens.as_ptr(), n, stream))?;
+        Ok(Batch {
+            raw: NonNull::new(batch).expect("bspa returned BSPA_OK and a NULL batch"),
+            pool: self,
+            num_tokens: query_lens.iter().map(|&q| q.max(0) as usize).sum(),
+            _seqs: PhantomData,
+            _not_sync: PhantomData,
+        })
+    }
+
+    fn host_launch_checks<T: Element>(&self, what: &str) -> Result<()> {
+        if self.options.device != Device::Cpu {
+            return Err(Error::new(
+                sys::BSPA_ERR_DEVICE_MISMATCH,
+                format!("{}: host slices need a CPU pool; use the unsafe DLTensor launch for {:?}", what, self.options.device),
+            ));
+        }
+        if T::DTYPE != self.options.dtype {
+            return Err(Error::new(
+                sys::BSPA_ERR_DTYPE_MISMATCH,
+                format!("{}: {:?} elements for a pool of {:?}", what, T::DTYPE, self.options.dtype),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_len(what: &str, len: usize, rows: usize, heads: usize, dim: usize) -> Result<()> {
+        if len != rows * heads * dim {
+            return Err(Error::new(
+                sys::BSPA_ERR_SHAPE_MISMATCH,
+                format!("{} has {} elements, expected [{}, {}, {}] = {}", what, len, rows, heads, dim, rows * heads * dim),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Writes the batch's new K and V (`[T_new, num_kv_heads, head_dim]`, row-major) of a
+    /// CPU pool into their pages of `layer`.
+    pub fn kv_write_host<T: Element>(&self, batch: &Batch<'_>, layer: i32, k: &[T], v: &[T]) -> Result<()> {
+        self.host_launch_checks::<T>("kv_write_host")?;
+        let (rows, heads, dim) = (batch.num_tokens, self.options.num_kv_heads as usize, self.options.head_dim as usize);
+        Pool::check_len("k", k.len(), rows, heads, dim)?;
+        Pool::check_len("v", v.len(), rows, heads, dim)?;
+        let mut shape_k = [rows as i64, heads as i64, dim as i64];
+        let mut shape_v = shape_k;
+        let tk = host_tensor(k.as_ptr() as *mut c_void, T::dl_dtype(), &mut shape_k);
+        let tv = host_tensor(v.as_ptr() as *mut c_void, T::dl_dtype(), &mut shape_v);
+        // The library reads k and v only (const DLTensor *); the slices outlive the call.
+        unsafe { self.kv_write(batch, layer, &tk, &tv, ptr::null_mut()) }
+    }
+
+    /// Block-sparse causal attention of the batch's new tokens on a CPU pool: `q` and
+    /// `out` `[T_new, Hq, head_dim]` with `Hq = layout.num_heads()`; `lse`, optional,
+    /// `[Hq, T_new]`.
+    pub fn prefill_host<T: Element>(
+        &self,
+        batch: &Batch<'_>,
+        layer: i32,
+        layout: &Layout,
+        q: &[T],
+        out: &mut [T],
+        scale: f32,
+        lse: Option<&mut [f32]>,
+    ) -> Result<()> {
+        self.host_launch_checks::<T>("prefill_host")?;
+        let (rows, heads, dim) = (batch.num_tokens, layout.num_heads().max(0) as usize, self.options.head_dim as usize);
+        Pool::check_len("q", q.len(), rows, heads, dim)?;
+        Pool::check_len("out", out.len(), rows, heads, dim)?;
+        let mut shape_q = [rows as i64, heads as i64, dim as i64];
+        let mut shape_out = shape_q;
+        let mut shape_lse = [heads as i64, rows as i64];
+        let tq = host_tensor(q.as_ptr() as *mut c_void, T::dl_dtype(), &mut shape_q);
+        let mut tout = host_tensor(out.as_mut_ptr() as *mut c_void, T::dl_dtype(), &mut shape_out);
+        let mut tlse = match lse {
+            Some(lse) => {
+                Pool::check_len("lse", lse.len(), heads, rows, 1)?;
+                Some(host_tensor(lse.as_mut_ptr() as *mut c_void, f32::dl_dtype(), &mut shape_lse))
+            }
+            None => None,
+        };
+        unsafe { self.prefill(batch, layer, layout, &tq, &mut tout, scale, tlse.as_mut(), ptr::null_mut()) }
+    }
+
+    /// `bspa_kv_write` on raw tensors.
+    ///
+    /// # Safety
+    /// The tensors' data must be valid for their shape, dtype and device, stay alive until
+    /// the launch completes on `stream`, and `stream` must be a stream of the pool's device
+    /// (or null).
+    pub unsafe fn kv_write(
+        &self,
+        batch: &Batch<'_>,
+        layer: i32,
+        k: &sys::DLTensor,
+        v: &sys::DLTensor,
+        stream: sys::bspa_stream,
+    ) -> Result<()> {
+        check(sys::bspa_kv_write(self.raw.as_ptr(), batch.raw.as_ptr(), layer, k, v, stream))
+    }
+
+    /// `bspa_prefill` on raw tensors.
+    ///
+    /// # Safety
+    /// As [`Pool::kv_write`]; `out` and `lse` are written by the launch.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn prefill(
+        &self,
+        batch: &Batch<'_>,
+        layer: i32,
+        layout: &Layout,
+        q: &sys::DLTensor,
+        out: &mut sys::DLTensor,
+        scale: f32,
+        lse: Option<&mut sys::DLTensor>,
+        stream: sys::bspa_stream,
+    ) -> Result<()> {
+        let lse = lse.map_or(ptr::null_mut(), |t| t as *mut sys::DLTensor);
+        check(sys::bspa_prefill(self.raw.as_ptr(), batch.raw.as_ptr(), layer, layout.as_raw(), q, out, scale, lse, stream))
+    }
+
+    /// Views of one layer's K and V storage, `[num_pages, num_kv_heads, page_size, head_dim]`.
+    ///
+    /// # Safety
+    /// The views alias the pool's storage: they are valid while the pool lives, and
+    /// reading them races with concurrent launches.
+    pub unsafe fn kv(&self, layer: i32) -> Result<(sys::DLTensor, sys::DLTensor)> {
+        let mut k = std::mem::zeroed::<sys::DLTensor>();
+        let mut v = std::mem::zeroed::<sys::DLTensor>();
+        check(sys::bspa_pool_kv(self.raw.as_ptr(), layer, &mut k, &mut v))?;
+        Ok((k, v))
+    }
+
+    pub fn as_raw(&self) -> *mut sys::bspa_pool {
+        self.raw.as_ptr()
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        unsafe { sys::bspa_pool_destroy(self.raw.as_ptr()) }
+    }
+}
+
+/// What a sequence holds (see `struct bspa_seq_info`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SeqInfo {
+    pub num_tokens: i64,
+    pub num_computed: i64,
+    pub num_cached: i64,
+    pub num_pages: i64,
+}
+
+/// A request's tokens and pages, borrowed from its pool. Internally synchronised like
+/// the pool: `Send + Sync`. Dropping it releases the pages (published ones stay cached).
+#[derive(Debug)]
+pub struct Sequence<'p> {
+    raw: NonNull<sys::bspa_seq>,
+    pool: &'p Pool,
+}
+
+unsafe impl Send for Sequence<'_> {}
+unsafe impl Sync for Sequence<'_> {}
+
+impl<'p> Sequence<'p> {
+    /// Pins the longest cached page-aligned prefix of `tokens` (never the last token) and
+    /// returns its length; 0 on a miss. Only on an empty sequence.
+    pub fn match_prefix(&self, tokens: &[i32]) -> Result<usize> {
+        let mut cached = 0i64;
+        check(unsafe { sys::bspa_seq_match(self.raw.as_ptr(), tokens.as_ptr(), tokens.len() as i64, &mut cached) })?;
+        Ok(cached as usize)
+    }
+
+    /// Appends tokens and reserves their pages; all or nothing (`OutOfPages` changes nothing).
+    pub fn append(&self, tokens: &[i32]) -> Result<()> {
+        check(unsafe { sys::bspa_seq_append(self.raw.as_ptr(), tokens.as_ptr(), tokens.len() as i64) })
+    }
+
+    /// Tokens `[0, computed)` now hold valid KV; full pages are published.
+    pub fn commit(&self, computed: usize) -> Result<()> {
+        check(unsafe { sys::bspa_seq_commit(self.raw.as_ptr(), computed as i64) })
+    }
+
+    pub fn pages(&self) -> Result<Vec<i32>> {
+        loop {
+            let mut count = 0i64;
+            check(unsafe { sys::bspa_seq_pages(self.raw.as_ptr(), ptr::null_mut(), 0, &mut count) })?;
+            let mut pages = vec![0i32; count as usize];
+            let status =
+                unsafe { sys::bspa_seq_pages(self.raw.as_ptr(), pages.as_mut_ptr(), pages.len() as i64, &mut count) };
+            // Another thread may have appended in between: ask again.
+            if status == sys::BSPA_ERR_BUFFER_TOO_SMALL as i32 {
+                continue;
+            }
+            check(status)?;
+            pages.truncate(count as usize);
+            return Ok(pages);
+        }
+    }
+
+    pub fn info(&self) -> Result<SeqInfo> {
+        let mut i = unsafe { std::mem::zeroed::<sys::bspa_seq_info>() };
+        check(unsafe { sys::bspa_seq_info(self.raw.as_ptr(), &mut i) })?;
+        Ok(SeqInfo { num_tokens: i.num_tokens, num_computed: i.num_computed, num_cached: i.num_cached, num_pages: i.num_pages })
+    }
+
+    pub fn pool(&self) -> &'p Pool {
+        self.pool
+    }
+
+    pub fn as_raw(&self) -> *mut sys::bspa_seq {
+        self.raw.as_ptr()
+    }
+}
+
+impl Drop for Sequence<'_> {
+    fn drop(&mut self) {
+        unsafe { sys::bspa_seq_destroy(self.raw.as_ptr()) }
+    }
+}
+
+/// One engine step's plan. It borrows its pool and sequences, so neither can be dropped
+/// while it lives. Used by one thread (one stream) at a time: `Send`, not `Sync`.
+///
+/// ```compile_fail
+/// fn needs_sync<T: Sync>() {}
+/// needs_sync::<bspa::Batch<'static>>();
+/// ```
+///
+/// ```compile_fail
+/// # fn main() -> bspa::Result<()> {
+/// let pool = bspa::Pool::new(&bspa::PoolOptions { num_pages: 4, ..Default::default() })?;
+/// let seq = pool.sequence()?;
+/// seq.append(&[1, 2, 3])?;
+/// let batch = pool.batch(&[&seq], &[3])?;
+/// drop(seq); // the batch still uses it
+/// drop(batch);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Batch<'a> {
+    raw: NonNull<sys::bspa_batch>,
+    pool: &'a Pool,
+    num_tokens: usize,
+    _seqs: PhantomData<&'a Sequence<'a>>,
+    _not_sync: PhantomData<std::cell::Cell<()>>,
+}
+
+unsafe impl Send for Batch<'_> {}
+
+impl<'a> Batch<'a> {
+    /// Rows of q/k/v/out: the sum of the query lengths.
+    pub fn num_tokens(&self) -> usize {
+        self.num_tokens
+    }
+
+    pub fn pool(&self) -> &'a Pool {
+        self.pool
+    }
+
+    pub fn as_raw(&self) -> *mut sys::bspa_batch {
+        self.raw.as_ptr()
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        // The caller (of the unsafe launches) made sure no launch still runs on a device.
+        unsafe { sys::bspa_batch_destroy(self.raw.as_ptr()) }
+    }
+}

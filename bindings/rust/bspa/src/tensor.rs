@@ -1,0 +1,104 @@
+//! Host element types and DLTensor views over Rust slices.
+use std::os::raw::c_void;
+
+use crate::sys;
+
+/// Element type of a pool and of its attention tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+}
+
+impl DType {
+    pub(crate) fn raw(self) -> sys::bspa_dtype {
+        (match self {
+            DType::F32 => sys::BSPA_DTYPE_F32,
+            DType::F16 => sys::BSPA_DTYPE_F16,
+            DType::BF16 => sys::BSPA_DTYPE_BF16,
+        }) as sys::bspa_dtype
+    }
+
+    pub(crate) fn from_raw(raw: sys::bspa_dtype) -> DType {
+        match raw as u32 {
+            sys::BSPA_DTYPE_F16 => DType::F16,
+            sys::BSPA_DTYPE_BF16 => DType::BF16,
+            _ => DType::F32,
+        }
+    }
+}
+
+/// An IEEE half, as its bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(transparent)]
+pub struct F16Bits(pub u16);
+
+/// A bfloat16, as its bits (the upper half of an f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(transparent)]
+pub struct BF16Bits(pub u16);
+
+impl BF16Bits {
+    /// Round to nearest even.
+    pub fn from_f32(x: f32) -> BF16Bits {
+        let bits = x.to_bits();
+        if x.is_nan() {
+            return BF16Bits(((bits >> 16) as u16) | 0x40);
+        }
+        let rounding = 0x7fff + ((bits >> 16) & 1);
+        BF16Bits((bits.wrapping_add(rounding) >> 16) as u16)
+    }
+
+    pub fn to_f32(self) -> f32 {
+        f32::from_bits((self.0 as u32) << 16)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for super::F16Bits {}
+    impl Sealed for super::BF16Bits {}
+}
+
+/// Host element types the safe launches accept: `f32`, [`F16Bits`], [`BF16Bits`].
+pub trait Element: sealed::Sealed + Copy {
+    const DTYPE: DType;
+    #[doc(hidden)]
+    fn dl_dtype() -> sys::DLDataType;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    fn dl_dtype() -> sys::DLDataType {
+        sys::DLDataType { code: sys::kDLFloat as u8, bits: 32, lanes: 1 }
+    }
+}
+
+impl Element for F16Bits {
+    const DTYPE: DType = DType::F16;
+    fn dl_dtype() -> sys::DLDataType {
+        sys::DLDataType { code: sys::kDLFloat as u8, bits: 16, lanes: 1 }
+    }
+}
+
+impl Element for BF16Bits {
+    const DTYPE: DType = DType::BF16;
+    fn dl_dtype() -> sys::DLDataType {
+        sys::DLDataType { code: sys::kDLBfloat as u8, bits: 16, lanes: 1 }
+    }
+}
+
+/// A compact row-major host DLTensor. `shape` must outlive every use of the result.
+pub(crate) fn host_tensor(data: *mut c_void, dtype: sys::DLDataType, shape: &mut [i64]) -> sys::DLTensor {
+    sys::DLTensor {
+        data,
+        device: sys::DLDevice { device_type: sys::kDLCPU, device_id: 0 },
+        ndim: shape.len() as i32,
+        dtype,
+        shape: shape.as_mut_ptr(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    }
+}
