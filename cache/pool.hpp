@@ -121,6 +121,11 @@ class Pool {
   const int32_t *page_tokens(int32_t page) const {
     return tokens_.get() + static_cast<size_t>(page) * config_.page_size;
   }
+  void prefetch_page(int32_t page) const {
+    __builtin_prefetch(&pages_[static_cast<size_t>(page)]);
+    const char *t = reinterpret_cast<const char *>(page_tokens(page));
+    for (int32_t b = 0; b < config_.page_size * 4; b += 64) __builtin_prefetch(t + b);
+  }
   int64_t available_pages() const { return static_cast<int64_t>(free_.size()) + lru_size_; }
   int32_t take_page();             // precondition: available_pages() > 0
   void pin(int32_t page);          // ref++ (leaving the LRU list if cached)

@@ -35,6 +35,11 @@ class PrefixIndex {
     }
   }
 
+  // Hints for lookups to come: fetch the key's home slot; peek at the page stored there
+  // (-1 if empty), most likely the one find() will verify.
+  void prefetch(const Key &key) const { __builtin_prefetch(&slots_[home(tag(key))]); }
+  int32_t home_page(const Key &key) const { return slots_[home(tag(key))].page_plus_one - 1; }
+
   // For the invariant check: the page at a slot (-1 if empty), and whether the entry
   // there is reachable from its home slot (no empty slot in between).
   int32_t page_at(int64_t slot) const { return slots_[slot].page_plus_one - 1; }

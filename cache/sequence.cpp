@@ -27,20 +27,39 @@ int64_t Sequence::match(const int32_t *tokens, int64_t n) {
   // Room for the whole prompt, so the append that follows does not reallocate either.
   pages_.reserve(static_cast<size_t>(std::min<int64_t>((n + ps - 1) / ps, p.num_pages_)));
 
+  // Keys are computed a few pages ahead and their index slots and likely pages prefetched,
+  // so the verification of one page overlaps the memory traffic of the next ones. A miss
+  // wastes at most kAhead - 1 hashes.
+  constexpr int64_t kAhead = 8;
+  Key keys[kAhead];
   Key key = root_key_;
   int32_t parent = -1;
   uint32_t parent_gen = 0;
   int64_t hashed = 0;
-  for (int64_t i = 0; i < limit; ++i) {
-    const int32_t *page_tokens = tokens + i * ps;
-    const Key k = p.hasher_.page_key(key, page_tokens, extra_key_);
-    hashed += ps;
-    const int32_t c = p.find_published(k, page_tokens, extra_key_, parent, parent_gen, root_digest_);
-    if (c < 0) break;
-    pages_.push_back(c);
-    key = k;
-    parent = c;
-    parent_gen = p.pages_[static_cast<size_t>(c)].gen;
+  bool missed = false;
+  for (int64_t i = 0; i < limit && !missed; i += kAhead) {
+    const int64_t m = std::min(kAhead, limit - i);
+    for (int64_t j = 0; j < m; ++j) {
+      keys[j] = p.hasher_.page_key(j == 0 ? key : keys[j - 1], tokens + (i + j) * ps, extra_key_);
+      p.index_.prefetch(keys[j]);
+    }
+    hashed += m * ps;
+    for (int64_t j = 0; j < m; ++j) {
+      if (j + 1 < m) {
+        const int32_t next = p.index_.home_page(keys[j + 1]);
+        if (next >= 0) p.prefetch_page(next);
+      }
+      const int32_t *page_tokens = tokens + (i + j) * ps;
+      const int32_t c = p.find_published(keys[j], page_tokens, extra_key_, parent, parent_gen, root_digest_);
+      if (c < 0) {
+        missed = true;
+        break;
+      }
+      pages_.push_back(c);
+      key = keys[j];
+      parent = c;
+      parent_gen = p.pages_[static_cast<size_t>(c)].gen;
+    }
   }
   // Pinned before any new page is taken, so a later append cannot evict them.
   for (int32_t c : pages_) p.pin(c);
