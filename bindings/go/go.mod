@@ -1,0 +1,3 @@
+module bspa
+
+go 1.19

@@ -1,0 +1,403 @@
+package bspa
+
+/*
+#include <stdlib.h>
+#include <bspa/bspa.h>
+
+static bspa_stream go_stream(uintptr_t s) { return (bspa_stream)s; }
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// DeviceType is a DLPack device type.
+type DeviceType int32
+
+const (
+	CPU  DeviceType = C.kDLCPU
+	CUDA DeviceType = C.kDLCUDA
+)
+
+// Device is where a pool's storage or a tensor lives.
+type Device struct {
+	Type DeviceType
+	ID   int
+}
+
+// DType is the element type of a pool and its attention tensors.
+type DType int32
+
+const (
+	F32  DType = C.BSPA_DTYPE_F32
+	F16  DType = C.BSPA_DTYPE_F16
+	BF16 DType = C.BSPA_DTYPE_BF16
+)
+
+// PoolOptions configure NewPool; start from DefaultPoolOptions.
+type PoolOptions struct {
+	Device      Device
+	DType       DType
+	NumLayers   int
+	NumKVHeads  int
+	HeadDim     int
+	PageSize    int
+	NumPages    int64  // or 0 to derive it from MemoryBytes
+	MemoryBytes uint64 // KV storage budget when NumPages is 0
+	HashSeed    uint64
+}
+
+// DefaultPoolOptions are the library's defaults: CPU, bf16, one layer, one kv head,
+// head_dim 128, page 64, no pages (set NumPages or MemoryBytes).
+func DefaultPoolOptions() PoolOptions {
+	var o C.bspa_pool_options
+	C.bspa_pool_options_init(&o)
+	return PoolOptions{
+		Device:      Device{Type: DeviceType(o.device_type), ID: int(o.device_id)},
+		DType:       DType(o.dtype),
+		NumLayers:   int(o.num_layers),
+		NumKVHeads:  int(o.num_kv_heads),
+		HeadDim:     int(o.head_dim),
+		PageSize:    int(o.page_size),
+		NumPages:    int64(o.num_pages),
+		MemoryBytes: uint64(o.memory_bytes),
+		HashSeed:    uint64(o.hash_seed),
+	}
+}
+
+// PoolStats is a snapshot of a pool's counters.
+type PoolStats struct {
+	PagesTotal, PagesFree, PagesCached, PagesInUse, NumSequences int64
+	MatchCalls, Hits, Misses, MatchedTokens, QueriedTokens       uint64
+	HashedTokens, PublishedPages, Evictions                      uint64
+}
+
+// Pool is a paged KV pool with its prefix cache. Safe for concurrent use.
+type Pool struct {
+	// mu guards the lifetime of the pool and of every handle made from it: calls hold it
+	// for reading, Close calls for writing. The C pool synchronises the calls themselves.
+	mu      sync.RWMutex
+	p       *C.bspa_pool
+	opts    PoolOptions
+	batches map[*C.bspa_batch][]*C.bspa_seq // live batches and the sequences they use
+}
+
+// NewPool creates a pool. Close it when done (a finalizer does it otherwise).
+func NewPool(opts PoolOptions) (*Pool, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	var o C.bspa_pool_options
+	if err := call(func() C.bspa_status { return C.bspa_pool_options_init(&o) }); err != nil {
+		return nil, err
+	}
+	o.device_type = C.int32_t(opts.Device.Type)
+	o.device_id = C.int32_t(opts.Device.ID)
+	o.dtype = C.bspa_dtype(opts.DType)
+	o.num_layers = C.int32_t(opts.NumLayers)
+	o.num_kv_heads = C.int32_t(opts.NumKVHeads)
+	o.head_dim = C.int32_t(opts.HeadDim)
+	o.page_size = C.int32_t(opts.PageSize)
+	o.num_pages = C.int64_t(opts.NumPages)
+	o.memory_bytes = C.uint64_t(opts.MemoryBytes)
+	o.hash_seed = C.uint64_t(opts.HashSeed)
+	var p *C.bspa_pool
+	if err := call(func() C.bspa_status { return C.bspa_pool_create(&p, &o) }); err != nil {
+		return nil, err
+	}
+	pool := &Pool{p: p, opts: opts, batches: map[*C.bspa_batch][]*C.bspa_seq{}}
+	runtime.SetFinalizer(pool, (*Pool).Close)
+	return pool, nil
+}
+
+// Close destroys the pool, its batches and sequences (their handles become closed).
+// Idempotent.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.p == nil {
+		return nil
+	}
+	for b := range p.batches {
+		C.bspa_batch_destroy(b)
+	}
+	p.batches = nil
+	C.bspa_pool_destroy(p.p)
+	p.p = nil
+	runtime.SetFinalizer(p, nil)
+	return nil
+}
+
+// Options are the options the pool was made with.
+func (p *Pool) Options() PoolOptions { return p.opts }
+
+// use runs f with the pool held open; ErrClosed if it is closed.
+func (p *Pool) use(f func() error) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.p == nil {
+		return ErrClosed
+	}
+	return f()
+}
+
+// Stats returns a snapshot of the pool's counters.
+func (p *Pool) Stats() (PoolStats, error) {
+	var s C.struct_bspa_pool_stats
+	err := p.use(func() error { return call(func() C.bspa_status { return C.bspa_pool_stats(p.p, &s) }) })
+	return PoolStats{
+		PagesTotal: int64(s.pages_total), PagesFree: int64(s.pages_free), PagesCached: int64(s.pages_cached),
+		PagesInUse: int64(s.pages_in_use), NumSequences: int64(s.num_sequences), MatchCalls: uint64(s.match_calls),
+		Hits: uint64(s.hits), Misses: uint64(s.misses), MatchedTokens: uint64(s.matched_tokens),
+		QueriedTokens: uint64(s.queried_tokens), HashedTokens: uint64(s.hashed_tokens),
+		PublishedPages: uint64(s.published_pages), Evictions: uint64(s.evictions),
+	}, err
+}
+
+// Check verifies every invariant of the pool (for tests); ErrInternal if one is broken.
+func (p *Pool) Check() error {
+	return p.use(func() error { return call(func() C.bspa_status { return C.bspa_pool_check(p.p) }) })
+}
+
+// SequenceOptions configure NewSequenceWith.
+type SequenceOptions struct {
+	// Salt isolates tenants. It must come from the server (a tenant id), never from a
+	// request body: shared prefixes are observable through timing.
+	Salt     []byte
+	ExtraKey uint64 // mixed into every page key, e.g. a LoRA adapter id
+}
+
+// NewSequence creates an empty sequence without salt.
+func (p *Pool) NewSequence() (*Sequence, error) { return p.NewSequenceWith(SequenceOptions{}) }
+
+// NewSequenceWith creates an empty sequence.
+func (p *Pool) NewSequenceWith(opts SequenceOptions) (*Sequence, error) {
+	var s *C.bspa_seq
+	err := p.use(func() error {
+		var o C.bspa_seq_options
+		if err := call(func() C.bspa_status { return C.bspa_seq_options_init(&o) }); err != nil {
+			return err
+		}
+		o.extra_key = C.uint64_t(opts.ExtraKey)
+		if len(opts.Salt) > 0 {
+			// C memory: the options struct is itself passed by pointer, so it may not hold
+			// a Go pointer. The library copies the salt.
+			salt := C.CBytes(opts.Salt)
+			defer C.free(salt)
+			o.salt = salt
+			o.salt_len = C.size_t(len(opts.Salt))
+		}
+		return call(func() C.bspa_status { return C.bspa_seq_create(&s, p.p, &o) })
+	})
+	if err != nil {
+		return nil, err
+	}
+	seq := &Sequence{pool: p, s: s}
+	runtime.SetFinalizer(seq, (*Sequence).Close)
+	return seq, nil
+}
+
+// SeqInfo says what a sequence holds.
+type SeqInfo struct {
+	NumTokens, NumComputed, NumCached, NumPages int64
+}
+
+// Sequence is one request's tokens and pages. Safe for concurrent use.
+type Sequence struct {
+	pool *Pool // keeps the pool alive as long as the sequence
+	s    *C.bspa_seq
+}
+
+// use runs f with the sequence and its pool held open.
+func (s *Sequence) use(f func() error) error {
+	defer runtime.KeepAlive(s)
+	return s.pool.use(func() error {
+		if s.s == nil {
+			return ErrClosed
+		}
+		return f()
+	})
+}
+
+// Close releases the sequence's pages (published pages stay cached) and closes the
+// batches that use it. Idempotent; a no-op once the pool is closed.
+func (s *Sequence) Close() error {
+	p := s.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s.s == nil || p.p == nil {
+		s.s = nil
+		return nil
+	}
+	for b, seqs := range p.batches {
+		for _, member := range seqs {
+			if member == s.s {
+				C.bspa_batch_destroy(b)
+				delete(p.batches, b)
+				break
+			}
+		}
+	}
+	C.bspa_seq_destroy(s.s)
+	s.s = nil
+	runtime.SetFinalizer(s, nil)
+	return nil
+}
+
+func tokensPtr(tokens []int32) *C.int32_t {
+	if len(tokens) == 0 {
+		return nil
+	}
+	return (*C.int32_t)(unsafe.Pointer(&tokens[0]))
+}
+
+// Match pins the longest cached page-aligned prefix of tokens (never the last token)
+// and returns its length; 0 on a miss. Only on an empty sequence.
+func (s *Sequence) Match(tokens []int32) (int, error) {
+	var cached C.int64_t
+	err := s.use(func() error {
+		return call(func() C.bspa_status {
+			return C.bspa_seq_match(s.s, tokensPtr(tokens), C.int64_t(len(tokens)), &cached)
+		})
+	})
+	return int(cached), err
+}
+
+// Append adds tokens and reserves their pages; all or nothing (ErrOutOfPages changes nothing).
+func (s *Sequence) Append(tokens []int32) error {
+	return s.use(func() error {
+		return call(func() C.bspa_status { return C.bspa_seq_append(s.s, tokensPtr(tokens), C.int64_t(len(tokens))) })
+	})
+}
+
+// Commit declares tokens [0, computed) hold valid KV; full pages are published.
+func (s *Sequence) Commit(computed int) error {
+	return s.use(func() error {
+		return call(func() C.bspa_status { return C.bspa_seq_commit(s.s, C.int64_t(computed)) })
+	})
+}
+
+// Pages returns the sequence's page ids in token order.
+func (s *Sequence) Pages() ([]int32, error) {
+	var pages []int32
+	err := s.use(func() error {
+		for {
+			var n C.int64_t
+			if err := call(func() C.bspa_status { return C.bspa_seq_pages(s.s, nil, 0, &n) }); err != nil {
+				return err
+			}
+			pages = make([]int32, int(n)+1) // never empty, so &pages[0] exists
+			err := call(func() C.bspa_status {
+				return C.bspa_seq_pages(s.s, (*C.int32_t)(unsafe.Pointer(&pages[0])), C.int64_t(len(pages)), &n)
+			})
+			if err == nil {
+				pages = pages[:int(n)]
+				return nil
+			}
+			if e, ok := err.(*Error); !ok || e.Status != StatusBufferTooSmall {
+				return err
+			}
+			// Another goroutine appended in between: ask again.
+		}
+	})
+	return pages, err
+}
+
+// Info returns the sequence's token and page counts.
+func (s *Sequence) Info() (SeqInfo, error) {
+	var i C.struct_bspa_seq_info
+	err := s.use(func() error { return call(func() C.bspa_status { return C.bspa_seq_info(s.s, &i) }) })
+	return SeqInfo{int64(i.num_tokens), int64(i.num_computed), int64(i.num_cached), int64(i.num_pages)}, err
+}
+
+// Batch is one engine step's plan. Use it from one goroutine at a time.
+type Batch struct {
+	pool      *Pool
+	seqs      []*Sequence // keeps them alive as long as the batch
+	b         *C.bspa_batch
+	numTokens int
+}
+
+// NewBatch plans one step: seqs[i] computes queryLens[i] new tokens after its computed
+// ones. Token rows of q/k/v/out are the new tokens concatenated in order. stream is a
+// cudaStream_t for CUDA pools (0: the default stream); CPU pools ignore it.
+func (p *Pool) NewBatch(seqs []*Sequence, queryLens []int32, stream Stream) (*Batch, error) {
+	if len(seqs) != len(queryLens) || len(seqs) == 0 {
+		return nil, argError(StatusInvalidArgument,
+			fmt.Sprintf("%d sequences and %d query lengths: need as many, at least one", len(seqs), len(queryLens)))
+	}
+	for _, s := range seqs {
+		if s.pool != p {
+			return nil, argError(StatusInvalidArgument, "a sequence of another pool")
+		}
+	}
+	var b *C.bspa_batch
+	numTokens := 0
+	for _, q := range queryLens {
+		numTokens += int(q)
+	}
+	p.mu.Lock() // registers the batch: excludes Close of the pool and of sequences
+	defer p.mu.Unlock()
+	if p.p == nil {
+		return nil, ErrClosed
+	}
+	// C memory for the handle array: cgo forbids passing Go memory that holds pointers.
+	raw := unsafe.Slice((**C.bspa_seq)(C.malloc(C.size_t(len(seqs))*C.size_t(unsafe.Sizeof(uintptr(0))))), len(seqs))
+	defer C.free(unsafe.Pointer(&raw[0]))
+	for i, s := range seqs {
+		if s.s == nil {
+			return nil, ErrClosed
+		}
+		raw[i] = s.s
+	}
+	err := call(func() C.bspa_status {
+		return C.bspa_batch_create(&b, p.p, &raw[0], (*C.int32_t)(unsafe.Pointer(&queryLens[0])), C.int32_t(len(seqs)),
+			C.go_stream(C.uintptr_t(stream)))
+	})
+	if err != nil {
+		return nil, err
+	}
+	members := make([]*C.bspa_seq, len(seqs))
+	copy(members, raw)
+	p.batches[b] = members
+	batch := &Batch{pool: p, seqs: append([]*Sequence(nil), seqs...), b: b, numTokens: numTokens}
+	runtime.SetFinalizer(batch, (*Batch).Close)
+	return batch, nil
+}
+
+// NumTokens is the number of rows of q/k/v/out: the sum of the query lengths.
+func (b *Batch) NumTokens() int { return b.numTokens }
+
+// Close destroys the plan; no launch using it may still run on a device. Idempotent.
+func (b *Batch) Close() error {
+	p := b.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if b.b != nil && p.p != nil {
+		if _, live := p.batches[b.b]; live {
+			C.bspa_batch_destroy(b.b)
+			delete(p.batches, b.b)
+		}
+	}
+	b.b = nil
+	runtime.SetFinalizer(b, nil)
+	return nil
+}
+
+// use runs f with the batch, its pool and its sequences held open.
+func (b *Batch) use(f func() error) error {
+	defer runtime.KeepAlive(b)
+	return b.pool.use(func() error {
+		if b.b == nil {
+			return ErrClosed
+		}
+		if _, live := b.pool.batches[b.b]; !live { // closed with one of its sequences
+			return ErrClosed
+		}
+		return f()
+	})
+}
