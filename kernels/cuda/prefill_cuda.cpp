@@ -59,6 +59,8 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
             stride_ok(p.kv.v_token_stride),
         Errc::NotSupported, "the CUDA prefill needs strides that are multiples of 8 elements (16 bytes)");
   check(std::isfinite(p.scale), Errc::InvalidArgument, "scale = ", p.scale, " is not finite");
+  check(p.scale > 0.0f, Errc::NotSupported, "scale = ", p.scale,
+        ": the CUDA prefill supports positive scales (it folds the scale into exp2 after the row max)");
   if (p.num_seqs <= 0 || p.total_q <= 0 || p.num_q_heads <= 0) return;
   if (p.work && p.num_work <= 0) return;
 

@@ -227,13 +227,8 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
         }
       }
 
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][i][e] *= p.scale_log2;
-
+      // Logits stay unscaled: scale > 0 (checked on the host) commutes with max, and the
+      // exp2 below applies it in one FFMA.
       if (entry & (1 << 28)) {  // masked tile: token rule per element
         const int k0 = (entry & 0x0FFFFFFF) * kKeyTile;
         const unsigned bits = static_cast<unsigned>(entry) >> 29;
@@ -262,7 +257,7 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
           for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * rr], s[mt][nt][2 * rr + 1]));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(m[mt][rr], mx);
+          const float m_new = fmaxf(m[mt][rr], mx * p.scale_log2);  // m: scaled, log2 units
           const float m_use = m_new == -INFINITY ? 0.f : m_new;
           const float alpha = fast_exp2(m[mt][rr] - m_use);
           m[mt][rr] = m_new;
@@ -271,7 +266,7 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
           for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const float pv = fast_exp2(s[mt][nt][2 * rr + e] - m_use);
+              const float pv = fast_exp2(fmaf(s[mt][nt][2 * rr + e], p.scale_log2, -m_use));
               s[mt][nt][2 * rr + e] = pv;
               sum += pv;
             }

@@ -1,0 +1,472 @@
+// The GPU correctness sweep without Criterion (the GPU machine has none): every case runs
+// the same inputs through the CPU backend (the oracle) and the CUDA backend via the public
+// header and compares them (relative L2 <= 1e-2, no NaN in poisoned outputs, lse).
+//   bench_gpu_check            full sweep (paged args + pool/batch engine flow)
+//   bench_gpu_check --quick    the fixed cases only
+//   bench_gpu_check --tiny     a few small cases (for compute-sanitizer)
+//   bench_gpu_check --seed N   reproduce a run
+// Exit status: 0 all passed, 1 a case failed, 2 setup error, 0 with "SKIP" without a GPU.
+#include <bspa/bspa.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#ifndef BSPA_HAVE_CUDA
+int main() {
+  std::printf("SKIP: bspa was built without CUDA\n");
+  return 0;
+}
+#else
+#include <algorithm>
+#include <cmath>
+
+#include "gpu_common.hpp"
+
+using gpu::Rng;
+using gpu::Tensor;
+
+namespace {
+
+struct Case {
+  bspa_dtype dt = BSPA_DTYPE_BF16;
+  int D = 128, hq = 4, hkv = 1, ps = 64;
+  int layout = 1;  // 0 dense, 1 strided hetero, 2 strided homo, 3 strided TP offset, 4 CSR, 5 strided B=128
+  std::vector<std::pair<int, int>> seqs;  // (context, query)
+  bool lse = true;
+  bool token_major = false;  // K/V pages as [pages, page_size, Hkv, D] (strided view)
+  float scale = 0.0f;        // 0 = 1/sqrt(D)
+};
+
+const DLDevice kCpu{kDLCPU, 0};
+const DLDevice kGpu{kDLCUDA, 0};
+
+std::string describe(const Case &c) {
+  static const char *names[] = {"dense", "strided", "homo", "tp", "csr", "strided-b128"};
+  std::string s = std::string(c.dt == BSPA_DTYPE_BF16 ? "bf16" : "f16") + " D" + std::to_string(c.D) + " H" +
+                  std::to_string(c.hq) + "/" + std::to_string(c.hkv) + " ps" + std::to_string(c.ps) + " " +
+                  names[c.layout] + (c.token_major ? " tokmajor" : "") + (c.lse ? " lse" : "") + " seqs";
+  for (auto &sq : c.seqs) s += " " + std::to_string(sq.first) + "+" + std::to_string(sq.second);
+  return s;
+}
+
+bspa_layout *make_layout(const Case &c, int max_tokens, Rng &rng) {
+  bspa_layout *l = nullptr;
+  if (c.layout == 0) {
+    BSPA_OK_OR_DIE(bspa_layout_create_dense(&l, c.hq));
+  } else if (c.layout == 4) {
+    const int rows = max_tokens / 64 + 1;
+    std::vector<int32_t> crow, col;
+    for (int h = 0; h < c.hq; ++h) {
+      crow.push_back(static_cast<int32_t>(col.size()));  // [heads][rows + 1], offsets absolute
+      for (int qb = 0; qb < rows; ++qb) {
+        for (int kb = 0; kb <= qb; ++kb)
+          if (kb == qb || rng.uniform() < 0.35) col.push_back(kb);
+        crow.push_back(static_cast<int32_t>(col.size()));
+      }
+    }
+    BSPA_OK_OR_DIE(bspa_layout_create_csr(&l, c.hq, 64, rows, crow.data(), col.data()));
+  } else {
+    bspa_layout_strided_options o;
+    bspa_layout_strided_options_init(&o);
+    o.block_size = c.layout == 5 ? 128 : 64;
+    o.local_blocks = c.layout == 5 ? 3 : 4;  // small so the stripes show at test sizes
+    o.vert_stride = c.layout == 5 ? 3 : 4;
+    o.homo_head = c.layout == 2;
+    o.num_heads = c.hq;
+    o.num_heads_total = c.layout == 3 ? 2 * c.hq : c.hq;
+    o.head_begin = c.layout == 3 ? c.hq : 0;
+    BSPA_OK_OR_DIE(bspa_layout_create_strided(&l, &o));
+  }
+  return l;
+}
+
+struct Compare {
+  double rel = 0, max_abs = 0, lse_err = 0;
+  bool nan = false;
+};
+
+Compare compare(bspa_dtype dt, const std::vector<uint16_t> &ref, const std::vector<uint16_t> &got,
+                const std::vector<float> &lref, const std::vector<float> &lgot) {
+  Compare r;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double a = gpu::from_half(dt, ref[i]), b = gpu::from_half(dt, got[i]);
+    if (!std::isfinite(b)) r.nan = true;
+    num += (a - b) * (a - b);
+    den += a * a;
+    r.max_abs = std::max(r.max_abs, std::fabs(a - b));
+  }
+  r.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  for (size_t i = 0; i < lref.size(); ++i) {
+    if (!std::isfinite(lgot[i]) && lgot[i] != lref[i]) r.nan = true;
+    if (std::isfinite(lref[i])) r.lse_err = std::max(r.lse_err, std::fabs(double(lref[i]) - lgot[i]) / std::max(1.0, std::fabs(double(lref[i]))));
+  }
+  return r;
+}
+
+int failures = 0, passed = 0;
+
+void report(const std::string &what, const Compare &r) {
+  const bool ok = !r.nan && r.rel <= 1e-2 && r.lse_err <= 2e-3;
+  if (ok) ++passed; else ++failures;
+  std::printf("%s  rel_l2=%.2e max_abs=%.2e lse=%.1e%s  %s\n", ok ? "ok  " : "FAIL", r.rel, r.max_abs, r.lse_err,
+              r.nan ? " NaN" : "", what.c_str());
+  std::fflush(stdout);
+}
+
+// Caller-owned pages through bspa_prefill_paged on the CPU and on the GPU.
+void run_paged(const Case &c, uint64_t seed) {
+  Rng rng(seed);
+  const int ns = static_cast<int>(c.seqs.size());
+  std::vector<int32_t> qs(ns + 1, 0), cl(ns);
+  int max_pages = 1, total_pages = 3, max_tokens = 1, max_q = 0;
+  for (int i = 0; i < ns; ++i) {
+    cl[i] = c.seqs[i].first;
+    qs[i + 1] = qs[i] + c.seqs[i].second;
+    const int kv = c.seqs[i].first + c.seqs[i].second;
+    max_pages = std::max(max_pages, (kv + c.ps - 1) / c.ps);
+    total_pages += (kv + c.ps - 1) / c.ps;
+    max_tokens = std::max(max_tokens, kv);
+    max_q = std::max(max_q, c.seqs[i].second);
+  }
+  const int T = qs[ns];
+  std::vector<int32_t> perm(total_pages);
+  for (int i = 0; i < total_pages; ++i) perm[i] = i;
+  for (int i = total_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.range(0, i)]);
+  std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages, -1);
+  const uint16_t nan16 = 0xffff;
+  const size_t page_elems = static_cast<size_t>(c.hkv) * c.ps * c.D;
+  std::vector<uint16_t> k(page_elems * total_pages, nan16), v(page_elems * total_pages, nan16);
+  // element (page, head, slot, d)
+  auto at = [&](int page, int h, int slot, int d) -> size_t {
+    return c.token_major ? ((static_cast<size_t>(page) * c.ps + slot) * c.hkv + h) * c.D + d
+                         : ((static_cast<size_t>(page) * c.hkv + h) * c.ps + slot) * c.D + d;
+  };
+  int next = 0;
+  for (int i = 0; i < ns; ++i) {
+    const int kv = c.seqs[i].first + c.seqs[i].second;
+    for (int pg = 0; pg * c.ps < kv; ++pg) {
+      const int page = perm[next++];
+      bt[static_cast<size_t>(i) * max_pages + pg] = page;
+      for (int slot = 0; slot < c.ps && pg * c.ps + slot < kv; ++slot)
+        for (int h = 0; h < c.hkv; ++h)
+          for (int d = 0; d < c.D; ++d) {
+            k[at(page, h, slot, d)] = gpu::to_half(c.dt, rng.normal());
+            v[at(page, h, slot, d)] = gpu::to_half(c.dt, rng.normal());
+          }
+    }
+  }
+  std::vector<uint16_t> q(static_cast<size_t>(T) * c.hq * c.D);
+  for (auto &x : q) x = gpu::to_half(c.dt, rng.normal());
+  bspa_layout *layout = make_layout(c, max_tokens, rng);
+  const float scale = c.scale != 0 ? c.scale : 1.0f / std::sqrt(static_cast<float>(c.D));
+
+  const std::vector<int64_t> pshape = {total_pages, c.hkv, c.ps, c.D};
+  std::vector<int64_t> pstrides;
+  if (c.token_major) pstrides = {static_cast<int64_t>(c.ps) * c.hkv * c.D, c.D, static_cast<int64_t>(c.hkv) * c.D, 1};
+  const DLDataType hdt = gpu::dl_dtype(c.dt);
+
+  auto launch = [&](DLDevice dev, void *kp, void *vp, void *qp, void *op, void *lp, void *btp, void *qsp, void *clp) {
+    Tensor tk(kp, dev, hdt, pshape, pstrides), tv(vp, dev, hdt, pshape, pstrides);
+    Tensor tq(qp, dev, hdt, {T, c.hq, c.D}), to(op, dev, hdt, {T, c.hq, c.D});
+    Tensor tl(lp, dev, gpu::dl_f32(), {c.hq, T});
+    Tensor tbt(btp, dev, gpu::dl_i32(), {ns, max_pages}), tqs(qsp, dev, gpu::dl_i32(), {ns + 1}),
+        tcl(clp, dev, gpu::dl_i32(), {ns});
+    bspa_paged_args a;
+    bspa_paged_args_init(&a);
+    a.q = tq.dl();
+    a.out = to.dl();
+    a.lse = c.lse ? tl.dl() : nullptr;
+    a.k_pages = tk.dl();
+    a.v_pages = tv.dl();
+    a.block_table = tbt.dl();
+    a.query_starts = tqs.dl();
+    a.context_lens = tcl.dl();
+    a.max_query_len = max_q;
+    a.layout = layout;
+    a.scale = scale;
+    BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
+  };
+
+  std::vector<uint16_t> out_cpu(q.size(), nan16);
+  std::vector<float> lse_cpu(static_cast<size_t>(c.hq) * T, NAN);
+  launch(kCpu, k.data(), v.data(), q.data(), out_cpu.data(), lse_cpu.data(), bt.data(), qs.data(), cl.data());
+
+  uint16_t *dk = gpu::upload(k), *dv = gpu::upload(v), *dq = gpu::upload(q);
+  uint16_t *dout = static_cast<uint16_t *>(gpu::dmalloc(q.size() * 2));
+  float *dlse = static_cast<float *>(gpu::dmalloc(lse_cpu.size() * 4));
+  CUDA_OK(cudaMemset(dout, 0xff, q.size() * 2));
+  CUDA_OK(cudaMemset(dlse, 0xff, lse_cpu.size() * 4));
+  int32_t *dbt = gpu::upload(bt), *dqs = gpu::upload(qs), *dcl = gpu::upload(cl);
+  launch(kGpu, dk, dv, dq, dout, dlse, dbt, dqs, dcl);
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto out_gpu = gpu::download(dout, q.size());
+  auto lse_gpu = gpu::download(dlse, lse_cpu.size());
+  if (!c.lse) lse_cpu.clear(), lse_gpu.clear();
+  report("paged " + describe(c), compare(c.dt, out_cpu, out_gpu, lse_cpu, lse_gpu));
+  for (void *p : {(void *)dk, (void *)dv, (void *)dq, (void *)dout, (void *)dlse, (void *)dbt, (void *)dqs, (void *)dcl})
+    cudaFree(p);
+  bspa_layout_destroy(layout);
+}
+
+// The engine flow on a CPU pool and a CUDA pool side by side: fresh prompt, prefix hit
+// plus a fresh sequence in one batch, then a decode step. K/V of a token depend only on
+// (token, position), so cached pages equal what a recompute would write.
+void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, uint64_t seed) {
+  Rng rng(seed);
+  bspa_pool *pools[2];
+  for (int g = 0; g < 2; ++g) {
+    bspa_pool_options o;
+    bspa_pool_options_init(&o);
+    o.device_type = g ? kDLCUDA : kDLCPU;
+    o.dtype = dt;
+    o.num_layers = 2;
+    o.num_kv_heads = hkv;
+    o.head_dim = D;
+    o.page_size = ps;
+    o.num_pages = 512;
+    BSPA_OK_OR_DIE(bspa_pool_create(&pools[g], &o));
+  }
+  Case lc;
+  lc.hq = hq;
+  lc.layout = layout_kind;
+  bspa_layout *layout = make_layout(lc, 8192, rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  auto kv_value = [&](int token, int pos, int h, int d, int which) {
+    uint64_t x = (static_cast<uint64_t>(token) * 1000003u + pos) * 131u + h * 7919u + d * 3u + which;
+    Rng r(x);
+    return gpu::to_half(dt, r.normal());
+  };
+  std::vector<int32_t> p0(1500), p1(1500), p2(77);
+  for (auto &t : p0) t = rng.range(0, 50000);
+  for (int i = 0; i < 1500; ++i) p1[i] = i < 1300 ? p0[i] : rng.range(0, 50000);
+  for (auto &t : p2) t = rng.range(0, 50000);
+
+  std::vector<bspa_seq *> seqs[2];
+  // One step on both pools: (sequence index, tokens of the whole prompt so far, new count).
+  auto step = [&](const std::vector<int> &which, const std::vector<const std::vector<int32_t> *> &prompts,
+                  const std::vector<int> &starts, const std::string &what) {
+    const int n = static_cast<int>(which.size());
+    std::vector<int32_t> qlen(n);
+    int T = 0;
+    for (int i = 0; i < n; ++i) T += qlen[i] = static_cast<int>(prompts[i]->size()) - starts[i];
+    std::vector<uint16_t> kn(static_cast<size_t>(T) * hkv * D), vn(kn.size()), q(static_cast<size_t>(T) * hq * D);
+    size_t row = 0;
+    for (int i = 0; i < n; ++i)
+      for (int pos = starts[i]; pos < static_cast<int>(prompts[i]->size()); ++pos, ++row)
+        for (int h = 0; h < hkv; ++h)
+          for (int d = 0; d < D; ++d) {
+            kn[(row * hkv + h) * D + d] = kv_value((*prompts[i])[pos], pos, h, d, 0);
+            vn[(row * hkv + h) * D + d] = kv_value((*prompts[i])[pos], pos, h, d, 1);
+          }
+    for (auto &x : q) x = gpu::to_half(dt, rng.normal());
+    std::vector<uint16_t> outs[2];
+    std::vector<float> lses[2];
+    for (int g = 0; g < 2; ++g) {
+      std::vector<bspa_seq *> bs;
+      for (int i : which) bs.push_back(seqs[g][i]);
+      bspa_batch *batch = nullptr;
+      BSPA_OK_OR_DIE(bspa_batch_create(&batch, pools[g], bs.data(), qlen.data(), n, nullptr));
+      const DLDevice dev = g ? kGpu : kCpu;
+      void *dkn = kn.data(), *dvn = vn.data(), *dq = q.data(), *dout, *dlse;
+      outs[g].assign(q.size(), 0xffff);
+      lses[g].assign(static_cast<size_t>(hq) * T, NAN);
+      if (g) {
+        dkn = gpu::upload(kn), dvn = gpu::upload(vn), dq = gpu::upload(q);
+        dout = gpu::dmalloc(q.size() * 2), dlse = gpu::dmalloc(lses[g].size() * 4);
+        CUDA_OK(cudaMemset(dout, 0xff, q.size() * 2));
+        CUDA_OK(cudaMemset(dlse, 0xff, lses[g].size() * 4));
+      } else {
+        dout = outs[g].data(), dlse = lses[g].data();
+      }
+      const DLDataType hdt = gpu::dl_dtype(dt);
+      Tensor tk(dkn, dev, hdt, {T, hkv, D}), tv(dvn, dev, hdt, {T, hkv, D}), tq(dq, dev, hdt, {T, hq, D}),
+          to(dout, dev, hdt, {T, hq, D}), tl(dlse, dev, gpu::dl_f32(), {hq, T});
+      for (int layer = 0; layer < 2; ++layer) {
+        BSPA_OK_OR_DIE(bspa_kv_write(pools[g], batch, layer, tk.dl(), tv.dl(), nullptr));
+        if (layer == 1) BSPA_OK_OR_DIE(bspa_prefill(pools[g], batch, layer, layout, tq.dl(), to.dl(), scale, tl.dl(), nullptr));
+      }
+      if (g) {
+        CUDA_OK(cudaDeviceSynchronize());
+        outs[g] = gpu::download(static_cast<uint16_t *>(dout), q.size());
+        lses[g] = gpu::download(static_cast<float *>(dlse), lses[g].size());
+        for (void *p : {dkn, dvn, dq, dout, dlse}) cudaFree(p);
+      }
+      bspa_batch_destroy(batch);
+      for (int i = 0; i < n; ++i) BSPA_OK_OR_DIE(bspa_seq_commit(seqs[g][which[i]], static_cast<int64_t>(prompts[i]->size())));
+    }
+    report("pool  " + what, compare(dt, outs[0], outs[1], lses[0], lses[1]));
+  };
+
+  int64_t cached[2] = {0, 0};
+  // Step 1: a fresh prompt.
+  for (int g = 0; g < 2; ++g) {
+    seqs[g].resize(3);
+    for (auto &s : seqs[g]) BSPA_OK_OR_DIE(bspa_seq_create(&s, pools[g], nullptr));
+    BSPA_OK_OR_DIE(bspa_seq_match(seqs[g][0], p0.data(), 1500, &cached[g]));
+    BSPA_OK_OR_DIE(bspa_seq_append(seqs[g][0], p0.data() + cached[g], 1500 - cached[g]));
+  }
+  const std::string tag = std::string(dt == BSPA_DTYPE_BF16 ? "bf16" : "f16") + " D" + std::to_string(D) + " H" +
+                          std::to_string(hq) + "/" + std::to_string(hkv) + " ps" + std::to_string(ps) + " layout" +
+                          std::to_string(layout_kind);
+  step({0}, {&p0}, {static_cast<int>(cached[1])}, tag + " fresh 1500");
+  // Step 2: a prefix hit (1300 shared tokens) and a fresh 77-token prompt in one batch.
+  int64_t c1[2], c2[2];
+  for (int g = 0; g < 2; ++g) {
+    BSPA_OK_OR_DIE(bspa_seq_match(seqs[g][1], p1.data(), 1500, &c1[g]));
+    BSPA_OK_OR_DIE(bspa_seq_append(seqs[g][1], p1.data() + c1[g], 1500 - c1[g]));
+    BSPA_OK_OR_DIE(bspa_seq_match(seqs[g][2], p2.data(), 77, &c2[g]));
+    BSPA_OK_OR_DIE(bspa_seq_append(seqs[g][2], p2.data() + c2[g], 77 - c2[g]));
+  }
+  if (c1[0] != c1[1] || c1[1] == 0) {
+    ++failures;
+    std::printf("FAIL  pool %s: cached %lld (cpu) vs %lld (cuda)\n", tag.c_str(), (long long)c1[0], (long long)c1[1]);
+  }
+  step({1, 2}, {&p1, &p2}, {static_cast<int>(c1[1]), static_cast<int>(c2[1])},
+       tag + " hit " + std::to_string(c1[1]) + "+" + std::to_string(1500 - c1[1]) + " & fresh 77");
+  // Step 3: one decode row for each.
+  p1.push_back(rng.range(0, 50000));
+  p2.push_back(rng.range(0, 50000));
+  for (int g = 0; g < 2; ++g) {
+    BSPA_OK_OR_DIE(bspa_seq_append(seqs[g][1], &p1.back(), 1));
+    BSPA_OK_OR_DIE(bspa_seq_append(seqs[g][2], &p2.back(), 1));
+  }
+  step({1, 2}, {&p1, &p2}, {1500, 77}, tag + " decode 1501 & 78");
+  for (int g = 0; g < 2; ++g) {
+    for (auto *s : seqs[g]) bspa_seq_destroy(s);
+    if (bspa_pool_check(pools[g]) != BSPA_OK) {
+      ++failures;
+      std::printf("FAIL  pool check: %s\n", bspa_last_error());
+    }
+    bspa_pool_destroy(pools[g]);
+  }
+  bspa_layout_destroy(layout);
+}
+
+// Statuses that must come back for what the kernel lacks: never a wrong answer.
+void run_not_supported() {
+  bspa_pool_options o;
+  bspa_pool_options_init(&o);
+  o.device_type = kDLCUDA;
+  o.dtype = BSPA_DTYPE_BF16;
+  o.num_layers = 1;
+  o.num_kv_heads = 1;
+  o.head_dim = 96;
+  o.page_size = 64;
+  o.num_pages = 4;
+  bspa_pool *pool = nullptr;
+  BSPA_OK_OR_DIE(bspa_pool_create(&pool, &o));
+  bspa_seq *s = nullptr;
+  BSPA_OK_OR_DIE(bspa_seq_create(&s, pool, nullptr));
+  int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  int64_t cached = 0;
+  BSPA_OK_OR_DIE(bspa_seq_match(s, toks, 8, &cached));
+  BSPA_OK_OR_DIE(bspa_seq_append(s, toks, 8));
+  int32_t ql = 8;
+  bspa_batch *b = nullptr;
+  BSPA_OK_OR_DIE(bspa_batch_create(&b, pool, &s, &ql, 1, nullptr));
+  bspa_layout *l = nullptr;
+  BSPA_OK_OR_DIE(bspa_layout_create_dense(&l, 1));
+  void *dq = gpu::dmalloc(8 * 96 * 2), *dout = gpu::dmalloc(8 * 96 * 2);
+  Tensor tq(dq, kGpu, gpu::dl_dtype(BSPA_DTYPE_BF16), {8, 1, 96}), to(dout, kGpu, gpu::dl_dtype(BSPA_DTYPE_BF16), {8, 1, 96});
+  const bspa_status st = bspa_prefill(pool, b, 0, l, tq.dl(), to.dl(), 0.1f, nullptr, nullptr);
+  const bool ok = st == BSPA_ERR_NOT_SUPPORTED;
+  if (ok) ++passed; else ++failures;
+  std::printf("%s  head_dim 96 on CUDA -> %s: %s\n", ok ? "ok  " : "FAIL", bspa_status_string(st), bspa_last_error());
+  cudaFree(dq);
+  cudaFree(dout);
+  bspa_layout_destroy(l);
+  bspa_batch_destroy(b);
+  bspa_seq_destroy(s);
+  bspa_pool_destroy(pool);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  bool quick = false, tiny = false;
+  uint64_t seed = 12345;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--tiny")) quick = tiny = true;
+    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+  }
+  int32_t n = 0;
+  if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 0;
+  }
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  Rng rng(seed);
+  std::vector<Case> cases;
+  // Fixed cases: the identity at unaligned contexts, decode, mixed batches.
+  const int mods[] = {0, 1, 2, 16, 32, 36, 48, 63};
+  for (int i = 0; i < 8; ++i) {
+    Case c;
+    c.seqs = {{1024 + mods[i] - 64 * (i % 3), 64 - mods[i] + (i % 2 ? 70 : 0)}};
+    c.dt = i % 2 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16;
+    c.D = i % 4 < 2 ? 128 : 64;
+    c.ps = 16 << (i % 4);
+    c.hq = 8;
+    c.hkv = i % 3 == 0 ? 8 : i % 3 == 1 ? 2 : 1;
+    c.layout = i % 6;
+    c.token_major = i % 5 == 3;
+    cases.push_back(c);
+  }
+  {
+    Case c;  // mixed batch: full prefill, hits, decode rows, an empty query
+    c.hq = 8, c.hkv = 2, c.ps = 32;
+    c.seqs = {{0, 700}, {1000, 1}, {63, 200}, {1500, 0}, {2047, 1}, {500, 129}, {0, 1}};
+    cases.push_back(c);
+    c.layout = 4, c.dt = BSPA_DTYPE_F16, c.D = 64;
+    cases.push_back(c);
+    c.layout = 0, c.ps = 128;
+    cases.push_back(c);
+  }
+  {
+    Case c;  // Phi-3-small heads at a modest length
+    c.hq = 32, c.hkv = 8, c.ps = 64, c.scale = 1.0f / 128;
+    c.seqs = {{1100, 1000}};
+    cases.push_back(c);
+  }
+  if (!quick) {
+    for (int i = 0; i < 40; ++i) {  // random cases
+      Case c;
+      c.dt = rng.range(0, 1) ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16;
+      c.D = rng.range(0, 1) ? 128 : 64;
+      const int g = std::vector<int>{1, 4, 8}[rng.range(0, 2)];
+      c.hkv = rng.range(1, 2);
+      c.hq = c.hkv * g;
+      c.ps = 16 << rng.range(0, 3);
+      c.layout = rng.range(0, 5);
+      c.lse = rng.range(0, 3) != 0;
+      c.token_major = rng.range(0, 3) == 0;
+      const int ns = rng.range(1, 4);
+      for (int s = 0; s < ns; ++s) {
+        const int ctx = rng.range(0, 3) == 0 ? 0 : 64 * rng.range(0, 40) + mods[rng.range(0, 7)];
+        const int q = rng.range(0, 4) == 0 ? 1 : 64 * rng.range(0, 6) + 64 - mods[rng.range(0, 7)];
+        c.seqs.push_back({ctx, q});
+      }
+      cases.push_back(c);
+    }
+  }
+  if (tiny) {  // a handful of small cases for compute-sanitizer (slow under racecheck)
+    std::vector<Case> few = {cases[1], cases[4], cases[9]};
+    for (auto &c : few) c.hq = std::min(c.hq, 2 * c.hkv), c.hq = c.hq < c.hkv ? c.hkv : c.hq;
+    few[0].hq = few[0].hkv;
+    few[2].hq = 4, few[2].hkv = 2;
+    cases = few;
+  }
+  for (size_t i = 0; i < cases.size(); ++i) run_paged(cases[i], seed + i);
+  run_pool(BSPA_DTYPE_BF16, 128, 8, 2, 64, 1, seed + 1000);
+  if (!quick) {
+    run_pool(BSPA_DTYPE_F16, 64, 4, 4, 16, 0, seed + 1001);
+    run_pool(BSPA_DTYPE_BF16, 128, 4, 1, 128, 4, seed + 1002);
+  }
+  run_not_supported();
+  std::printf("gpu check: %d passed, %d failed\n", passed, failures);
+  return failures ? 1 : 0;
+}
+#endif

@@ -1,0 +1,286 @@
+// Prefill timing on a GPU through the public header (bspa_prefill_paged over caller-owned
+// pages), Phi-3-small shapes: Hq 32, Hkv 8, head dim 128, bf16, page 64, B 64, Lb 16, V 8,
+// heterogeneous heads, scale 1/128. CUDA events around each launch, warm-up, median of
+// many; K/V pages and q/out rows rotate over disjoint regions so L2 (60 MB) cannot hold
+// one launch's inputs for the next. Useful FLOPs = 4 * D * visible (q, k) pairs * heads.
+//   bench_prefill [--json FILE] [--commit SHA] [--quick] [--no-sweep] [--only CASE]
+// Prints a table (DESIGN.md §9 cases, dense and sparse) and the prefix hit-rate sweep
+// (attention time of the whole 16 sparse + 16 dense layer stack per step).
+#include <bspa/bspa.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#ifndef BSPA_HAVE_CUDA
+int main() {
+  std::printf("SKIP: bspa was built without CUDA\n");
+  return 0;
+}
+#else
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+
+#include "gpu_common.hpp"
+
+using gpu::Tensor;
+
+namespace {
+
+constexpr int kHq = 32, kHkv = 8, kD = 128, kPs = 64, kB = 64, kLb = 16, kV = 8;
+constexpr int64_t kMaxTokens = 131072 + 8192;  // pages and q rows allocated once
+
+struct Seq {
+  int ctx, q;
+};
+
+// Visible (query, key) pairs summed over heads; the strided rule mirrors DESIGN.md §2.
+double visible_pairs(const std::vector<Seq> &seqs, bool sparse) {
+  double total = 0;
+  const int s_step = std::max(1, kV / kHq);
+  for (const Seq &s : seqs) {
+    const int64_t first = s.ctx, last = static_cast<int64_t>(s.ctx) + s.q - 1;
+    if (s.q == 0) continue;
+    for (int h = 0; h < kHq; ++h)
+      for (int64_t qb = first / kB; qb <= last / kB; ++qb) {
+        const int64_t r0 = std::max(first, qb * kB), r1 = std::min(last, qb * kB + kB - 1);
+        const double rows = static_cast<double>(r1 - r0 + 1);
+        int64_t full_blocks = qb;  // kb < qb
+        if (sparse) {
+          full_blocks = 0;
+          for (int64_t kb = 0; kb < qb; ++kb)
+            if (qb - kb < kLb || (kb + h * s_step + 1) % kV == 0) ++full_blocks;
+        }
+        total += rows * kB * full_blocks;
+        total += (r0 - qb * kB + 1 + r1 - qb * kB + 1) * rows / 2;  // the diagonal block
+      }
+  }
+  return total;
+}
+
+struct Bench {
+  uint16_t *k = nullptr, *v = nullptr, *q = nullptr, *out = nullptr;
+  int64_t num_pages = kMaxTokens / kPs;
+  bspa_layout *sparse = nullptr, *dense = nullptr;
+  cudaEvent_t e0, e1;
+  bool quick = false;
+
+  void init() {
+    const size_t page_elems = static_cast<size_t>(num_pages) * kHkv * kPs * kD;
+    const size_t q_elems = static_cast<size_t>(kMaxTokens) * kHq * kD;
+    k = static_cast<uint16_t *>(gpu::dmalloc(page_elems * 2));
+    v = static_cast<uint16_t *>(gpu::dmalloc(page_elems * 2));
+    q = static_cast<uint16_t *>(gpu::dmalloc(q_elems * 2));
+    out = static_cast<uint16_t *>(gpu::dmalloc(q_elems * 2));
+    // Random N(0,1) bf16 (never zeros): one 32 MB random chunk tiled over every buffer.
+    const size_t chunk = 16u << 20;
+    std::vector<uint16_t> h(chunk);
+    gpu::Rng rng(7);
+    for (auto &x : h) x = gpu::f32_to_bf16(rng.normal());
+    uint16_t *dchunk = gpu::upload(h);
+    for (auto [p, n] : {std::pair{k, page_elems}, {v, page_elems}, {q, q_elems}, {out, q_elems}})
+      for (size_t off = 0; off < n; off += chunk)
+        CUDA_OK(cudaMemcpy(p + off, dchunk, std::min(chunk, n - off) * 2, cudaMemcpyDeviceToDevice));
+    cudaFree(dchunk);
+    bspa_layout_strided_options o;
+    bspa_layout_strided_options_init(&o);  // Phi-3-small defaults
+    o.block_size = kB, o.local_blocks = kLb, o.vert_stride = kV, o.homo_head = 0, o.num_heads_total = kHq;
+    o.head_begin = 0, o.num_heads = kHq;
+    BSPA_OK_OR_DIE(bspa_layout_create_strided(&sparse, &o));
+    BSPA_OK_OR_DIE(bspa_layout_create_dense(&dense, kHq));
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+  }
+
+  // Median milliseconds of one launch over the batch `seqs`.
+  double time(const std::vector<Seq> &seqs, bool use_sparse) {
+    const int ns = static_cast<int>(seqs.size());
+    int64_t pages_needed = 0, T = 0;
+    int max_pages = 1, max_q = 0;
+    for (const Seq &s : seqs) {
+      const int p = (s.ctx + s.q + kPs - 1) / kPs;
+      pages_needed += p, T += s.q, max_pages = std::max(max_pages, p), max_q = std::max(max_q, s.q);
+    }
+    // Rotations: disjoint page ranges and q/out row ranges.
+    const int R = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({8, num_pages / pages_needed, kMaxTokens / std::max<int64_t>(T, 1)})));
+    std::vector<int32_t *> bts(R);
+    std::vector<int32_t> qs(ns + 1, 0), cl(ns);
+    for (int i = 0; i < ns; ++i) qs[i + 1] = qs[i] + seqs[i].q, cl[i] = seqs[i].ctx;
+    int32_t *dqs = gpu::upload(qs), *dcl = gpu::upload(cl);
+    for (int r = 0; r < R; ++r) {
+      std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages, 0);
+      int64_t next = r * pages_needed;
+      for (int i = 0; i < ns; ++i)
+        for (int p = 0; p * kPs < seqs[i].ctx + seqs[i].q; ++p) bt[static_cast<size_t>(i) * max_pages + p] = static_cast<int32_t>(next++);
+      bts[r] = gpu::upload(bt);
+    }
+    const DLDevice dev{kDLCUDA, 0};
+    const DLDataType bf = gpu::dl_dtype(BSPA_DTYPE_BF16);
+    Tensor tk(k, dev, bf, {num_pages, kHkv, kPs, kD}), tv(v, dev, bf, {num_pages, kHkv, kPs, kD});
+    Tensor tqs(dqs, dev, gpu::dl_i32(), {ns + 1}), tcl(dcl, dev, gpu::dl_i32(), {ns});
+    auto launch = [&](int r) {
+      Tensor tq(q + static_cast<size_t>(r) * T * kHq * kD, dev, bf, {T, kHq, kD});
+      Tensor to(out + static_cast<size_t>(r) * T * kHq * kD, dev, bf, {T, kHq, kD});
+      Tensor tbt(bts[r], dev, gpu::dl_i32(), {ns, max_pages});
+      bspa_paged_args a;
+      bspa_paged_args_init(&a);
+      a.q = tq.dl(), a.out = to.dl(), a.lse = nullptr, a.k_pages = tk.dl(), a.v_pages = tv.dl();
+      a.block_table = tbt.dl(), a.query_starts = tqs.dl(), a.context_lens = tcl.dl();
+      a.max_query_len = max_q, a.layout = use_sparse ? sparse : dense, a.scale = 1.0f / 128;
+      BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
+    };
+    for (int i = 0; i < 2; ++i) launch(i % R);
+    CUDA_OK(cudaEventRecord(e0));
+    launch(0);
+    CUDA_OK(cudaEventRecord(e1));
+    CUDA_OK(cudaEventSynchronize(e1));
+    float est = 0;
+    CUDA_OK(cudaEventElapsedTime(&est, e0, e1));
+    const int iters = static_cast<int>(std::clamp((quick ? 300.0 : 1500.0) / std::max(est, 0.001f), 5.0, 50.0));
+    std::vector<float> ms(iters);
+    for (int i = 0; i < iters; ++i) {
+      CUDA_OK(cudaEventRecord(e0));
+      launch(i % R);
+      CUDA_OK(cudaEventRecord(e1));
+      CUDA_OK(cudaEventSynchronize(e1));
+      CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    CUDA_OK(cudaGetLastError());
+    for (auto *p : bts) cudaFree(p);
+    cudaFree(dqs);
+    cudaFree(dcl);
+    std::sort(ms.begin(), ms.end());
+    return ms[iters / 2];
+  }
+};
+
+std::string fmt_tokens(int64_t n) {
+  if (n % 1024 == 0) return std::to_string(n / 1024) + "k";
+  return std::to_string(n);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  std::string json_path, commit = "unknown", only;  // --only NAME: one case, sparse, no sweep (for ncu)
+  bool quick = false, sweep = true;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--no-sweep")) sweep = false;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+  }
+  int32_t n = 0;
+  if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  Bench b;
+  b.quick = quick;
+  b.init();
+
+  struct Row {
+    std::string name, layout;
+    int64_t S, C, T;
+    double ms, tflops;
+  };
+  std::vector<Row> rows;
+  auto run = [&](const std::string &name, const std::vector<Seq> &seqs, bool sparse) {
+    const double ms = b.time(seqs, sparse);
+    const double flops = 4.0 * kD * visible_pairs(seqs, sparse);
+    int64_t S = 0, C = 0, T = 0;
+    for (auto &s : seqs) S += s.ctx + s.q, C += s.ctx, T += s.q;
+    rows.push_back({name, sparse ? "sparse" : "dense", S, C, T, ms, flops / ms / 1e9});
+    std::printf("%-26s %-6s S=%-7lld C=%-7lld %9.3f ms %7.1f TFLOP/s\n", name.c_str(), sparse ? "sparse" : "dense",
+                (long long)S, (long long)C, ms, flops / ms / 1e9);
+    std::fflush(stdout);
+    return ms;
+  };
+  struct Named {
+    std::string name;
+    std::vector<Seq> seqs;
+  };
+  std::vector<Named> cases = {
+      {"8k C=0", {{0, 8192}}},
+      {"32k C=0", {{0, 32768}}},
+      {"32k C=16k", {{16384, 16384}}},
+      {"32k C=24k", {{24576, 8192}}},
+      {"32k C=30k", {{30720, 2048}}},
+      {"32768 C=30000 (unaligned)", {{30000, 2768}}},
+      {"128k C=0", {{0, 131072}}},
+      {"128k C=96k", {{98304, 32768}}},
+      {"mixed batch of 8", {{0, 4096}, {8192, 2048}, {30000, 2768}, {1000, 3000}, {16384, 1}, {4095, 4097}, {12000, 500}, {0, 8192}}},
+  };
+  if (!only.empty()) {
+    for (auto &c : cases)
+      if (c.name == only) run(c.name, c.seqs, true);
+    return 0;
+  }
+  for (bool sparse : {true, false})
+    for (auto &c : cases) run(c.name, c.seqs, sparse);
+
+  struct SweepRow {
+    int64_t S;
+    int hit;
+    bool aligned;
+    int64_t C;
+    double sparse_ms, dense_ms, stack_ms;
+  };
+  std::vector<SweepRow> sw;
+  if (sweep) {
+    std::printf("\nhit-rate sweep: one step's attention over the 16 sparse + 16 dense layers\n");
+    for (int64_t S : {8192, 32768})
+      for (bool aligned : {true, false})
+        for (int hit : {0, 25, 50, 75, 90, 97}) {
+          int64_t C = S * hit / 100 / kPs * kPs;  // a prefix-cache hit is page-aligned
+          if (!aligned && hit > 0) C += 37;       // chunked prefill / partial reuse
+          const std::vector<Seq> seqs = {{static_cast<int>(C), static_cast<int>(S - C)}};
+          const double ms_s = b.time(seqs, true), ms_d = b.time(seqs, false);
+          sw.push_back({S, hit, aligned, C, ms_s, ms_d, 16 * (ms_s + ms_d)});
+          std::printf("S=%-6lld hit=%2d%% %-9s C=%-6lld sparse %8.3f ms dense %8.3f ms stack %9.3f ms\n", (long long)S,
+                      hit, aligned ? "aligned" : "unaligned", (long long)C, ms_s, ms_d, 16 * (ms_s + ms_d));
+          std::fflush(stdout);
+        }
+  }
+
+  char date[64];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  if (!json_path.empty()) {
+    FILE *f = std::fopen(json_path.c_str(), "w");
+    if (!f) {
+      std::perror(json_path.c_str());
+      return 2;
+    }
+    std::fprintf(f, "{\n  \"gpu\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n  \"backend\": \"bspa sm80\",\n",
+                 prop.name, commit.c_str(), date);
+    std::fprintf(f, "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
+                    "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"scale\": 0.0078125},\n",
+                 kHq, kHkv, kD, kPs, kB, kLb, kV);
+    std::fprintf(f, "  \"cases\": [\n");
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::fprintf(f, "    {\"name\": \"%s\", \"layout\": \"%s\", \"S\": %lld, \"C\": %lld, \"T\": %lld, \"ms\": %.4f, \"useful_tflops\": %.1f}%s\n",
+                   rows[i].name.c_str(), rows[i].layout.c_str(), (long long)rows[i].S, (long long)rows[i].C,
+                   (long long)rows[i].T, rows[i].ms, rows[i].tflops, i + 1 < rows.size() ? "," : "");
+    std::fprintf(f, "  ],\n  \"sweep\": [\n");
+    for (size_t i = 0; i < sw.size(); ++i)
+      std::fprintf(f, "    {\"S\": %lld, \"hit\": %d, \"aligned\": %s, \"C\": %lld, \"sparse_ms\": %.4f, \"dense_ms\": %.4f, \"stack_ms\": %.3f}%s\n",
+                   (long long)sw[i].S, sw[i].hit, sw[i].aligned ? "true" : "false", (long long)sw[i].C, sw[i].sparse_ms,
+                   sw[i].dense_ms, sw[i].stack_ms, i + 1 < sw.size() ? "," : "");
+    std::fprintf(f, "  ]\n}\n");
+    std::fclose(f);
+  }
+  std::printf("\n%s, commit %s, %s\n", prop.name, commit.c_str(), date);
+  std::printf("%-26s %9s %9s %9s %9s\n", "case", "sparse ms", "TFLOP/s", "dense ms", "TFLOP/s");
+  const size_t half = rows.size() / 2;
+  for (size_t i = 0; i < half; ++i)
+    std::printf("%-26s %9.3f %9.1f %9.3f %9.1f\n", rows[i].name.c_str(), rows[i].ms, rows[i].tflops, rows[half + i].ms,
+                rows[half + i].tflops);
+  return 0;
+}
+#endif

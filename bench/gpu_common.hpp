@@ -1,0 +1,168 @@
+// Helpers shared by the GPU check and benchmark programs (public header + CUDA runtime
+// only): CUDA error checks, bf16/f16 conversion, random fill, DLTensor construction.
+#pragma once
+
+#include <bspa/bspa.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CUDA_OK(call)                                                                          \
+  do {                                                                                         \
+    cudaError_t e_ = (call);                                                                   \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+#define BSPA_OK_OR_DIE(call)                                                                         \
+  do {                                                                                               \
+    bspa_status s_ = (call);                                                                         \
+    if (s_ != BSPA_OK) {                                                                             \
+      std::fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, bspa_status_string(s_), \
+                   bspa_last_error());                                                               \
+      std::exit(2);                                                                                  \
+    }                                                                                                \
+  } while (0)
+
+namespace gpu {
+
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (next() >> 11) * (1.0 / 9007199254740992.0); }
+  int range(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
+  float normal() {  // Box-Muller
+    double u1 = uniform(), u2 = uniform();
+    if (u1 < 1e-300) u1 = 1e-300;
+    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  }
+};
+
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float bf16_to_f32(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f32_to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (ax < 0x38800000u) {  // subnormal
+    float a;
+    std::memcpy(&a, &ax, 4);
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));
+  }
+  uint32_t r = ax + 0xfffu + ((ax >> 13) & 1u);
+  return static_cast<uint16_t>(sign | ((r - 0x38000000u) >> 13));
+}
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  uint32_t u;
+  if (e == 0) {
+    float f = std::ldexp(static_cast<float>(m), -24);
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+  } else if (e == 31) {
+    u = sign | 0x7f800000u | (m << 13);
+  } else {
+    u = sign | ((e + 112) << 23) | (m << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t to_half(bspa_dtype dt, float f) { return dt == BSPA_DTYPE_BF16 ? f32_to_bf16(f) : f32_to_f16(f); }
+inline float from_half(bspa_dtype dt, uint16_t h) { return dt == BSPA_DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h); }
+
+inline DLDataType dl_dtype(bspa_dtype dt) {
+  DLDataType d;
+  d.code = dt == BSPA_DTYPE_BF16 ? kDLBfloat : kDLFloat;
+  d.bits = dt == BSPA_DTYPE_F32 ? 32 : 16;
+  d.lanes = 1;
+  return d;
+}
+inline DLDataType dl_i32() { return DLDataType{kDLInt, 32, 1}; }
+inline DLDataType dl_f32() { return DLDataType{kDLFloat, 32, 1}; }
+
+// A DLTensor that owns its shape and stride arrays.
+struct Tensor {
+  DLTensor t{};
+  int64_t shape[4]{}, strides[4]{};
+  Tensor() = default;
+  Tensor(void *data, DLDevice dev, DLDataType dt, std::vector<int64_t> shp, std::vector<int64_t> str = {}) {
+    t.data = data;
+    t.device = dev;
+    t.dtype = dt;
+    t.ndim = static_cast<int32_t>(shp.size());
+    for (size_t i = 0; i < shp.size(); ++i) shape[i] = shp[i];
+    if (str.empty()) {
+      int64_t s = 1;
+      for (int i = t.ndim - 1; i >= 0; --i) strides[i] = s, s *= shape[i];
+    } else {
+      for (size_t i = 0; i < str.size(); ++i) strides[i] = str[i];
+    }
+    t.shape = shape;
+    t.strides = strides;
+    t.byte_offset = 0;
+  }
+  Tensor(const Tensor &o) : t(o.t) {
+    std::memcpy(shape, o.shape, sizeof shape);
+    std::memcpy(strides, o.strides, sizeof strides);
+    t.shape = shape;
+    t.strides = strides;
+  }
+  Tensor &operator=(const Tensor &o) {
+    t = o.t;
+    std::memcpy(shape, o.shape, sizeof shape);
+    std::memcpy(strides, o.strides, sizeof strides);
+    t.shape = shape;
+    t.strides = strides;
+    return *this;
+  }
+  DLTensor *dl() { return &t; }
+};
+
+inline void *dmalloc(size_t bytes) {
+  void *p = nullptr;
+  CUDA_OK(cudaMalloc(&p, bytes ? bytes : 16));
+  return p;
+}
+template <class T>
+T *upload(const std::vector<T> &v) {
+  T *p = static_cast<T *>(dmalloc(v.size() * sizeof(T)));
+  if (!v.empty()) CUDA_OK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+template <class T>
+std::vector<T> download(const T *p, size_t n) {
+  std::vector<T> v(n);
+  if (n) CUDA_OK(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+}  // namespace gpu

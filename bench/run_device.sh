@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: checks, sanitizers, timings and baselines in one go.
+#   bash bench/run_device.sh [BUILD_DIR] [stages...]
+# BUILD_DIR (default build-cuda) holds binaries built on the development machine
+# (static cudart; carry it); without it, the script configures and builds there (needs
+# the DLPack and xxHash headers: put them under .device/include and carry .device).
+# Stages (default all but ncu): check sanitize ncu bench sweep torch. Logs and JSON go to $OUT
+# (or bench/results/local), and a short table is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build-cuda}; shift || true
+STAGES=${*:-check sanitize bench sweep torch}
+OUT=${OUT:-bench/results/local}
+mkdir -p "$OUT"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+if [ ! -x "$BUILD/bench/bench_prefill" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DBSPA_CUDA=ON -DBSPA_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH="$PWD/.device" \
+    -DCMAKE_INCLUDE_PATH="$PWD/.device/include" >"$OUT/build.log" 2>&1 && ninja -C "$BUILD" >>"$OUT/build.log" 2>&1 \
+    || { tail -30 "$OUT/build.log"; exit 2; }
+fi
+export LD_LIBRARY_PATH="$PWD/$BUILD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+summary=()
+if has check; then
+  "$BUILD/bench/bench_gpu_check" >"$OUT/check.log" 2>&1; rc=$?
+  grep -E "FAIL" "$OUT/check.log" | head -20
+  summary+=("check: rc=$rc, $(tail -1 "$OUT/check.log")")
+fi
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 3 "$BUILD/bench/bench_gpu_check" --tiny >"$OUT/$tool.log" 2>&1; rc=$?
+    summary+=("$tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)")
+  done
+fi
+if has ncu; then  # stall reasons of one sparse 32k launch (after the warm-up launches)
+  ncu --clock-control none --kernel-name regex:prefill_sm80 --launch-skip 3 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section Occupancy --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis "$BUILD/bench/bench_prefill" --only "32k C=0" >"$OUT/ncu.log" 2>&1; rc=$?
+  summary+=("ncu: rc=$rc")
+fi
+if has bench; then
+  args=(--json "$OUT/bench_prefill.json" --commit "$COMMIT")
+  has sweep || args+=(--no-sweep)
+  "$BUILD/bench/bench_prefill" "${args[@]}" >"$OUT/bench.log" 2>&1; rc=$?
+  summary+=("bench: rc=$rc")
+fi
+if has torch; then
+  PYTHONUNBUFFERED=1 timeout 330 python3 bench/compare_torch.py --json "$OUT/compare_torch.json" --budget 240 \
+    >"$OUT/torch.log" 2>&1; rc=$?
+  summary+=("torch: rc=$rc")
+fi
+echo "=================================================================="
+has torch && tail -12 "$OUT/torch.log"
+has bench && { grep -A40 "^hit-rate" "$OUT/bench.log" | head -30; tail -12 "$OUT/bench.log"; }
+printf '%s\n' "${summary[@]}"
