@@ -272,9 +272,11 @@ BSPA_API bspa_status bspa_seq_append(bspa_seq *seq, const int32_t *tokens, int64
 BSPA_API bspa_status bspa_seq_commit(bspa_seq *seq, int64_t computed);
 
 /* Copies the sequence's page ids, in token order, into pages[0..capacity) and sets
- * *num_pages to the count. Call with pages NULL and capacity 0 to learn the count.
- * Errors: BSPA_ERR_NULL_POINTER (seq, num_pages), BSPA_ERR_BUFFER_TOO_SMALL (capacity
- * below the count; *num_pages holds the count needed, pages is untouched). */
+ * *num_pages to the count. Call with pages NULL and capacity 0 to learn the count (that
+ * call returns BSPA_OK).
+ * Errors: BSPA_ERR_NULL_POINTER (seq, num_pages, or pages with capacity > 0),
+ * BSPA_ERR_INVALID_ARGUMENT (capacity < 0), BSPA_ERR_BUFFER_TOO_SMALL (pages given and
+ * capacity below the count; *num_pages holds the count needed, pages is untouched). */
 BSPA_API bspa_status bspa_seq_pages(const bspa_seq *seq, int32_t *pages, int64_t capacity, int64_t *num_pages);
 
 /* A struct without typedef, like struct bspa_pool_stats. */
