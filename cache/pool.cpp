@@ -33,8 +33,8 @@ PoolConfig validated(PoolConfig c) {
   } else {
     check(cuda_compiled_in(), Errc::NotSupported, "device_type = kDLCUDA but this build of bspa has no CUDA backend");
     const int32_t n = cuda_device_count();
-    check(c.device_id >= 0 && c.device_id < n, Errc::NoDevice, "device_id = ", c.device_id,
-          " but this machine has ", n, " CUDA device(s)");
+    check(c.device_id >= 0 && c.device_id < n, Errc::NoDevice, "device_type = kDLCUDA with device_id = ", c.device_id,
+          ", but this machine has ", n, " CUDA device(s)");
   }
   if (c.num_pages == 0) {
     check(c.num_layers > 0, Errc::InvalidArgument,
