@@ -1,0 +1,907 @@
+// libFuzzer harness of the public C ABI: the input bytes drive a sequence of pool,
+// sequence, layout, batch and CPU prefill calls with small shapes, valid and invalid.
+//
+// After every call it checks what a runtime relies on:
+//  - bspa_pool_check() passes on every live pool;
+//  - a failed call set a fresh, non-empty bspa_last_error() naming its function, and
+//    changed no pool statistics and no sequence's info;
+//  - a prefix hit hands out only pages whose committed tokens (and salt, extra key)
+//    equal the prompt's (a shadow map of what each page was committed for);
+//  - bspa_prefill_paged over finite inputs writes finite values to every output row.
+// Any violation aborts, which libFuzzer reports as a crash.
+//
+// Built with -fsanitize=fuzzer by scripts/fuzz.sh; tests/fuzz/replay_main.cpp replays the
+// corpus without libFuzzer (CTest test fuzz_corpus_replay).
+#include <bspa/bspa.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <vector>
+
+namespace {
+
+[[noreturn]] void die(const char *what, const char *detail = "") {
+  std::fprintf(stderr, "fuzz_capi: %s %s\n", what, detail);
+  std::abort();
+}
+
+class Bytes {
+ public:
+  Bytes(const uint8_t *d, size_t n) : d_(d), n_(n) {}
+  bool empty() const { return i_ >= n_; }
+  uint8_t u8() { return i_ < n_ ? d_[i_++] : 0; }
+  uint16_t u16() { return static_cast<uint16_t>(u8() | (u8() << 8)); }
+  int32_t pick(int32_t n) { return n <= 0 ? 0 : u8() % n; }
+  template <class T, size_t N>
+  T one_of(const T (&a)[N]) { return a[u8() % N]; }
+
+ private:
+  const uint8_t *d_;
+  size_t n_, i_ = 0;
+};
+
+// ---- what the harness knows about the live objects -------------------------------------
+
+struct Shadow {  // what a published page's KV stands for
+  int salt;
+  uint64_t extra;
+  std::vector<int32_t> prefix;  // every token up to the page's end
+};
+
+struct PoolState {
+  bspa_pool *h = nullptr;
+  int32_t page_size = 0, num_pages = 0, num_layers = 0, hkv = 0, head_dim = 0;
+  bspa_dtype dtype = 0;
+  std::map<int32_t, Shadow> shadow;
+};
+
+struct SeqState {
+  bspa_seq *h = nullptr;
+  int pool = 0;
+  int salt = 0;
+  uint64_t extra = 0;
+  std::vector<int32_t> tokens;  // tokens the sequence holds
+  int64_t computed = 0;
+};
+
+struct BatchState {
+  bspa_batch *h = nullptr;
+  int pool = 0;
+  std::vector<bspa_seq *> seqs;
+  int64_t total_q = 0;
+};
+
+constexpr int kMaxPools = 2, kMaxSeqs = 8, kMaxLayouts = 3, kMaxBatches = 2;
+const char *const kSalts[] = {nullptr, "tenant-a", "tenant-b"};
+
+struct World {
+  std::vector<PoolState> pools;
+  std::vector<SeqState> seqs;
+  std::vector<bspa_layout *> layouts;
+  std::vector<BatchState> batches;
+
+  ~World() {
+    for (auto &b : batches) bspa_batch_destroy(b.h);
+    for (auto *l : layouts) bspa_layout_destroy(l);
+    // Half the sequences go with their pool, half explicitly: both paths must be clean.
+    for (size_t i = 0; i < seqs.size(); i += 2) bspa_seq_destroy(seqs[i].h);
+    for (auto &p : pools) bspa_pool_destroy(p.h);
+  }
+
+  void check_pools() const {
+    for (const auto &p : pools)
+      if (bspa_pool_check(p.h) != BSPA_OK) die("bspa_pool_check failed:", bspa_last_error());
+  }
+
+  struct Snapshot {
+    std::vector<struct bspa_pool_stats> stats;
+    std::vector<struct bspa_seq_info> infos;
+  };
+  Snapshot snapshot() const {
+    Snapshot s;
+    for (const auto &p : pools) {
+      struct bspa_pool_stats st;
+      if (bspa_pool_stats(p.h, &st) != BSPA_OK) die("bspa_pool_stats failed on a live pool");
+      s.stats.push_back(st);
+    }
+    for (const auto &q : seqs) {
+      struct bspa_seq_info in;
+      if (bspa_seq_info(q.h, &in) != BSPA_OK) die("bspa_seq_info failed on a live sequence");
+      s.infos.push_back(in);
+    }
+    return s;
+  }
+  static bool same(const Snapshot &a, const Snapshot &b) {
+    if (a.stats.size() != b.stats.size() || a.infos.size() != b.infos.size()) return false;
+    for (size_t i = 0; i < a.stats.size(); ++i)
+      if (std::memcmp(&a.stats[i], &b.stats[i], sizeof(struct bspa_pool_stats)) != 0) return false;
+    for (size_t i = 0; i < a.infos.size(); ++i)
+      if (std::memcmp(&a.infos[i], &b.infos[i], sizeof(struct bspa_seq_info)) != 0) return false;
+    return true;
+  }
+
+  // Destroys every batch that holds a sequence (or is of a pool) about to go away.
+  void drop_batches_using(const bspa_seq *seq, int pool) {
+    for (size_t i = 0; i < batches.size();) {
+      bool uses = batches[i].pool == pool;
+      for (auto *s : batches[i].seqs) uses = uses || s == seq;
+      if (uses) {
+        bspa_batch_destroy(batches[i].h);
+        batches.erase(batches.begin() + static_cast<long>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+};
+
+// A failed call must leave a fresh message; this sentinel is what no other call says.
+void set_sentinel() {
+  if (bspa_pool_options_init(nullptr) != BSPA_ERR_NULL_POINTER) die("sentinel call did not fail");
+}
+const char kSentinel[] = "bspa_pool_options_init: options is NULL";
+
+// Wraps one API call: snapshot, sentinel, call, then the checks of the header comment.
+template <class Call>
+bspa_status run(World &w, const char *name, Call &&call) {
+  const World::Snapshot before = w.snapshot();
+  set_sentinel();
+  const bspa_status s = call();
+  if (s != BSPA_OK) {
+    const char *msg = bspa_last_error();
+    if (msg == nullptr || msg[0] == '\0') die("empty bspa_last_error after", name);
+    if (std::strcmp(msg, kSentinel) == 0 && std::strcmp(name, "bspa_pool_options_init") != 0)
+      die("failed call left no message:", name);
+    if (std::strncmp(msg, "bspa_", 5) != 0) die("message does not name the function:", msg);
+    if (std::strcmp(bspa_status_string(s), "BSPA_UNKNOWN_STATUS") == 0) die("unknown status from", name);
+    if (s == BSPA_ERR_INTERNAL) die("BSPA_ERR_INTERNAL from", msg);
+    // Destructors never fail, so a failed call must not have changed any state.
+    if (!World::same(before, w.snapshot())) die("a failed call changed state:", msg);
+  }
+  w.check_pools();
+  return s;
+}
+
+// ---- prompts with shared prefixes ----------------------------------------------------------
+
+// Token streams from 4 families that agree on long prefixes, so hits and evictions happen.
+std::vector<int32_t> make_tokens(Bytes &in, int64_t n) {
+  std::vector<int32_t> t(static_cast<size_t>(n > 0 ? n : 0));
+  const int family = in.pick(4);
+  const int64_t diverge = in.u8();
+  for (int64_t i = 0; i < n; ++i)
+    t[static_cast<size_t>(i)] = i < diverge ? static_cast<int32_t>((i * 7 + (i / 40) * family) % 13)
+                                            : static_cast<int32_t>(100 + family * 10 + i % 5);
+  return t;
+}
+
+int64_t fuzz_count(Bytes &in) {
+  switch (in.pick(8)) {
+    case 0: return -1 - in.u8();
+    case 1: return 0;
+    case 2: return in.pick(4);
+    default: return in.u8() % 140;
+  }
+}
+
+// ---- tensors --------------------------------------------------------------------------------
+
+struct Tensor {
+  DLTensor t{};
+  int64_t shape[4]{}, strides[4]{};
+  std::vector<uint8_t> buf;
+};
+
+DLDataType dl_of(bspa_dtype d) {
+  switch (d) {
+    case BSPA_DTYPE_F32: return DLDataType{kDLFloat, 32, 1};
+    case BSPA_DTYPE_F16: return DLDataType{kDLFloat, 16, 1};
+    default: return DLDataType{kDLBfloat, 16, 1};
+  }
+}
+
+// Small finite values in any of the three dtypes (bf16/f16 bit patterns of +-k/8).
+void fill(Tensor &x, Bytes &in) {
+  const int bits = x.t.dtype.bits;
+  const size_t elem = static_cast<size_t>(bits / 8);
+  const size_t n = x.buf.size() / (elem ? elem : 1);
+  const uint8_t seed = in.u8();
+  for (size_t i = 0; i < n; ++i) {
+    const float v = static_cast<float>(static_cast<int>((i * 31 + seed) % 17) - 8) / 8.0f;
+    if (bits == 32 && x.t.dtype.code == kDLFloat) {
+      std::memcpy(&x.buf[i * 4], &v, 4);
+    } else if (bits == 16 && x.t.dtype.code == kDLBfloat) {
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      const uint16_t h = static_cast<uint16_t>(u >> 16);  // exact: v has few mantissa bits
+      std::memcpy(&x.buf[i * 2], &h, 2);
+    } else if (bits == 16) {
+      // fp16 of v: sign, exponent and 3 mantissa bits suffice for k/8 values.
+      uint16_t h = 0;
+      if (v != 0.0f) {
+        int e;
+        const float m = std::frexp(std::fabs(v), &e);  // v = m * 2^e, m in [0.5, 1)
+        const uint16_t mant = static_cast<uint16_t>((m * 2.0f - 1.0f) * 1024.0f);
+        h = static_cast<uint16_t>((v < 0 ? 0x8000 : 0) | ((e - 1 + 15) << 10) | mant);
+      }
+      std::memcpy(&x.buf[i * 2], &h, 2);
+    } else {
+      x.buf[i * elem] = static_cast<uint8_t>(i % 3);  // int32 metadata is written by its maker
+    }
+  }
+}
+
+// A tensor of `shape` and dtype, maybe spoiled in one way chosen by the input.
+// `spoil` false gives a valid tensor. The buffer always covers what the (possibly
+// spoiled) shape and strides address, so only the library can read out of bounds.
+Tensor make(Bytes &in, std::initializer_list<int64_t> shape, DLDataType dtype, bool spoil, bool variants = true) {
+  Tensor x;
+  int nd = 0;
+  for (int64_t d : shape) x.shape[nd++] = d;
+  x.t.ndim = nd;
+  x.t.dtype = dtype;
+  x.t.device = DLDevice{kDLCPU, 0};
+  x.t.shape = x.shape;
+  x.t.strides = nullptr;
+  int64_t pad = 0;
+  uint64_t offset = 0;
+  const int kind = spoil ? in.pick(14) : (variants && in.pick(4) == 0 ? 10 + in.pick(2) : 0);
+  switch (kind) {
+    case 1: x.t.ndim = nd + (nd < 4 ? 1 : -1); if (x.t.ndim > nd) x.shape[nd] = 1; break;
+    case 2: if (nd) x.shape[in.pick(nd)] += 1 + in.pick(2); break;
+    case 3: x.t.dtype = in.pick(2) ? DLDataType{kDLInt, 32, 1} : DLDataType{kDLFloat, 64, 1}; break;
+    case 4: x.t.dtype.lanes = 2; break;
+    case 5: x.t.device = DLDevice{kDLCUDA, 0}; break;
+    case 6: x.t.device = DLDevice{kDLCUDAHost, 0}; break;
+    case 7: if (nd) x.shape[in.pick(nd)] = -1 - in.pick(3); break;
+    case 8: pad = 1; break;  // last-dimension stride 2: not contiguous
+    case 9: pad = -1; break; // a negative stride
+    case 10: pad = 3; break; // padded rows (valid when only the last dim must be contiguous)
+    case 11: offset = 8; break;
+    case 12: x.t.shape = nullptr; break;
+    case 13: x.shape[0] = 0; break;
+    default: break;
+  }
+  if (pad != 0 && nd > 0) {
+    x.t.strides = x.strides;
+    int64_t s = (pad == 1) ? 2 : 1;
+    for (int d = nd - 1; d >= 0; --d) {
+      x.strides[d] = s;
+      const int64_t dim = x.shape[d] > 0 ? x.shape[d] : 0;
+      s *= dim + (d == nd - 1 && pad == 3 ? 3 : 0);
+      if (d == nd - 1 && pad == 3) x.strides[d] = 1;
+    }
+    if (pad == -1) x.strides[0] = -x.strides[0];
+  }
+  // Elements addressed: 1 + sum |shape - 1| * |stride| (at least the compact count).
+  int64_t numel = 1, extent = 1;
+  for (int d = 0; d < nd; ++d) numel *= x.shape[d] > 0 ? x.shape[d] : 0;
+  if (x.t.strides) {
+    for (int d = 0; d < nd; ++d)
+      if (x.shape[d] > 1) extent += (x.shape[d] - 1) * std::llabs(x.strides[d]);
+  }
+  // Room for the intended shape too: the caller fills metadata by it, spoiled or not.
+  int64_t intended = 1;
+  for (int64_t dim : shape) intended *= dim > 0 ? dim : 0;
+  const int64_t elems = std::max({numel, extent, intended}) + 1;
+  const int ebytes = std::max(1, (x.t.dtype.bits * x.t.dtype.lanes) / 8);
+  x.buf.assign(static_cast<size_t>(elems * ebytes + static_cast<int64_t>(offset) + 16), 0);
+  fill(x, in);
+  x.t.byte_offset = offset;
+  x.t.data = x.buf.data();
+  if (spoil && kind == 0 && in.pick(2)) x.t.data = nullptr;  // NULL data
+  return x;
+}
+
+bool all_finite(const Tensor &x) {
+  const DLTensor &t = x.t;
+  const size_t n = (x.buf.size() - t.byte_offset) / (t.dtype.bits / 8);
+  const uint8_t *p = x.buf.data() + t.byte_offset;
+  int64_t numel = 1;
+  for (int d = 0; d < t.ndim; ++d) numel *= t.shape[d];
+  if (t.strides) return true;  // padded rows stay poisoned
+  for (size_t i = 0; i < n && static_cast<int64_t>(i) < numel; ++i) {
+    if (t.dtype.bits == 32) {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      if (!std::isfinite(f)) return false;
+    } else {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      const bool bf = t.dtype.code == kDLBfloat;
+      if (bf ? (h & 0x7f80) == 0x7f80 : (h & 0x7c00) == 0x7c00) return false;
+    }
+  }
+  return true;
+}
+
+void poison(Tensor &x) {
+  for (size_t i = x.t.byte_offset; i < x.buf.size(); ++i) x.buf[i] = 0xff;  // NaN in every float dtype
+}
+
+// ---- the operations -------------------------------------------------------------------------
+
+int pick_pool(World &w, Bytes &in) { return w.pools.empty() ? -1 : in.pick(static_cast<int>(w.pools.size())); }
+int pick_seq(World &w, Bytes &in) { return w.seqs.empty() ? -1 : in.pick(static_cast<int>(w.seqs.size())); }
+bspa_layout *pick_layout(World &w, Bytes &in) {
+  return w.layouts.empty() ? nullptr : w.layouts[static_cast<size_t>(in.pick(static_cast<int>(w.layouts.size())))];
+}
+
+void op_pool_create(World &w, Bytes &in) {
+  if (static_cast<int>(w.pools.size()) >= kMaxPools) return;
+  bspa_pool_options o;
+  run(w, "bspa_pool_options_init", [&] { return bspa_pool_options_init(&o); });
+  o.dtype = in.one_of({0, 1, 2, 2, 3, -1});
+  o.num_layers = in.one_of({0, 1, 1, 2, -1});
+  o.num_kv_heads = in.one_of({1, 1, 2, 0, -3});
+  o.head_dim = in.one_of({1, 4, 8, 8, 16, 0});
+  o.page_size = in.one_of({16, 16, 32, 0, 24, 512, -16});
+  o.num_pages = in.one_of<int64_t>({1, 2, 3, 4, 6, 8, 12, 0, -1, int64_t(1) << 40});
+  if (o.num_pages == 0) o.memory_bytes = in.one_of<uint64_t>({0, 1, 4096, 65536, UINT64_MAX});
+  switch (in.pick(12)) {
+    case 0: o.version = 0; break;
+    case 1: o.version = BSPA_POOL_OPTIONS_VERSION + 1; break;
+    case 2: o.device_type = kDLCUDA; break;
+    case 3: o.device_type = 7; break;
+    case 4: o.device_id = 1; break;
+    case 5: o.hash_seed = in.u8(); break;
+    default: break;
+  }
+  const int null_arg = in.pick(10);
+  bspa_pool *p = reinterpret_cast<bspa_pool *>(&o);  // must be overwritten with NULL on failure
+  const bspa_status s = run(w, "bspa_pool_create", [&] {
+    return bspa_pool_create(null_arg == 0 ? nullptr : &p, null_arg == 1 ? nullptr : &o);
+  });
+  if (s != BSPA_OK) {
+    if (null_arg != 0 && p != nullptr) die("bspa_pool_create failed but left *pool non-NULL");
+    return;
+  }
+  if (p == nullptr) die("bspa_pool_create succeeded with NULL");
+  PoolState ps;
+  ps.h = p;
+  ps.page_size = o.page_size;
+  ps.num_layers = o.num_layers;
+  ps.hkv = o.num_kv_heads;
+  ps.head_dim = o.head_dim;
+  ps.dtype = o.dtype;
+  struct bspa_pool_stats st;
+  bspa_pool_stats(p, &st);
+  ps.num_pages = static_cast<int32_t>(st.pages_total);
+  if (ps.num_pages > 4096) {  // a memory_bytes pool too big to exercise: drop it
+    bspa_pool_destroy(p);
+    return;
+  }
+  w.pools.push_back(ps);
+}
+
+void op_pool_destroy(World &w, Bytes &in) {
+  const int i = pick_pool(w, in);
+  if (i < 0) return;
+  w.drop_batches_using(nullptr, i);
+  bspa_pool_destroy(w.pools[static_cast<size_t>(i)].h);
+  w.pools.erase(w.pools.begin() + i);
+  for (size_t j = 0; j < w.seqs.size();) {
+    if (w.seqs[j].pool == i) {
+      w.seqs.erase(w.seqs.begin() + static_cast<long>(j));
+      continue;
+    }
+    if (w.seqs[j].pool > i) --w.seqs[j].pool;
+    ++j;
+  }
+  for (auto &b : w.batches)
+    if (b.pool > i) --b.pool;
+  w.check_pools();
+}
+
+void op_pool_kv(World &w, Bytes &in) {
+  const int i = pick_pool(w, in);
+  const bool null_pool = i < 0 || in.pick(8) == 0;
+  const int32_t layer = in.one_of({0, 1, -1, 2, 5});
+  DLTensor k{}, v{};
+  const int which = in.pick(4);
+  const bspa_status s = run(w, "bspa_pool_kv", [&] {
+    return bspa_pool_kv(null_pool ? nullptr : w.pools[static_cast<size_t>(i)].h, layer,
+                        which == 1 ? nullptr : &k, which == 2 ? nullptr : &v);
+  });
+  if (s == BSPA_OK) {
+    const PoolState &p = w.pools[static_cast<size_t>(i)];
+    const DLTensor &t = which == 1 ? v : k;
+    if (t.ndim != 4 || t.shape[0] != p.num_pages || t.shape[2] != p.page_size || t.data == nullptr)
+      die("bspa_pool_kv returned a wrong view");
+  }
+}
+
+void op_pool_stats(World &w, Bytes &in) {
+  const int i = pick_pool(w, in);
+  struct bspa_pool_stats st;
+  const int null_arg = in.pick(4);
+  const bspa_status s = run(w, "bspa_pool_stats", [&] {
+    return bspa_pool_stats(null_arg == 0 || i < 0 ? nullptr : w.pools[static_cast<size_t>(i)].h,
+                           null_arg == 1 ? nullptr : &st);
+  });
+  if (s == BSPA_OK && st.pages_free + st.pages_cached + st.pages_in_use != st.pages_total)
+    die("bspa_pool_stats: free + cached + in use != total");
+  if (null_arg == 0 && bspa_pool_check(nullptr) != BSPA_ERR_NULL_POINTER) die("bspa_pool_check(NULL)");
+}
+
+void op_seq_create(World &w, Bytes &in) {
+  if (static_cast<int>(w.seqs.size()) >= kMaxSeqs) return;
+  const int i = pick_pool(w, in);
+  bspa_seq_options o;
+  run(w, "bspa_seq_options_init", [&] { return bspa_seq_options_init(&o); });
+  const int salt = in.pick(3);
+  o.salt = kSalts[salt];
+  o.salt_len = salt ? std::strlen(kSalts[salt]) : 0;
+  o.extra_key = in.pick(4) == 0 ? 7 : 0;
+  const int mode = in.pick(12);
+  if (mode == 0) o.version = 0;
+  if (mode == 1) o.version = 9;
+  if (mode == 2) { o.salt = nullptr; o.salt_len = 3; }
+  const bool no_options = mode == 3;
+  bspa_seq *s = reinterpret_cast<bspa_seq *>(&o);
+  const bspa_status st = run(w, "bspa_seq_create", [&] {
+    return bspa_seq_create(mode == 4 ? nullptr : &s, (i < 0 || mode == 5) ? nullptr : w.pools[static_cast<size_t>(i)].h,
+                           no_options ? nullptr : &o);
+  });
+  if (st != BSPA_OK) {
+    if (mode != 4 && s != nullptr) die("bspa_seq_create failed but left *seq non-NULL");
+    return;
+  }
+  SeqState q;
+  q.h = s;
+  q.pool = i;
+  q.salt = no_options ? 0 : salt;
+  q.extra = no_options ? 0 : o.extra_key;
+  w.seqs.push_back(q);
+}
+
+void op_seq_destroy(World &w, Bytes &in) {
+  const int i = pick_seq(w, in);
+  if (i < 0) {
+    bspa_seq_destroy(nullptr);
+    return;
+  }
+  SeqState &q = w.seqs[static_cast<size_t>(i)];
+  w.drop_batches_using(q.h, -1);
+  bspa_seq_destroy(q.h);
+  w.seqs.erase(w.seqs.begin() + i);
+  w.check_pools();
+}
+
+// Every matched page must have been committed for exactly this prefix, salt and extra key.
+void verify_hit(World &w, SeqState &q, const std::vector<int32_t> &prompt, int64_t cached) {
+  PoolState &p = w.pools[static_cast<size_t>(q.pool)];
+  if (cached < 0 || cached % p.page_size != 0) die("bspa_seq_match: cached not page-aligned");
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (n > 0 ? cached > (n - 1) / p.page_size * p.page_size : cached != 0) die("bspa_seq_match: cached too long");
+  int64_t np = 0;
+  if (bspa_seq_pages(q.h, nullptr, 0, &np) != BSPA_OK || np != cached / p.page_size) die("bspa_seq_pages count");
+  std::vector<int32_t> pages(static_cast<size_t>(np) + 1);
+  if (bspa_seq_pages(q.h, pages.data(), np, &np) != BSPA_OK) die("bspa_seq_pages");
+  for (int64_t j = 0; j < np; ++j) {
+    auto it = p.shadow.find(pages[static_cast<size_t>(j)]);
+    if (it == p.shadow.end()) die("bspa_seq_match handed out a page never committed");
+    const Shadow &sh = it->second;
+    const size_t len = static_cast<size_t>((j + 1) * p.page_size);
+    if (sh.salt != q.salt || sh.extra != q.extra || sh.prefix.size() != len ||
+        !std::equal(sh.prefix.begin(), sh.prefix.end(), prompt.begin()))
+      die("bspa_seq_match handed out a page of another prefix, salt or extra key");
+  }
+}
+
+void op_seq_match(World &w, Bytes &in) {
+  const int i = pick_seq(w, in);
+  const int64_t n = fuzz_count(in);
+  std::vector<int32_t> tokens = make_tokens(in, n);
+  const int mode = in.pick(10);
+  int64_t cached = -7;
+  const bspa_status s = run(w, "bspa_seq_match", [&] {
+    return bspa_seq_match((i < 0 || mode == 0) ? nullptr : w.seqs[static_cast<size_t>(i)].h,
+                          mode == 1 ? nullptr : tokens.data(), n, mode == 2 ? nullptr : &cached);
+  });
+  if (s != BSPA_OK) return;
+  SeqState &q = w.seqs[static_cast<size_t>(i)];
+  verify_hit(w, q, tokens, cached);
+  q.tokens.assign(tokens.begin(), tokens.begin() + cached);
+  q.computed = cached;
+}
+
+void op_seq_append(World &w, Bytes &in) {
+  const int i = pick_seq(w, in);
+  const int64_t n = fuzz_count(in);
+  std::vector<int32_t> tokens;
+  // Usually the continuation of a family prompt, so commits publish shareable pages.
+  if (i >= 0 && n > 0) {
+    const SeqState &q = w.seqs[static_cast<size_t>(i)];
+    std::vector<int32_t> all = make_tokens(in, static_cast<int64_t>(q.tokens.size()) + n);
+    tokens.assign(all.end() - n, all.end());
+  } else {
+    tokens = make_tokens(in, n);
+  }
+  const int mode = in.pick(10);
+  const bspa_status s = run(w, "bspa_seq_append", [&] {
+    return bspa_seq_append((i < 0 || mode == 0) ? nullptr : w.seqs[static_cast<size_t>(i)].h,
+                           mode == 1 ? nullptr : tokens.data(), n);
+  });
+  if (s == BSPA_OK) {
+    SeqState &q = w.seqs[static_cast<size_t>(i)];
+    q.tokens.insert(q.tokens.end(), tokens.begin(), tokens.end());
+  }
+}
+
+void op_seq_commit(World &w, Bytes &in) {
+  const int i = pick_seq(w, in);
+  if (i < 0) {
+    run(w, "bspa_seq_commit", [&] { return bspa_seq_commit(nullptr, 0); });
+    return;
+  }
+  SeqState &q = w.seqs[static_cast<size_t>(i)];
+  const int64_t held = static_cast<int64_t>(q.tokens.size());
+  int64_t computed;
+  switch (in.pick(6)) {
+    case 0: computed = q.computed - 1 - in.pick(3); break;
+    case 1: computed = held + 1 + in.pick(20); break;
+    case 2: computed = held; break;
+    case 3: computed = q.computed; break;
+    default: computed = q.computed + in.pick(static_cast<int32_t>(held - q.computed) + 1); break;
+  }
+  const bspa_status s = run(w, "bspa_seq_commit", [&] { return bspa_seq_commit(q.h, computed); });
+  if (s != BSPA_OK) return;
+  q.computed = computed;
+  PoolState &p = w.pools[static_cast<size_t>(q.pool)];
+  int64_t np = 0;
+  bspa_seq_pages(q.h, nullptr, 0, &np);
+  std::vector<int32_t> pages(static_cast<size_t>(np) + 1);
+  if (bspa_seq_pages(q.h, pages.data(), np, &np) != BSPA_OK) die("bspa_seq_pages after commit");
+  for (int64_t j = 0; (j + 1) * p.page_size <= computed; ++j)
+    p.shadow[pages[static_cast<size_t>(j)]] =
+        Shadow{q.salt, q.extra, std::vector<int32_t>(q.tokens.begin(), q.tokens.begin() + (j + 1) * p.page_size)};
+}
+
+void op_seq_pages(World &w, Bytes &in) {
+  const int i = pick_seq(w, in);
+  const int64_t cap = in.one_of<int64_t>({0, 1, 2, 8, 64, -1});
+  std::vector<int32_t> buf(static_cast<size_t>(cap > 0 ? cap : 1), -5);
+  int64_t np = -9;
+  const int mode = in.pick(8);
+  const bspa_status s = run(w, "bspa_seq_pages", [&] {
+    return bspa_seq_pages((i < 0 || mode == 0) ? nullptr : w.seqs[static_cast<size_t>(i)].h,
+                          (mode == 1 || cap == 0) ? nullptr : buf.data(), cap, mode == 2 ? nullptr : &np);
+  });
+  if (i < 0) return;
+  const SeqState &q = w.seqs[static_cast<size_t>(i)];
+  const PoolState &p = w.pools[static_cast<size_t>(q.pool)];
+  const int64_t want = (static_cast<int64_t>(q.tokens.size()) + p.page_size - 1) / p.page_size;
+  if ((s == BSPA_OK || s == BSPA_ERR_BUFFER_TOO_SMALL) && mode > 2 && np != want) die("bspa_seq_pages count");
+  if (s == BSPA_ERR_BUFFER_TOO_SMALL && buf[0] != -5) die("bspa_seq_pages wrote into a too-small buffer");
+  if (s == BSPA_OK && cap > 0 && mode > 2)
+    for (int64_t j = 0; j < np; ++j)
+      if (buf[static_cast<size_t>(j)] < 0 || buf[static_cast<size_t>(j)] >= p.num_pages) die("bspa_seq_pages id");
+}
+
+void op_seq_info(World &w, Bytes &in) {
+  const int i = pick_seq(w, in);
+  struct bspa_seq_info info;
+  const int mode = in.pick(6);
+  const bspa_status s = run(w, "bspa_seq_info", [&] {
+    return bspa_seq_info((i < 0 || mode == 0) ? nullptr : w.seqs[static_cast<size_t>(i)].h,
+                         mode == 1 ? nullptr : &info);
+  });
+  if (s != BSPA_OK) return;
+  const SeqState &q = w.seqs[static_cast<size_t>(i)];
+  if (info.num_tokens != static_cast<int64_t>(q.tokens.size()) || info.num_computed != q.computed)
+    die("bspa_seq_info disagrees with the calls made");
+}
+
+void op_layout(World &w, Bytes &in) {
+  bspa_layout *l = reinterpret_cast<bspa_layout *>(&w);
+  const int kind = in.pick(3);
+  const bool null_out = in.pick(12) == 0;
+  bspa_status s;
+  if (kind == 0) {
+    bspa_layout_strided_options o;
+    run(w, "bspa_layout_strided_options_init", [&] { return bspa_layout_strided_options_init(&o); });
+    o.block_size = in.one_of({16, 32, 64, 1, 0, -4});
+    o.local_blocks = in.one_of({1, 2, 4, 16, 0});
+    o.vert_stride = in.one_of({1, 2, 8, 0, -1});
+    o.homo_head = in.one_of({0, 1, 2});
+    o.num_heads_total = in.one_of({1, 2, 4, 8, 0});
+    o.head_begin = in.one_of({0, 0, 1, 2, -1, INT32_MAX});
+    o.num_heads = in.one_of({1, 2, 4, 0});
+    if (in.pick(10) == 0) o.version = in.pick(2) ? 0 : 2;
+    const bool null_opt = in.pick(12) == 0;
+    s = run(w, "bspa_layout_create_strided",
+            [&] { return bspa_layout_create_strided(null_out ? nullptr : &l, null_opt ? nullptr : &o); });
+  } else if (kind == 1) {
+    const int32_t heads = in.one_of({1, 2, 4, 0, -2});
+    s = run(w, "bspa_layout_create_dense", [&] { return bspa_layout_create_dense(null_out ? nullptr : &l, heads); });
+  } else {
+    const int32_t heads = in.one_of({1, 2, 4, 0, -1});
+    const int32_t bs = in.one_of({16, 32, 1, 0});
+    const int32_t rows = in.one_of({1, 2, 3, 6, 0, -1});
+    const int64_t crow_n = heads > 0 && rows >= 0 ? int64_t(heads) * (rows + 1) : 1;
+    std::vector<int32_t> crow(static_cast<size_t>(crow_n), 0), col;
+    // A valid layout (diagonal plus some earlier blocks), then maybe one spoiled entry.
+    int32_t nnz = 0;
+    for (int32_t h = 0; rows >= 0 && h < heads; ++h) {
+      for (int32_t r = 0; r < rows; ++r) {
+        crow[static_cast<size_t>(h * (rows + 1) + r)] = nnz;
+        for (int32_t k = 0; k <= r; ++k)
+          if (k == r || in.pick(2)) {
+            col.push_back(k);
+            ++nnz;
+          }
+      }
+      crow[static_cast<size_t>(h * (rows + 1) + rows)] = nnz;
+    }
+    if (in.pick(3) == 0 && !crow.empty()) crow[static_cast<size_t>(in.pick(static_cast<int32_t>(crow.size())))] =
+        in.one_of({-1, 0, 1, 3, 64});
+    if (in.pick(3) == 0 && !col.empty()) col[static_cast<size_t>(in.pick(static_cast<int32_t>(col.size())))] =
+        in.one_of({-1, 0, 5, 1});
+    // The library may read col up to any crow value it has not rejected yet.
+    int32_t top = 0;
+    for (int32_t c : crow) top = std::max(top, c);
+    col.resize(static_cast<size_t>(std::max<int32_t>(top, nnz)) + 1, 0);
+    const int null_arr = in.pick(12);
+    s = run(w, "bspa_layout_create_csr", [&] {
+      return bspa_layout_create_csr(null_out ? nullptr : &l, heads, bs, rows, null_arr == 0 ? nullptr : crow.data(),
+                                    null_arr == 1 ? nullptr : col.data());
+    });
+  }
+  if (s != BSPA_OK) {
+    if (!null_out && l != nullptr) die("a layout constructor failed but left *layout non-NULL");
+    return;
+  }
+  if (static_cast<int>(w.layouts.size()) >= kMaxLayouts) {
+    bspa_layout_destroy(w.layouts.front());
+    w.layouts.erase(w.layouts.begin());
+  }
+  w.layouts.push_back(l);
+}
+
+void op_layout_allowed(World &w, Bytes &in) {
+  bspa_layout *l = pick_layout(w, in);
+  const int32_t head = in.one_of({0, 1, 3, -1, 99});
+  const int64_t qb = in.one_of<int64_t>({0, 1, 2, 5, 40, -1, INT64_MAX});
+  const int64_t kb = in.one_of<int64_t>({0, 1, 2, 5, -3, INT64_MAX});
+  int32_t allowed = -1;
+  const int mode = in.pick(8);
+  const bspa_status s = run(w, "bspa_layout_allowed", [&] {
+    return bspa_layout_allowed(mode == 0 ? nullptr : l, head, qb, kb, mode == 1 ? nullptr : &allowed);
+  });
+  if (s == BSPA_OK && allowed != 0 && allowed != 1) die("bspa_layout_allowed: not 0 or 1");
+  if (s == BSPA_OK && kb > qb && allowed) die("bspa_layout_allowed: a future block is allowed");
+}
+
+void op_batch_create(World &w, Bytes &in) {
+  const int pi = pick_pool(w, in);
+  if (static_cast<int>(w.batches.size()) >= kMaxBatches) {
+    bspa_batch_destroy(w.batches.front().h);
+    w.batches.erase(w.batches.begin());
+  }
+  int32_t n = in.one_of({1, 1, 2, 3, 0, -1});
+  std::vector<bspa_seq *> seqs;
+  std::vector<int32_t> qlens;
+  std::vector<int> idx;
+  for (int32_t j = 0; j < n; ++j) {
+    // Mostly sequences of the pool, sometimes another pool's, a duplicate or NULL.
+    int s = -1;
+    for (int tries = 0; tries < 4 && s < 0; ++tries) {
+      const int c = pick_seq(w, in);
+      if (c >= 0 && (w.seqs[static_cast<size_t>(c)].pool == pi || in.pick(8) == 0)) s = c;
+    }
+    if (s < 0 && in.pick(4) != 0) {
+      n = j;
+      break;
+    }
+    seqs.push_back(s < 0 ? nullptr : w.seqs[static_cast<size_t>(s)].h);
+    idx.push_back(s);
+    int32_t ql = 0;
+    if (s >= 0) {
+      const SeqState &q = w.seqs[static_cast<size_t>(s)];
+      const int32_t left = static_cast<int32_t>(static_cast<int64_t>(q.tokens.size()) - q.computed);
+      ql = in.pick(6) == 0 ? in.one_of({-1, left + 1, 0}) : (left > 0 ? in.pick(left + 1) : 0);
+    }
+    qlens.push_back(ql);
+  }
+  if (n == 0 && in.pick(2)) n = in.one_of({0, -1});
+  const int mode = in.pick(10);
+  bspa_batch *b = reinterpret_cast<bspa_batch *>(&w);
+  const bspa_status s = run(w, "bspa_batch_create", [&] {
+    return bspa_batch_create(mode == 0 ? nullptr : &b, (pi < 0 || mode == 1) ? nullptr : w.pools[static_cast<size_t>(pi)].h,
+                             mode == 2 ? nullptr : seqs.data(), mode == 3 ? nullptr : qlens.data(), n, nullptr);
+  });
+  if (s != BSPA_OK) {
+    if (mode != 0 && b != nullptr) die("bspa_batch_create failed but left *batch non-NULL");
+    return;
+  }
+  BatchState bs;
+  bs.h = b;
+  bs.pool = pi;
+  bs.seqs = seqs;
+  for (int32_t ql : qlens) bs.total_q += ql;
+  w.batches.push_back(bs);
+}
+
+void op_batch_destroy(World &w, Bytes &in) {
+  if (w.batches.empty()) {
+    bspa_batch_destroy(nullptr);
+    return;
+  }
+  const size_t i = static_cast<size_t>(in.pick(static_cast<int32_t>(w.batches.size())));
+  bspa_batch_destroy(w.batches[i].h);
+  w.batches.erase(w.batches.begin() + static_cast<long>(i));
+}
+
+// kv_write or prefill on a batch, with a tensor maybe spoiled.
+void op_launch(World &w, Bytes &in, bool prefill) {
+  if (w.batches.empty() || w.pools.empty()) return;
+  const BatchState &b = w.batches[static_cast<size_t>(in.pick(static_cast<int32_t>(w.batches.size())))];
+  // Usually the batch's own pool; sometimes another one.
+  const int pi = in.pick(6) == 0 ? pick_pool(w, in) : b.pool;
+  const PoolState &p = w.pools[static_cast<size_t>(pi)];
+  const int32_t layer = in.pick(8) == 0 ? in.one_of({-1, 1, 2, 9}) : 0;
+  const int bad = in.pick(5);  // which tensor is spoiled (4: none)
+  const DLDataType dt = dl_of(p.dtype);
+  const int64_t hkv = p.hkv, d = p.head_dim, t = b.total_q;
+  const int mode = in.pick(10);
+  if (!prefill) {
+    Tensor k = make(in, {t, hkv, d}, dt, bad == 0), v = make(in, {t, hkv, d}, dt, bad == 1);
+    run(w, "bspa_kv_write", [&] {
+      return bspa_kv_write(mode == 0 ? nullptr : p.h, mode == 1 ? nullptr : b.h, layer, mode == 2 ? nullptr : &k.t,
+                           mode == 3 ? nullptr : &v.t, nullptr);
+    });
+    return;
+  }
+  bspa_layout *l = pick_layout(w, in);
+  int32_t hq = hkv;
+  bspa_layout *own = nullptr;
+  if (l == nullptr || in.pick(3) == 0) {
+    hq = static_cast<int32_t>(hkv) * in.one_of({1, 2});
+    bspa_layout_create_dense(&own, hq);
+    l = own;
+  } else {
+    // The layout's head count: the first head that is out of range.
+    int32_t allowed;
+    hq = 1;
+    while (hq < 64 && bspa_layout_allowed(l, hq, 0, 0, &allowed) == BSPA_OK) ++hq;
+  }
+  Tensor q = make(in, {t, hq, d}, dt, bad == 2);
+  Tensor out = make(in, {t, hq, d}, dt, bad == 3);
+  const bool with_lse = in.pick(2);
+  Tensor lse = make(in, {hq, t}, DLDataType{kDLFloat, 32, 1}, bad == 4 && in.pick(2));
+  const float scale = in.pick(12) == 0 ? NAN : (in.pick(12) == 0 ? INFINITY : 0.125f);
+  run(w, "bspa_prefill", [&] {
+    return bspa_prefill(mode == 0 ? nullptr : p.h, mode == 1 ? nullptr : b.h, layer, mode == 2 ? nullptr : l,
+                        mode == 3 ? nullptr : &q.t, mode == 4 ? nullptr : &out.t, scale, with_lse ? &lse.t : nullptr,
+                        nullptr);
+  });
+  bspa_layout_destroy(own);
+}
+
+void op_prefill_paged(World &w, Bytes &in) {
+  const DLDataType dt = dl_of(in.one_of({0, 1, 2}));
+  const int64_t hkv = in.one_of({1, 2}), d = in.one_of({4, 8}), ps = in.one_of({1, 4, 16});
+  const int64_t num_pages = in.one_of({1, 2, 4, 8}), seqs = in.one_of({1, 2, 3, 0}), max_pages = in.one_of({1, 2, 4});
+  const int32_t group = in.one_of({1, 2});
+  const int64_t hq = hkv * group;
+  const int bad = in.pick(20);  // < 8: spoil one tensor or metadata entry
+  Tensor kp = make(in, {num_pages, hkv, ps, d}, dt, bad == 0);
+  Tensor vp = make(in, {num_pages, hkv, ps, d}, dt, bad == 1);
+  // Metadata is filled compact from the buffer's start, so valid tensors get no layout variants.
+  Tensor bt = make(in, {seqs, max_pages}, DLDataType{kDLInt, 32, 1}, bad == 2, false);
+  Tensor qs = make(in, {seqs + 1}, DLDataType{kDLInt, 32, 1}, bad == 3, false);
+  Tensor cl = make(in, {seqs}, DLDataType{kDLInt, 32, 1}, bad == 4, false);
+  // Metadata that fits: every sequence's tokens within its block-table row.
+  const int64_t cap = ps * max_pages;
+  int32_t *qsv = reinterpret_cast<int32_t *>(qs.buf.data());
+  int32_t *clv = reinterpret_cast<int32_t *>(cl.buf.data());
+  int32_t *btv = reinterpret_cast<int32_t *>(bt.buf.data());
+  const int64_t bt_elems = static_cast<int64_t>(bt.buf.size() / 4);
+  for (int64_t j = 0; j < bt_elems; ++j) btv[j] = static_cast<int32_t>(in.pick(static_cast<int32_t>(num_pages)));
+  int32_t total = 0;
+  int32_t max_q = 0;
+  qsv[0] = 0;
+  for (int64_t i = 0; i < seqs; ++i) {
+    const int32_t len = in.pick(static_cast<int32_t>(cap) + 1);
+    const int32_t ctx = len ? in.pick(len) : 0;
+    clv[i] = ctx;
+    total += len - ctx;
+    max_q = std::max(max_q, len - ctx);
+    qsv[i + 1] = total;
+  }
+  if (bad == 5) {
+    const int32_t vals[] = {-1, 1000, static_cast<int32_t>(num_pages), INT32_MAX, INT32_MIN};
+    int32_t *targets[] = {qsv, clv, btv};
+    const int which = in.pick(3);
+    const int64_t len = which == 0 ? seqs + 1 : which == 1 ? seqs : seqs * max_pages;
+    if (len > 0) targets[which][in.pick(static_cast<int32_t>(len))] = in.one_of(vals);
+  }
+  const int32_t max_query_len = bad == 6 ? in.one_of({-1, 0}) : max_q + in.pick(2);
+  Tensor q = make(in, {total, hq, d}, dt, bad == 7);
+  Tensor out = make(in, {total, hq, d}, dt, false);
+  Tensor lse = make(in, {hq, total}, DLDataType{kDLFloat, 32, 1}, false);
+  poison(out);
+  poison(lse);
+  bspa_layout *l = nullptr;
+  if (in.pick(3) == 0 && !w.layouts.empty()) {
+    l = pick_layout(w, in);
+  } else {
+    bspa_layout_create_dense(&l, static_cast<int32_t>(hq));
+  }
+  bspa_paged_args a;
+  run(w, "bspa_paged_args_init", [&] { return bspa_paged_args_init(&a); });
+  a.q = &q.t;
+  a.out = &out.t;
+  const bool with_lse = in.pick(2);
+  a.lse = with_lse ? &lse.t : nullptr;
+  a.k_pages = &kp.t;
+  a.v_pages = &vp.t;
+  a.block_table = &bt.t;
+  a.query_starts = &qs.t;
+  a.context_lens = &cl.t;
+  a.max_query_len = max_query_len;
+  a.layout = l;
+  a.scale = 0.25f;
+  const int mode = in.pick(16);
+  switch (mode) {
+    case 0: a.version = 0; break;
+    case 1: a.q = nullptr; break;
+    case 2: a.layout = nullptr; break;
+    case 3: a.block_table = nullptr; break;
+    case 4: a.scale = NAN; break;
+    default: break;
+  }
+  const bool null_args = mode == 5;
+  const bspa_status s = run(w, "bspa_prefill_paged", [&] { return bspa_prefill_paged(null_args ? nullptr : &a, nullptr); });
+  const bool borrowed = l != nullptr && std::find(w.layouts.begin(), w.layouts.end(), l) != w.layouts.end();
+  if (!borrowed) bspa_layout_destroy(l);
+  // Every output row (and lse entry) must be written, and finite for finite inputs.
+  if (s == BSPA_OK && bad >= 8 && !all_finite(out)) die("bspa_prefill_paged left a row unwritten or non-finite");
+  if (s == BSPA_OK && bad >= 8 && with_lse && !all_finite(lse)) die("bspa_prefill_paged left an lse unwritten");
+}
+
+void op_misc(World &w, Bytes &in) {
+  int32_t count = -1;
+  const int32_t types[] = {kDLCPU, kDLCUDA, kDLCUDAHost, 0, -1};
+  const int32_t type = in.one_of(types);
+  const bool null_count = in.pick(4) == 0;
+  run(w, "bspa_device_count", [&] { return bspa_device_count(type, null_count ? nullptr : &count); });
+  const char *s = bspa_status_string(static_cast<bspa_status>(in.u16()) - 1000);
+  if (s == nullptr || bspa_version_string() == nullptr || bspa_build_info() == nullptr) die("a NULL string");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  Bytes in(data, size);
+  World w;
+  for (int step = 0; step < 96 && !in.empty(); ++step) {
+    switch (in.u8() % 20) {
+      case 0: op_pool_create(w, in); break;
+      case 1: if (in.pick(4) == 0) op_pool_destroy(w, in); break;
+      case 2: op_pool_kv(w, in); break;
+      case 3: op_pool_stats(w, in); break;
+      case 4: case 5: op_seq_create(w, in); break;
+      case 6: op_seq_destroy(w, in); break;
+      case 7: op_seq_match(w, in); break;
+      case 8: case 9: op_seq_append(w, in); break;
+      case 10: op_seq_commit(w, in); break;
+      case 11: op_seq_pages(w, in); break;
+      case 12: op_seq_info(w, in); break;
+      case 13: op_layout(w, in); break;
+      case 14: op_layout_allowed(w, in); break;
+      case 15: op_batch_create(w, in); break;
+      case 16: op_batch_destroy(w, in); break;
+      case 17: op_launch(w, in, in.pick(2) == 0); break;
+      case 18: op_prefill_paged(w, in); break;
+      default: op_misc(w, in); break;
+    }
+  }
+  return 0;
+}
