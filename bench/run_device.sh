@@ -4,12 +4,13 @@
 # BUILD_DIR (default build-cuda) holds binaries built on the development machine
 # (static cudart; carry it); without it, the script configures and builds there (needs
 # the DLPack and xxHash headers: put them under .device/include and carry .device).
-# Stages (default all but ncu): check sanitize ncu bench sweep torch. Logs and JSON go to $OUT
+# Stages (default all but ncu): check ctest sanitize ncu bench sweep torch. ctest runs the
+# Criterion GPU test when it was built (its shared libraries carried in BUILD/devlib). Logs and JSON go to $OUT
 # (or bench/results/local), and a short table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-cuda}; shift || true
-STAGES=${*:-check sanitize bench sweep torch}
+STAGES=${*:-check ctest sanitize bench sweep torch}
 OUT=${OUT:-bench/results/local}
 mkdir -p "$OUT"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -27,6 +28,10 @@ if has check; then
   grep -E "FAIL" "$OUT/check.log" | head -20
   summary+=("check: rc=$rc, $(tail -1 "$OUT/check.log")")
 fi
+if has ctest && [ -x "$BUILD/tests/test_gpu_prefill" ]; then  # the Criterion GPU test (libs carried in devlib/)
+  LD_LIBRARY_PATH="$PWD/$BUILD/devlib:$LD_LIBRARY_PATH" "$BUILD/tests/test_gpu_prefill" --jobs 1 >"$OUT/ctest.log" 2>&1; rc=$?
+  summary+=("test_gpu_prefill: rc=$rc, $(grep -E 'Synthesis' "$OUT/ctest.log" | tail -1)")
+fi
 if has sanitize; then
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 3 "$BUILD/bench/bench_gpu_check" --tiny >"$OUT/$tool.log" 2>&1; rc=$?
@@ -36,7 +41,8 @@ fi
 if has ncu; then  # stall reasons of one sparse 32k launch (after the warm-up launches)
   ncu --clock-control none --kernel-name regex:prefill_sm80 --launch-skip 3 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section Occupancy --section ComputeWorkloadAnalysis \
-    --section MemoryWorkloadAnalysis "$BUILD/bench/bench_prefill" --only "32k C=0" >"$OUT/ncu.log" 2>&1; rc=$?
+    --section MemoryWorkloadAnalysis --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    "$BUILD/bench/bench_prefill" --only "32k C=0" >"$OUT/ncu.log" 2>&1; rc=$?
   summary+=("ncu: rc=$rc")
 fi
 if has bench; then

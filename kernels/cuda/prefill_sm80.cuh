@@ -252,25 +252,33 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
-          float mx = -INFINITY;
+          // Tree reductions: with two warps per scheduler, 16-long dependent chains stall.
+          float t[8];
 #pragma unroll
-          for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * rr], s[mt][nt][2 * rr + 1]));
+          for (int nt = 0; nt < 8; ++nt) t[nt] = fmaxf(s[mt][nt][2 * rr], s[mt][nt][2 * rr + 1]);
+#pragma unroll
+          for (int w = 4; w >= 1; w >>= 1)
+#pragma unroll
+            for (int i = 0; i < w; ++i) t[i] = fmaxf(t[i], t[i + w]);
+          float mx = t[0];
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           const float m_new = fmaxf(m[mt][rr], mx * p.scale_log2);  // m: scaled, log2 units
           const float m_use = m_new == -INFINITY ? 0.f : m_new;
           const float alpha = fast_exp2(m[mt][rr] - m_use);
           m[mt][rr] = m_new;
-          float sum = 0.f;
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float pv = fast_exp2(fmaf(s[mt][nt][2 * rr + e], p.scale_log2, -m_use));
-              s[mt][nt][2 * rr + e] = pv;
-              sum += pv;
-            }
-          l[mt][rr] = l[mt][rr] * alpha + sum;
+            for (int e = 0; e < 2; ++e)
+              s[mt][nt][2 * rr + e] = fast_exp2(fmaf(s[mt][nt][2 * rr + e], p.scale_log2, -m_use));
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) t[nt] = s[mt][nt][2 * rr] + s[mt][nt][2 * rr + 1];
+#pragma unroll
+          for (int w = 4; w >= 1; w >>= 1)
+#pragma unroll
+            for (int i = 0; i < w; ++i) t[i] += t[i + w];
+          l[mt][rr] = l[mt][rr] * alpha + t[0];
 #pragma unroll
           for (int dt = 0; dt < D / 8; ++dt) {
             o[mt][dt][2 * rr] *= alpha;
