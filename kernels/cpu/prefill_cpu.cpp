@@ -187,7 +187,9 @@ void kv_write_cpu(const KvWriteProblem &p) {
   const int64_t bytes = dtype_bytes(p.dtype), row = static_cast<int64_t>(p.head_dim) * bytes;
   const int64_t head_stride = static_cast<int64_t>(p.page_size) * p.head_dim;
   const int64_t page_stride = p.num_kv_heads * head_stride;
-#pragma omp parallel for schedule(static)
+  // Copies are memory-bound: waking the thread team costs more than it saves below a few MiB.
+  const bool parallel = int64_t{2} * p.total_q * p.num_kv_heads * row >= (int64_t{4} << 20);
+#pragma omp parallel for schedule(static) if (parallel)
   for (int32_t t = 0; t < p.total_q; ++t) {
     const int32_t s = static_cast<int32_t>(
         std::upper_bound(p.query_starts, p.query_starts + p.num_seqs + 1, t) - p.query_starts - 1);
