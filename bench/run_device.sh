@@ -4,7 +4,7 @@
 # BUILD_DIR (default build-cuda) holds binaries built on the development machine
 # (static cudart; carry it); without it, the script configures and builds there (needs
 # the DLPack and xxHash headers: put them under .device/include and carry .device).
-# Stages (default all but ncu): check ctest sanitize ncu bench sweep torch. ctest runs the
+# Stages (default all but ncu, plot): check ctest sanitize ncu bench sweep torch plot. ctest runs the
 # Criterion GPU test when it was built (its shared libraries carried in BUILD/devlib). Logs and JSON go to $OUT
 # (or bench/results/local), and a short table is printed last.
 set -uo pipefail
@@ -20,7 +20,7 @@ if [ ! -x "$BUILD/bench/bench_prefill" ]; then
     || { tail -30 "$OUT/build.log"; exit 2; }
 fi
 export LD_LIBRARY_PATH="$PWD/$BUILD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+COMMIT=${BSPA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}  # the copy on the GPU machine may not be a git checkout
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
 summary=()
 if has check; then
@@ -55,6 +55,10 @@ if has torch; then
   PYTHONUNBUFFERED=1 timeout 330 python3 bench/compare_torch.py --json "$OUT/compare_torch.json" --budget 240 \
     >"$OUT/torch.log" 2>&1; rc=$?
   summary+=("torch: rc=$rc")
+fi
+if has plot; then  # PNG of the committed results (matplotlib is on the GPU machine)
+  python3 bench/plot_results.py bench/results/h200_sm80_bench_prefill.json --torch bench/results/h200_compare_torch.json \
+    --out "$OUT/h200_sm80.png" >"$OUT/plot.log" 2>&1; summary+=("plot: rc=$?")
 fi
 echo "=================================================================="
 has torch && tail -12 "$OUT/torch.log"
