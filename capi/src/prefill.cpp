@@ -182,6 +182,9 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
     const void *v_pages = pl.v_data(layer);
     require(q, "q");
     require(out, "out");
+    // q's rows are the batch's new tokens: checked before out is compared with q, so a
+    // wrong q is reported as q.
+    bspa::capi::view_tensor(q, "q", {batch->plan.total_q, -1, pl.head_dim()});
     bspa::kernels::PrefillProblem p;
     describe_attention(p, layout, q, out, lse, scale, g.dtype, pl.num_kv_heads(), pl.head_dim(), g.device,
                        "the pool");
