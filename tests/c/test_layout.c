@@ -42,6 +42,7 @@ static void check_strided(int rows, int homo, int heads_total, int head_begin, i
       }
     free(m);
   }
+  bspa_layout_destroy(l);
   cr_log_info("strided %s, %d rows, heads %d..%d of %d: %ld visible blocks checked", homo ? "homo" : "hetero", rows,
               head_begin, head_begin + num_heads - 1, heads_total, visible);
 }
