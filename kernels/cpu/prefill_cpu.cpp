@@ -21,12 +21,13 @@ namespace {
 constexpr int kKeyChunk = 64;
 
 struct Scratch {
-  std::vector<float> q, k, v, acc, m, l, s;
+  std::vector<float> q, k, kt, v, acc, m, l, s;
   std::vector<uint8_t> allow;
   void size_for(int rows, int d) {
     q.resize(static_cast<size_t>(rows) * d);
     acc.resize(static_cast<size_t>(rows) * d);
     k.resize(static_cast<size_t>(kKeyChunk) * d);
+    kt.resize(static_cast<size_t>(kKeyChunk) * d);
     v.resize(static_cast<size_t>(kKeyChunk) * d);
     m.resize(rows);
     l.resize(rows);
@@ -53,6 +54,11 @@ void fill_allowed(const Layout &L, int32_t h, int64_t qb0, int64_t qb1, std::vec
   }
 }
 
+// Vector width matters more than anything else here: an AVX2 clone is picked at load time
+// where the CPU has it (the library itself is built for baseline x86-64).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
 void run_tile(const PrefillProblem &p, const WorkItem &w, int32_t h, Scratch &sc) {
   const Layout &L = *p.layout;
   const int d = p.head_dim;
@@ -94,20 +100,25 @@ void run_tile(const PrefillProblem &p, const WorkItem &w, int32_t h, Scratch &sc
                                                    slot * p.kv.v_token_stride),
                       sc.v.data() + static_cast<size_t>(c) * d, d);
       }
+      // K transposed ([d][kKeyChunk]) so a query row's logits are one vector loop over keys
+      // per dimension (no horizontal reductions); columns past nc hold stale values, never read.
+      for (int c = 0; c < nc; ++c)
+        for (int i = 0; i < d; ++i) sc.kt[static_cast<size_t>(i) * kKeyChunk + c] = sc.k[static_cast<size_t>(c) * d + i];
       for (int r = 0; r < nr; ++r) {
         const int64_t pos = p_first + r;
         if (c0 > pos || !sc.allow[(pos / B - qb0) * nkb + kb]) continue;
         const int ncr = static_cast<int>(std::min<int64_t>(nc, pos - c0 + 1));  // causal within the chunk
         const float *qr = sc.q.data() + static_cast<size_t>(r) * d;
-        float mx = sc.m[r];
-        for (int c = 0; c < ncr; ++c) {
-          const float *kc = sc.k.data() + static_cast<size_t>(c) * d;
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int i = 0; i < d; ++i) dot += qr[i] * kc[i];
-          sc.s[c] = dot;
-          mx = std::max(mx, dot);
+        float *logits = sc.s.data();
+        std::fill(logits, logits + kKeyChunk, 0.0f);
+        for (int i = 0; i < d; ++i) {
+          const float qi = qr[i];
+          const float *kti = sc.kt.data() + static_cast<size_t>(i) * kKeyChunk;
+#pragma omp simd
+          for (int c = 0; c < kKeyChunk; ++c) logits[c] += qi * kti[c];
         }
+        float mx = sc.m[r];
+        for (int c = 0; c < ncr; ++c) mx = std::max(mx, logits[c]);
         float *acc = sc.acc.data() + static_cast<size_t>(r) * d;
         if (mx > sc.m[r]) {
           const float corr = std::exp(sc.m[r] - mx);  // exp(-inf) = 0 on the first chunk
@@ -117,11 +128,28 @@ void run_tile(const PrefillProblem &p, const WorkItem &w, int32_t h, Scratch &sc
         }
         float sum = 0.0f;
         for (int c = 0; c < ncr; ++c) {
-          const float e = std::exp(sc.s[c] - mx);
-          sum += e;
-          const float *vc = sc.v.data() + static_cast<size_t>(c) * d;
+          logits[c] = std::exp(logits[c] - mx);
+          sum += logits[c];
+        }
+        // P·V with a slice of the accumulator row held in registers across all keys of the
+        // chunk: one load and store of acc per slice instead of one per key.
+        constexpr int kSlice = 32;
+        int i0 = 0;
+        for (; i0 + kSlice <= d; i0 += kSlice) {
+          float a[kSlice];
+          for (int i = 0; i < kSlice; ++i) a[i] = acc[i0 + i];
+          for (int c = 0; c < ncr; ++c) {
+            const float e = logits[c];
+            const float *vc = sc.v.data() + static_cast<size_t>(c) * d + i0;
 #pragma omp simd
-          for (int i = 0; i < d; ++i) acc[i] += e * vc[i];
+            for (int i = 0; i < kSlice; ++i) a[i] += e * vc[i];
+          }
+          for (int i = 0; i < kSlice; ++i) acc[i0 + i] = a[i];
+        }
+        for (int c = 0; c < ncr && i0 < d; ++c) {
+          const float e = logits[c];
+          const float *vc = sc.v.data() + static_cast<size_t>(c) * d;
+          for (int i = i0; i < d; ++i) acc[i] += e * vc[i];
         }
         sc.l[r] += sum;
       }
