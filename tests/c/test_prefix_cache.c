@@ -2,6 +2,7 @@
  * eviction order, transactional out-of-pages, pinning, and randomized and threaded
  * workloads whose every hit is checked against the KV the sequences wrote. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -343,7 +344,7 @@ static void *run_job(void *arg) {
 
 typedef struct checker_job {
   bspa_pool *pool;
-  volatile int stop;
+  atomic_int stop; /* read by the checker thread: volatile is a data race (ThreadSanitizer) */
   int checks;
   bspa_status status;
   char message[512];
