@@ -9,6 +9,7 @@
 #include <bspa/bspa.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -257,8 +258,10 @@ int main(int argc, char **argv) {
       std::perror(json_path.c_str());
       return 2;
     }
-    std::fprintf(f, "{\n  \"gpu\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n  \"backend\": \"bspa sm80\",\n",
-                 prop.name, commit.c_str(), date);
+    // The kernel family: BSPA_CUDA_PATH (sm80 | sm90 | auto = by compute capability).
+    const char *path = std::getenv("BSPA_CUDA_PATH");
+    std::fprintf(f, "{\n  \"gpu\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n  \"backend\": \"bspa %s\",\n",
+                 prop.name, commit.c_str(), date, path && *path ? path : "auto");
     std::fprintf(f, "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
                     "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"scale\": 0.0078125},\n",
                  kHq, kHkv, kD, kPs, kB, kLb, kV);

@@ -7,6 +7,9 @@
 # Stages (default all but ncu, plot): check ctest sanitize ncu bench sweep torch plot. ctest runs the
 # Criterion GPU test when it was built (its shared libraries carried in BUILD/devlib). Logs and JSON go to $OUT
 # (or bench/results/local), and a short table is printed last.
+# BSPA_PATHS="sm90 sm80" runs check, sanitize and bench once per kernel family (BSPA_CUDA_PATH
+# forced; logs and JSON suffixed _sm90, _sm80); default "auto" (by compute capability, no
+# suffix). STEP_TIMEOUT (seconds, default 600) bounds each program run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-cuda}; shift || true
@@ -23,34 +26,39 @@ export LD_LIBRARY_PATH="$PWD/$BUILD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 COMMIT=${BSPA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}  # the copy on the GPU machine may not be a git checkout
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
 summary=()
+T() { timeout "${STEP_TIMEOUT:-600}" "$@"; }
+for path in ${BSPA_PATHS:-auto}; do
+if [ "$path" = auto ]; then unset BSPA_CUDA_PATH; sfx=""; else export BSPA_CUDA_PATH=$path; sfx="_$path"; fi
 if has check; then
-  "$BUILD/bench/bench_gpu_check" >"$OUT/check.log" 2>&1; rc=$?
-  grep -E "FAIL" "$OUT/check.log" | head -20
-  summary+=("check: rc=$rc, $(tail -1 "$OUT/check.log")")
+  T "$BUILD/bench/bench_gpu_check" >"$OUT/check$sfx.log" 2>&1; rc=$?
+  grep -E "FAIL" "$OUT/check$sfx.log" | head -20
+  summary+=("check$sfx: rc=$rc, $(tail -1 "$OUT/check$sfx.log")")
 fi
 if has ctest && [ -x "$BUILD/tests/test_gpu_prefill" ]; then  # the Criterion GPU test (libs carried in devlib/)
-  LD_LIBRARY_PATH="$PWD/$BUILD/devlib:$LD_LIBRARY_PATH" "$BUILD/tests/test_gpu_prefill" --jobs 1 >"$OUT/ctest.log" 2>&1; rc=$?
-  summary+=("test_gpu_prefill: rc=$rc, $(grep -E 'Synthesis' "$OUT/ctest.log" | tail -1)")
+  LD_LIBRARY_PATH="$PWD/$BUILD/devlib:$LD_LIBRARY_PATH" "$BUILD/tests/test_gpu_prefill" --jobs 1 >"$OUT/ctest$sfx.log" 2>&1; rc=$?
+  summary+=("test_gpu_prefill$sfx: rc=$rc, $(grep -E 'Synthesis' "$OUT/ctest$sfx.log" | tail -1)")
 fi
 if has sanitize; then
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 3 "$BUILD/bench/bench_gpu_check" --tiny >"$OUT/$tool.log" 2>&1; rc=$?
-    summary+=("$tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)")
+    T compute-sanitizer --tool $tool --error-exitcode 3 "$BUILD/bench/bench_gpu_check" --tiny >"$OUT/$tool$sfx.log" 2>&1; rc=$?
+    summary+=("$tool$sfx: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool$sfx.log" | tail -1)")
   done
 fi
 if has ncu; then  # stall reasons of one sparse 32k launch (after the warm-up launches)
-  ncu --clock-control none --kernel-name regex:prefill_sm80 --launch-skip 3 --launch-count 1 \
+  ncu --clock-control none --kernel-name regex:prefill_sm --launch-skip 3 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section Occupancy --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-    "$BUILD/bench/bench_prefill" --only "32k C=0" >"$OUT/ncu.log" 2>&1; rc=$?
-  summary+=("ncu: rc=$rc")
+    "$BUILD/bench/bench_prefill" --only "32k C=0" >"$OUT/ncu$sfx.log" 2>&1; rc=$?
+  summary+=("ncu$sfx: rc=$rc")
 fi
 if has bench; then
-  args=(--json "$OUT/bench_prefill.json" --commit "$COMMIT")
+  args=(--json "$OUT/bench_prefill$sfx.json" --commit "$COMMIT")
   has sweep || args+=(--no-sweep)
-  "$BUILD/bench/bench_prefill" "${args[@]}" >"$OUT/bench.log" 2>&1; rc=$?
-  summary+=("bench: rc=$rc")
+  T "$BUILD/bench/bench_prefill" "${args[@]}" >"$OUT/bench$sfx.log" 2>&1; rc=$?
+  summary+=("bench$sfx: rc=$rc")
 fi
+done
+unset BSPA_CUDA_PATH
 if has torch; then
   PYTHONUNBUFFERED=1 timeout 330 python3 bench/compare_torch.py --json "$OUT/compare_torch.json" --budget 240 \
     >"$OUT/torch.log" 2>&1; rc=$?
@@ -62,5 +70,8 @@ if has plot; then  # PNG of the committed results (matplotlib is on the GPU mach
 fi
 echo "=================================================================="
 has torch && tail -12 "$OUT/torch.log"
-has bench && { grep -A40 "^hit-rate" "$OUT/bench.log" | head -30; tail -12 "$OUT/bench.log"; }
+for path in ${BSPA_PATHS:-auto}; do
+  sfx=$([ "$path" = auto ] || echo "_$path")
+  has bench && { grep -A40 "^hit-rate" "$OUT/bench$sfx.log" | head -30; tail -12 "$OUT/bench$sfx.log"; }
+done
 printf '%s\n' "${summary[@]}"

@@ -1,15 +1,20 @@
-// prefill_cuda: checks what the sm80 kernel supports (anything else is NotSupported,
-// never a wrong answer), maps the problem to kernel parameters and picks the tile.
+// prefill_cuda: checks what the kernels support (anything else is NotSupported, never a
+// wrong answer), maps the problem to kernel parameters, picks the kernel family (sm90a
+// wgmma on compute capability 9.0, sm80 mma.sync elsewhere) and the tile.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/prefill_sm80.hpp"
+#include "kernels/cuda/prefill_sm90.hpp"
 
 namespace bspa::kernels {
 namespace {
@@ -32,6 +37,47 @@ void dispatch(const sm80::Params &prm, int head_dim, int bm, dim3 grid, cudaStre
     if (bm == 128) sm80::launch<T, 128, 128>(prm, grid, stream);
     else sm80::launch<T, 128, 64>(prm, grid, stream);
   }
+}
+
+template <class T>
+void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, cudaStream_t stream) {
+  if (head_dim == 64) sm90::launch<T, 64>(prm, grid, stream);
+  else sm90::launch<T, 128>(prm, grid, stream);
+}
+
+// BSPA_CUDA_PATH=sm80|sm90 forces a kernel family (to time or test both on one GPU);
+// unset or "auto": sm90 (when kSm90ByDefault) on compute capability 9.0 when this build
+// carries sm_90a code, for query tiles of 128 rows (shorter queries keep sm80's 64-row tiles).
+enum class Path { Auto, Sm80, Sm90 };
+// Off until the sm90a path has passed the device sweep: auto then means sm80.
+constexpr bool kSm90ByDefault = false;
+
+Path requested_path() {
+  const char *e = std::getenv("BSPA_CUDA_PATH");
+  if (e == nullptr || *e == '\0' || std::strcmp(e, "auto") == 0) return Path::Auto;
+  if (std::strcmp(e, "sm80") == 0) return Path::Sm80;
+  if (std::strcmp(e, "sm90") == 0) return Path::Sm90;
+  fail(Errc::NotSupported, "BSPA_CUDA_PATH = \"", e, "\": expected sm80, sm90 or auto");
+}
+
+bool built_with_sm90a() { return std::strstr(BSPA_CUDA_ARCHS_STRING, "90a") != nullptr; }
+
+// Compute capability 9.0 (sm_90a code runs on nothing else), cached per device.
+bool device_is_sm90(int device) {
+  constexpr int kCache = 64;
+  static std::atomic<int> cache[kCache];  // 0 unknown, 1 no, 2 yes
+  if (device >= 0 && device < kCache) {
+    const int c = cache[device].load(std::memory_order_relaxed);
+    if (c != 0) return c == 2;
+  }
+  int major = 0, minor = 0;
+  cuda::check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                   "cudaDeviceGetAttribute(major)");
+  cuda::check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+                   "cudaDeviceGetAttribute(minor)");
+  const bool yes = major == 9 && minor == 0;
+  if (device >= 0 && device < kCache) cache[device].store(yes ? 2 : 1, std::memory_order_relaxed);
+  return yes;
 }
 
 }  // namespace
@@ -95,8 +141,14 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   if (layout.kind == Layout::Kind::Dense) prm.layout.block_size = 64;
 
   // 128-row query tiles halve the K/V traffic per row; short queries (decode, small
-  // chunks) would mostly fill them with padding, so they get 64-row tiles.
-  const int bm = p.max_query_len > 64 ? 128 : 64;
+  // chunks) would mostly fill them with padding, so they get 64-row tiles (sm80 only).
+  const Path path = requested_path();
+  const bool sm90_ok = built_with_sm90a() && device_is_sm90(device.device());
+  check(path != Path::Sm90 || sm90_ok, Errc::NotSupported,
+        "BSPA_CUDA_PATH = sm90 needs a compute capability 9.0 device and a build with sm_90a (BSPA_CUDA_ARCHS = ",
+        BSPA_CUDA_ARCHS_STRING, ")");
+  const bool use_sm90 = path == Path::Sm90 || (path == Path::Auto && kSm90ByDefault && sm90_ok && p.max_query_len > 64);
+  const int bm = use_sm90 || p.max_query_len > 64 ? 128 : 64;
   dim3 grid;
   if (p.work && p.work_tile_rows % bm == 0) {
     prm.work = p.work;
@@ -112,10 +164,14 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
           "the CUDA prefill launches at most 65535 query tiles per sequence and 65535 sequences");
     grid = dim3(p.num_q_heads, static_cast<unsigned>(tiles), p.num_seqs);
   }
-  if (p.dtype == DType::BF16)
+  if (use_sm90) {
+    if (p.dtype == DType::BF16) dispatch_sm90<__nv_bfloat16>(prm, p.head_dim, grid, stream);
+    else dispatch_sm90<__half>(prm, p.head_dim, grid, stream);
+  } else if (p.dtype == DType::BF16) {
     dispatch<__nv_bfloat16>(prm, p.head_dim, bm, grid, stream);
-  else
+  } else {
     dispatch<__half>(prm, p.head_dim, bm, grid, stream);
+  }
 }
 
 }  // namespace bspa::kernels

@@ -1,0 +1,131 @@
+// Thin wrappers over the sm90a instructions the Hopper prefill kernel is built from:
+// wgmma.mma_async (m64n64k16, fp32 accumulators; A from shared memory or registers, B
+// from shared memory, B optionally N-major), its fences and groups, shared-memory matrix
+// descriptors for the 128-byte swizzle, the generic->async proxy fence, and cp.async.
+// Only meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); the kernel that
+// uses them compiles to an empty body for other targets.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace bspa::kernels::sm90 {
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, or 16 zero bytes when !valid (src is then never read).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// cp.async and st.shared write through the generic proxy; wgmma reads through the async
+// proxy. Each writer fences after its writes are complete, before the barrier that
+// publishes them.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Matrix descriptor, 128-byte swizzle. The operand is stored as rows of 128 bytes (64
+// 16-bit elements), 16-byte chunk c of row r at chunk c ^ (r & 7), 8-row atoms of 1024
+// bytes (1024-byte aligned base, so the hardware's address-bit swizzle matches ours).
+// sbo: bytes between 8-row groups (K-major: along M/N; N-major B: along K). LBO is unused
+// by every operand here (K-major: 16 elements of K per instruction fit in one row;
+// N-major: the 64 columns of one instruction fit in one row).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving reads or writes of accumulator registers across a
+// wgmma issue or wait (the asm outputs look complete to it at issue time).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+#define BSPA_WG_D32                                                                                         \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define BSPA_WG_OUT32(d)                                                                                       \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+// d (64x64 per warpgroup; thread: rows 16*warp + lane/4 (+8), columns 8*(i/4) + 2*(lane%4))
+// = (accumulate ? d : 0) + A(64x16, K-major smem) * B(16x64, K-major smem).
+// A register fragment (4 x 2 elements) per warp: mma.sync m16n8k16's A layout.
+template <class T>
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate);
+// d += A(64x16, registers) * B(16x64, N-major smem: 16 rows of K, 64 contiguous columns).
+template <class T>
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t b);
+
+#define BSPA_WG_DEFINE(TYPE, PTX)                                                                             \
+  template <>                                                                                               \
+  __device__ __forceinline__ void wgmma_ss<TYPE>(float(&d)[32], uint64_t a, uint64_t b, int accumulate) {  \
+    asm volatile(                                                                                           \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                        \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " BSPA_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n" \
+        : BSPA_WG_OUT32(d)                                                                                  \
+        : "l"(a), "l"(b), "r"(accumulate));                                                                 \
+  }                                                                                                         \
+  template <>                                                                                               \
+  __device__ __forceinline__ void wgmma_rs_tb<TYPE>(float(&d)[32], const uint32_t(&a)[4], uint64_t b) {    \
+    asm volatile(                                                                                           \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                        \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " BSPA_WG_D32                           \
+        ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                     \
+        : BSPA_WG_OUT32(d)                                                                                  \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                                     \
+  }
+
+BSPA_WG_DEFINE(__nv_bfloat16, "bf16")
+BSPA_WG_DEFINE(__half, "f16")
+#undef BSPA_WG_DEFINE
+#undef BSPA_WG_OUT32
+#undef BSPA_WG_D32
+
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float x, float y);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float x, float y) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float x, float y) {
+  __half2 v = __floats2half2_rn(x, y);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace bspa::kernels::sm90
