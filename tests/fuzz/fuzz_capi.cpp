@@ -21,6 +21,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -146,12 +148,26 @@ void set_sentinel() {
 }
 const char kSentinel[] = "bspa_pool_options_init: options is NULL";
 
+// FUZZ_CAPI_STATS=1 prints, at exit, how often each function succeeded and failed: the
+// harness is only useful if the successful paths (launches included) are reached too.
+struct CallStats {
+  std::map<std::string, std::pair<long, long>> counts;
+  bool on = std::getenv("FUZZ_CAPI_STATS") != nullptr;
+  ~CallStats() {
+    if (!on) return;
+    for (const auto &c : counts)
+      std::fprintf(stderr, "%-34s ok %8ld  failed %8ld\n", c.first.c_str(), c.second.first, c.second.second);
+  }
+};
+CallStats g_stats;
+
 // Wraps one API call: snapshot, sentinel, call, then the checks of the header comment.
 template <class Call>
 bspa_status run(World &w, const char *name, Call &&call) {
   const World::Snapshot before = w.snapshot();
   set_sentinel();
   const bspa_status s = call();
+  if (g_stats.on) ++(s == BSPA_OK ? g_stats.counts[name].first : g_stats.counts[name].second);
   if (s != BSPA_OK) {
     const char *msg = bspa_last_error();
     if (msg == nullptr || msg[0] == '\0') die("empty bspa_last_error after", name);
