@@ -40,7 +40,10 @@ struct Config {
   static constexpr int kTileBytes = kKeyTile * kRowBytes;
   static constexpr int kStages = 2;
   static constexpr int kPerThread = kListCap / kThreads;
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 64;
+  // + 1024: the base is rounded up to 1024 bytes so swizzled ldmatrix addresses are
+  // base ^ constant (the chunk bits of every tile base are zero).
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 64 + 1024;
+  static constexpr int kRowsPerPass = kThreads / kChunks;  // K/V rows one cp.async pass covers
 };
 
 // Byte offset of 16-byte chunk c of row r in a swizzled tile.
@@ -53,7 +56,8 @@ template <class T, int D, int BM>
 __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
     prefill_sm80_kernel(const __grid_constant__ Params p) {
   using C = Config<D, BM>;
-  extern __shared__ __align__(128) char smem[];
+  extern __shared__ __align__(128) char smem_raw[];
+  char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   char *sQ = smem;
   char *sK = sQ + C::kQBytes;
   char *sV = sK + C::kStages * C::kTileBytes;
@@ -104,22 +108,54 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
     cp_async_commit();
   }
 
+  // K/V loads: this thread copies chunk kc of rows kr0 + i * kRowsPerPass of a tile; the
+  // swizzle of those rows is the same (kRowsPerPass is a multiple of 8), so the shared
+  // destinations are one offset plus immediates, and with pages of >= 64 tokens a tile
+  // lies in one page: one block-table read per tile, sources one pointer plus a stride.
+  const int kr0 = tid / C::kChunks, kc = tid % C::kChunks;
+  const uint32_t kv_dst0 = swz<D>(kr0, kc);
+  const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * 8;
+  const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * 8;
+  const int64_t k_step = static_cast<int64_t>(C::kRowsPerPass) * p.k_tok;
+  const int64_t v_step = static_cast<int64_t>(C::kRowsPerPass) * p.v_tok;
+  const bool tile_in_page = p.page_shift >= 6;
   auto load_kv = [&](int entry, int stage) {
     const int k0 = (entry & 0x0FFFFFFF) * kKeyTile;
-    const uint32_t dk = smem_addr(sK + stage * C::kTileBytes);
-    const uint32_t dv = smem_addr(sV + stage * C::kTileBytes);
+    const uint32_t dk = smem_addr(sK + stage * C::kTileBytes) + kv_dst0;
+    const uint32_t dv = smem_addr(sV + stage * C::kTileBytes) + kv_dst0;
+    constexpr int kPasses = kKeyTile / C::kRowsPerPass;
+    if (tile_in_page) {
+      const int64_t page = bt[k0 >> p.page_shift];
+      const int slot0 = k0 & page_mask;
+      const T *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
+      const T *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
+      if (k0 + kKeyTile <= kv_len) {  // every tile but a sequence's last
 #pragma unroll
-    for (int i = 0; i < kKeyTile * C::kChunks / C::kThreads; ++i) {
-      const int idx = tid + i * C::kThreads;
-      const int r = idx / C::kChunks, c = idx % C::kChunks;
-      const int j = k0 + r;
-      const bool valid = j < kv_len;
-      const int64_t page = valid ? bt[j >> p.page_shift] : 0;
-      const int slot = j & page_mask;
-      const T *ks = kbase + page * p.k_page + static_cast<int64_t>(slot) * p.k_tok + c * 8;
-      const T *vs = vbase + page * p.v_page + static_cast<int64_t>(slot) * p.v_tok + c * 8;
-      cp_async_16(dk + swz<D>(r, c), valid ? ks : kbase, valid);
-      cp_async_16(dv + swz<D>(r, c), valid ? vs : vbase, valid);
+        for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
+          cp_async_16(dk + i * C::kRowsPerPass * C::kRowBytes, ks);
+          cp_async_16(dv + i * C::kRowsPerPass * C::kRowBytes, vs);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
+          // Rows past kv_len are zero-filled (nothing read); their addresses stay in the page.
+          const bool valid = k0 + kr0 + i * C::kRowsPerPass < kv_len;
+          cp_async_16(dk + i * C::kRowsPerPass * C::kRowBytes, ks, valid);
+          cp_async_16(dv + i * C::kRowsPerPass * C::kRowBytes, vs, valid);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        const int j = k0 + kr0 + i * C::kRowsPerPass;
+        const bool valid = j < kv_len;
+        const int64_t page = valid ? bt[j >> p.page_shift] : 0;
+        const int64_t slot = j & page_mask;
+        const T *ks = kbase + page * p.k_page + slot * p.k_tok + kc * 8;
+        const T *vs = vbase + page * p.v_page + slot * p.v_tok + kc * 8;
+        cp_async_16(dk + i * C::kRowsPerPass * C::kRowBytes, valid ? ks : kbase, valid);
+        cp_async_16(dv + i * C::kRowsPerPass * C::kRowBytes, valid ? vs : vbase, valid);
+      }
     }
   };
 
@@ -136,6 +172,27 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
   // This thread's rows in the tile: warp_row0 + mt * 16 + (lane >> 2) + rr * 8.
   const int warp_row0 = warp * 16 * MT;
   const int n_kt = p1 / kKeyTile + 1;
+
+  // ldmatrix offsets. Row r's chunk c sits at r * kRowBytes + ((c ^ (r & 7)) << 4); every
+  // row read here has r & 7 = lane & 7 and c = 2 * kk + x (x = 0 or 1), so the offset is
+  // the kk = 0 offset ^ (kk * 32): four XOR variants (kk & 3) plus 128 bytes per 4 kk.
+  constexpr int RB = C::kRowBytes;
+  const uint32_t q_off = smem_addr(sQ) + (warp_row0 + (lane & 15)) * RB + (((lane >> 4) ^ (lane & 7)) << 4);
+  const uint32_t k_off = (((lane >> 4) << 3) + (lane & 7)) * RB + ((((lane >> 3) & 1) ^ (lane & 7)) << 4);
+  const uint32_t v_off = ((lane & 7) + (((lane >> 3) & 1) << 3)) * RB + (((lane >> 4) ^ (lane & 7)) << 4);
+  auto xo = [](uint32_t off, int kk) { return (off ^ static_cast<uint32_t>((kk & 3) * 32)) + (kk >> 2) * 128; };
+
+  // Masked tiles: this thread's rows pr and which of the tile's query blocks they are in
+  // (a division, so once per CTA rather than per masked tile).
+  int row_lim[MT][2], row_qsel[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int pr = p0 + warp_row0 + mt * 16 + (lane >> 2) + rr * 8;
+      row_lim[mt][rr] = pr - 2 * (lane & 3);  // key k0 + n is visible iff n <= row_lim - k0
+      row_qsel[mt][rr] = pr / B - qb0;
+    }
 
   for (int c0 = 0; c0 < n_kt; c0 += kListCap) {
     // 1. classify key tiles [c0, c1) and compact the visible ones into sList.
@@ -198,8 +255,8 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
       if (it + 1 < total) load_kv(sList[it + 1], (it + 1) & 1);
       cp_async_commit();
       const int stage = it & 1;
-      const char *tK = sK + stage * C::kTileBytes;
-      const char *tV = sV + stage * C::kTileBytes;
+      const uint32_t tK = smem_addr(sK + stage * C::kTileBytes);
+      const uint32_t tV = smem_addr(sV + stage * C::kTileBytes);
 
       float s[MT][8][4];
 #pragma unroll
@@ -211,14 +268,12 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
         uint32_t a[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          const int r = warp_row0 + mt * 16 + (lane & 15);
-          ldmatrix_x4(smem_addr(sQ) + swz<D>(r, kk * 2 + (lane >> 4)), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+          ldmatrix_x4(xo(q_off, kk) + mt * 16 * RB, a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
         }
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
-          const int key = np * 16 + ((lane >> 4) << 3) + (lane & 7);
           uint32_t b0, b1, b2, b3;
-          ldmatrix_x4(smem_addr(tK) + swz<D>(key, kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
+          ldmatrix_x4(tK + xo(k_off, kk) + np * 16 * RB, b0, b1, b2, b3);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             mma_16816<T>(s[mt][2 * np], a[mt], b0, b1);
@@ -236,23 +291,23 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int rr = 0; rr < 2; ++rr) {
-            const int pr = p0 + warp_row0 + mt * 16 + (lane >> 2) + rr * 8;
-            const bool ok = (bits >> (pr / B - qb0)) & 1u;
+            // A row outside the allowed query blocks sees nothing: limit -1.
+            const int lim = ((bits >> row_qsel[mt][rr]) & 1u) ? row_lim[mt][rr] - k0 : -1;
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int j = k0 + nt * 8 + 2 * (lane & 3) + e;
-                if (!ok || j > pr) s[mt][nt][2 * rr + e] = -INFINITY;
-              }
+              for (int e = 0; e < 2; ++e)
+                if (nt * 8 + e > lim) s[mt][nt][2 * rr + e] = -INFINITY;
           }
       }
 
+      // Row maxima (tree reductions: with two warps per scheduler, 16-long dependent
+      // chains stall), in scaled log2 units.
+      float mx[MT][2];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
-          // Tree reductions: with two warps per scheduler, 16-long dependent chains stall.
           float t[8];
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt) t[nt] = fmaxf(s[mt][nt][2 * rr], s[mt][nt][2 * rr + 1]);
@@ -260,30 +315,55 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
           for (int w = 4; w >= 1; w >>= 1)
 #pragma unroll
             for (int i = 0; i < w; ++i) t[i] = fmaxf(t[i], t[i + w]);
-          float mx = t[0];
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(m[mt][rr], mx * p.scale_log2);  // m: scaled, log2 units
-          const float m_use = m_new == -INFINITY ? 0.f : m_new;
-          const float alpha = fast_exp2(m[mt][rr] - m_use);
-          m[mt][rr] = m_new;
+          float x = t[0];
+          x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+          x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+          mx[mt][rr] = x * p.scale_log2;
+        }
+      // Lazy rescale: the running max m only moves (and O, l are rescaled) when some row's
+      // max grew past m + kSlack; otherwise the exponentials use the stale m and stay below
+      // 2^kSlack, exact in fp32 and representable in bf16/f16 (the final O / l and lse use
+      // the same m, so the result does not depend on when m moved).
+      constexpr float kSlack = 8.f;
+      bool grow = false;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) grow |= mx[mt][rr] > m[mt][rr] + kSlack;
+      if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            const float m_new = fmaxf(m[mt][rr], mx[mt][rr]);
+            const float alpha = m_new == -INFINITY ? 1.f : fast_exp2(m[mt][rr] - m_new);
+            m[mt][rr] = m_new;
+            l[mt][rr] *= alpha;
+#pragma unroll
+            for (int dt = 0; dt < D / 8; ++dt) {
+              o[mt][dt][2 * rr] *= alpha;
+              o[mt][dt][2 * rr + 1] *= alpha;
+            }
+          }
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const float m_use = m[mt][rr] == -INFINITY ? 0.f : m[mt][rr];
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e)
               s[mt][nt][2 * rr + e] = fast_exp2(fmaf(s[mt][nt][2 * rr + e], p.scale_log2, -m_use));
+          float t[8];
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt) t[nt] = s[mt][nt][2 * rr] + s[mt][nt][2 * rr + 1];
 #pragma unroll
           for (int w = 4; w >= 1; w >>= 1)
 #pragma unroll
             for (int i = 0; i < w; ++i) t[i] += t[i + w];
-          l[mt][rr] = l[mt][rr] * alpha + t[0];
-#pragma unroll
-          for (int dt = 0; dt < D / 8; ++dt) {
-            o[mt][dt][2 * rr] *= alpha;
-            o[mt][dt][2 * rr + 1] *= alpha;
-          }
+          l[mt][rr] += t[0];
         }
 
 #pragma unroll
@@ -298,9 +378,8 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
         }
 #pragma unroll
         for (int dp = 0; dp < D / 16; ++dp) {
-          const int key = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
           uint32_t b0, b1, b2, b3;
-          ldmatrix_x4_trans(smem_addr(tV) + swz<D>(key, dp * 2 + (lane >> 4)), b0, b1, b2, b3);
+          ldmatrix_x4_trans(tV + xo(v_off, dp) + kk * 16 * RB, b0, b1, b2, b3);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             mma_16816<T>(o[mt][2 * dp], a[mt], b0, b1);
