@@ -40,9 +40,14 @@ TensorView view(const DLTensor *t, const char *name, std::initializer_list<int64
   check(t->shape != nullptr, Errc::NullPointer, name, ".shape is NULL");
   int i = 0;
   int64_t numel = 1;
+  // The product of the dimensions counted as at least 1 bounds numel and every compact
+  // stride below: once it fits in int64, none of those products overflows.
+  int64_t bound = 1;
   for (int64_t want : shape) {
     check(t->shape[i] >= 0 && (want < 0 || t->shape[i] == want), Errc::ShapeMismatch, name, ".shape = ",
           shape_string(t->shape, ndim), " but expected ", expected_string(shape), " (dimension ", i, ")");
+    check(!__builtin_mul_overflow(bound, t->shape[i] > 1 ? t->shape[i] : 1, &bound), Errc::ShapeMismatch, name,
+          ".shape = ", shape_string(t->shape, ndim), " has more elements than int64 can count");
     numel *= t->shape[i];
     ++i;
   }
@@ -55,8 +60,14 @@ TensorView view(const DLTensor *t, const char *name, std::initializer_list<int64
   }
   if (t->strides && numel > 0) {
     compact_stride = 1;
+    int64_t extent = 0;  // offset of the last element: the kernels index up to it in int64
     for (int d = ndim - 1; d >= 0; --d) {
       check(v.stride[d] >= 0, Errc::ShapeMismatch, name, ".strides[", d, "] = ", v.stride[d], " is negative");
+      int64_t span = 0;
+      check(!__builtin_mul_overflow(t->shape[d] - 1, v.stride[d], &span) &&
+                !__builtin_add_overflow(extent, span, &extent),
+            Errc::ShapeMismatch, name, ".strides[", d, "] = ", v.stride[d],
+            " reaches past the largest offset int64 can hold");
       if (t->shape[d] > 1 && (compact || d == ndim - 1))
         check(v.stride[d] == compact_stride, Errc::ShapeMismatch, name, ".strides[", d, "] = ", v.stride[d],
               " but ", compact ? "the tensor must be compact" : "the last dimension must be contiguous",

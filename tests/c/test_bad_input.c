@@ -650,6 +650,14 @@ static void paged_cases(env *e) {
   PAGED(BSPA_ERR_DEVICE_MISMATCH, "v_pages", e->tvp.t.device.device_type = kDLCUDA);
   PAGED(BSPA_ERR_DEVICE_MISMATCH, "k_pages", e->tkp.t.device.device_type = kDLOpenCL);
   PAGED(BSPA_ERR_NULL_POINTER, "k_pages", e->tkp.t.data = NULL);
+  /* Shapes and strides whose element count or last offset overflows int64 (UBSan found
+   * the signed overflow in the element count). */
+  PAGED(BSPA_ERR_SHAPE_MISMATCH, "k_pages", e->tkp.shape[0] = e->tkp.shape[1] = INT64_C(1) << 40);
+  PAGED(BSPA_ERR_SHAPE_MISMATCH, "k_pages", e->tkp.shape[0] = INT64_MAX; e->tkp.shape[1] = 3);
+  {
+    int64_t huge[4] = {INT64_MAX / 2, PS * D, D, 1};
+    PAGED(BSPA_ERR_SHAPE_MISMATCH, "k_pages.strides[0]", e->tkp.t.strides = huge);
+  }
   /* q / out / lse against the pages */
   PAGED(BSPA_ERR_SHAPE_MISMATCH, "q", e->tq.shape[2] = D / 2);
   PAGED(BSPA_ERR_SHAPE_MISMATCH, "layout", e->pa.layout = e->dense3);
