@@ -146,16 +146,21 @@ __global__ void __launch_bounds__(256, 1) prefill_sm90_kernel(const __grid_const
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) fence_regs(pa[kk]);
   };
-  const uint32_t q_addr = smem_u32(sQ) + wg * 64 * 128;
+  // Q as wgmma A fragments in registers, loaded once: S then reads only K from shared
+  // memory (an SS wgmma with N = 64 would need the whole 128 B/clock of shared bandwidth).
+  uint32_t qa[D / 16][4];
+  auto load_q_frags = [&] {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      ldmatrix_x4(smem_u32(sQ) + swz<BM>(wg * 64 + (warp & 3) * 16 + (lane & 15), kk * 2 + (lane >> 4)), qa[kk]);
+  };
   auto issue_s = [&](int stage) {
     const uint32_t k_addr = smem_u32(sK + stage * C::kTileBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off = (kk & 3) * 32;  // 16 columns = 32 bytes into the 128-byte row
-      const uint64_t da = sw128_desc(q_addr + (kk >> 2) * (BM * 128) + off, 1024);
-      const uint64_t db = sw128_desc(k_addr + (kk >> 2) * (kKeyTile * 128) + off, 1024);
-      wgmma_ss<T>(s, da, db, kk > 0);
+      wgmma_rs<T>(s, qa[kk], sw128_desc(k_addr + (kk >> 2) * (kKeyTile * 128) + off, 1024), kk > 0);
     }
     wgmma_commit();
   };
@@ -298,6 +303,7 @@ __global__ void __launch_bounds__(256, 1) prefill_sm90_kernel(const __grid_const
     fence_proxy_async();
     __syncthreads();
     float alpha[2];
+    if (c0 == 0) load_q_frags();  // Q landed with tile 0 (its group is older)
     issue_s(0);
     wgmma_wait<0>();
     fence_regs(s);

@@ -83,6 +83,9 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b,
 // d += A(64x16, registers) * B(16x64, N-major smem: 16 rows of K, 64 contiguous columns).
 template <class T>
 __device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t b);
+// d = (accumulate ? d : 0) + A(64x16, registers) * B(16x64, K-major smem).
+template <class T>
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate);
 
 #define BSPA_WG_DEFINE(TYPE, PTX)                                                                             \
   template <>                                                                                               \
@@ -101,6 +104,16 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[
         ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                     \
         : BSPA_WG_OUT32(d)                                                                                  \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                                     \
+  }                                                                                                         \
+  template <>                                                                                               \
+  __device__ __forceinline__ void wgmma_rs<TYPE>(float(&d)[32], const uint32_t(&a)[4], uint64_t b,         \
+                                                 int accumulate) {                                          \
+    asm volatile(                                                                                           \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                        \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " BSPA_WG_D32                           \
+        ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                                     \
+        : BSPA_WG_OUT32(d)                                                                                  \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));                            \
   }
 
 BSPA_WG_DEFINE(__nv_bfloat16, "bf16")
@@ -108,6 +121,12 @@ BSPA_WG_DEFINE(__half, "f16")
 #undef BSPA_WG_DEFINE
 #undef BSPA_WG_OUT32
 #undef BSPA_WG_D32
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
 
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float x, float y);
