@@ -27,18 +27,12 @@ namespace bspa::kernels::sm80 {
 constexpr int kKeyTile = 64;
 constexpr int kListCap = 2048;  // key tiles classified per pass (128k tokens)
 
-// 128-row tiles: eight warps of 16 rows (two CTAs, 16 warps per SM, at <= 128 registers);
-// 64-row tiles: four warps of 16 rows. (BSPA_SM80_WARPS=4 builds the earlier 128-row
-// variant: four warps of two 16-row m-tiles, each K/V fragment feeding two mma.)
-// Before: four warps; a warp owns MT = BM / 64 m-tiles of 16 rows, so with 128-row tiles each K
+// Four warps; a warp owns MT = BM / 64 m-tiles of 16 rows, so with 128-row tiles each K
 // and V fragment read from shared memory feeds two mma (half the shared traffic per flop).
 template <int D, int BM>
 struct Config {
-#ifndef BSPA_SM80_WARPS
-#define BSPA_SM80_WARPS 8
-#endif
-  static constexpr int kWarps = BM == 128 && D == 128 ? BSPA_SM80_WARPS : 4;
-  static constexpr int MT = BM / (16 * kWarps);
+  static constexpr int kWarps = 4;
+  static constexpr int MT = BM / 64;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
   static constexpr int kRowBytes = D * 2;
@@ -59,7 +53,7 @@ __device__ __forceinline__ uint32_t swz(int r, int c) {
 }
 
 template <class T, int D, int BM>
-__global__ void __launch_bounds__(Config<D, BM>::kThreads, BM == 128 ? 2 : 3)
+__global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
     prefill_sm80_kernel(const __grid_constant__ Params p) {
   using C = Config<D, BM>;
   extern __shared__ __align__(128) char smem_raw[];
