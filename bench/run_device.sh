@@ -9,7 +9,8 @@
 # (or bench/results/local), and a short table is printed last.
 # BSPA_PATHS="sm90 sm80" runs check, sanitize and bench once per kernel family (BSPA_CUDA_PATH
 # forced; logs and JSON suffixed _sm90, _sm80); default "auto" (by compute capability, no
-# suffix). STEP_TIMEOUT (seconds, default 600) bounds each program run.
+# suffix). STEP_TIMEOUT (seconds, default 600) bounds each program run; TORCH_BUDGET (default 240 s) and
+# TORCH_ARGS (e.g. --quick) shape the torch stage; plot draws this run's bench and torch JSON.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-cuda}; shift || true
@@ -60,13 +61,15 @@ fi
 done
 unset BSPA_CUDA_PATH
 if has torch; then
-  PYTHONUNBUFFERED=1 timeout 330 python3 bench/compare_torch.py --json "$OUT/compare_torch.json" --budget 240 \
+  PYTHONUNBUFFERED=1 timeout $(( ${TORCH_BUDGET:-240} + 90 )) python3 bench/compare_torch.py ${TORCH_ARGS:-} \
+    --json "$OUT/compare_torch.json" --budget "${TORCH_BUDGET:-240}" \
     >"$OUT/torch.log" 2>&1; rc=$?
   summary+=("torch: rc=$rc")
 fi
-if has plot; then  # PNG of the committed results (matplotlib is on the GPU machine)
-  python3 bench/plot_results.py bench/results/h200_sm80_bench_prefill.json --torch bench/results/h200_compare_torch.json \
-    --out "$OUT/h200_sm80.png" >"$OUT/plot.log" 2>&1; summary+=("plot: rc=$?")
+if has plot; then  # PNG of this run's JSON (default path) and torch baselines (matplotlib is on the GPU machine)
+  bj="$OUT/bench_prefill.json"; [ -f "$bj" ] || bj=$(ls "$OUT"/bench_prefill*.json 2>/dev/null | head -1)
+  tj="$OUT/compare_torch.json"; [ -f "$tj" ] || tj=bench/results/h200_compare_torch.json
+  python3 bench/plot_results.py "$bj" --torch "$tj" --out "$OUT/h200.png" >"$OUT/plot.log" 2>&1; summary+=("plot: rc=$? ($bj)")
 fi
 echo "=================================================================="
 has torch && tail -12 "$OUT/torch.log"
