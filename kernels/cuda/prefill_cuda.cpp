@@ -40,12 +40,6 @@ void dispatch(const sm80::Params &prm, int head_dim, int bm, dim3 grid, cudaStre
 }
 
 template <class T>
-int ctas_per_sm(int head_dim, int bm, int device) {
-  if (head_dim == 64) return bm == 128 ? sm80::ctas_per_sm<T, 64, 128>(device) : sm80::ctas_per_sm<T, 64, 64>(device);
-  return bm == 128 ? sm80::ctas_per_sm<T, 128, 128>(device) : sm80::ctas_per_sm<T, 128, 64>(device);
-}
-
-template <class T>
 void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, cudaStream_t stream) {
   if (head_dim == 64) sm90::launch<T, 64>(prm, grid, stream);
   else sm90::launch<T, 128>(prm, grid, stream);
@@ -84,44 +78,6 @@ bool device_is_sm90(int device) {
   const bool yes = major == 9 && minor == 0;
   if (device >= 0 && device < kCache) cache[device].store(yes ? 2 : 1, std::memory_order_relaxed);
   return yes;
-}
-
-int sm_count(int device) {
-  constexpr int kCache = 64;
-  static std::atomic<int> cache[kCache];
-  if (device >= 0 && device < kCache) {
-    const int c = cache[device].load(std::memory_order_relaxed);
-    if (c > 0) return c;
-  }
-  int n = 0;
-  cuda::check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
-                   "cudaDeviceGetAttribute(multiProcessorCount)");
-  n = n < 1 ? 1 : n;
-  if (device >= 0 && device < kCache) cache[device].store(n, std::memory_order_relaxed);
-  return n;
-}
-
-// Key splits per query tile (sm80 kernel on sm90+, where a cluster merges them). A
-// launch of a few waves of near-equal CTAs (a short query over a long context) loses the
-// empty part of its last wave: 704 CTAs on 264 slots run 3 rounds for 2.67 of work. With
-// s splits the rounds are ceil(ctas * s / slots) of 1/s the work, plus each split's own
-// Q load, key-tile classification and merge (taken as 3% of a CTA per extra split): the
-// cheapest s wins, ties go to fewer splits. BSPA_CUDA_SPLITS=1..4 forces it (A/B, tests).
-int choose_splits(int64_t ctas, int64_t slots) {
-  if (const char *e = std::getenv("BSPA_CUDA_SPLITS"); e != nullptr && *e != '\0') {
-    const int s = std::atoi(e);
-    check(s >= 1 && s <= 4, Errc::NotSupported, "BSPA_CUDA_SPLITS = \"", e, "\": expected 1 to 4");
-    return s;
-  }
-  if (ctas >= 4 * slots) return 1;
-  int best = 1;
-  double best_cost = static_cast<double>((ctas + slots - 1) / slots);
-  for (int s = 2; s <= 4; ++s) {
-    const double rounds = static_cast<double>((ctas * s + slots - 1) / slots);
-    const double cost = rounds / s * (1.0 + 0.03 * (s - 1));
-    if (cost < best_cost - 1e-9) best = s, best_cost = cost;
-  }
-  return best;
 }
 
 }  // namespace
@@ -207,15 +163,6 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     check(tiles <= 65535 && p.num_seqs <= 65535, Errc::NotSupported,
           "the CUDA prefill launches at most 65535 query tiles per sequence and 65535 sequences");
     grid = dim3(p.num_q_heads, static_cast<unsigned>(tiles), p.num_seqs);
-  }
-  prm.splits = 1;
-  if (!use_sm90 && sm90_ok) {  // clusters, and the merge code only the sm_90a build of the kernel has
-    const int dev = device.device();
-    const int per_sm = p.dtype == DType::BF16 ? ctas_per_sm<__nv_bfloat16>(p.head_dim, bm, dev)
-                                              : ctas_per_sm<__half>(p.head_dim, bm, dev);
-    const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y * grid.z;
-    prm.splits = choose_splits(ctas, static_cast<int64_t>(sm_count(dev)) * per_sm);
-    grid.x *= static_cast<unsigned>(prm.splits);
   }
   if (use_sm90) {
     if (p.dtype == DType::BF16) dispatch_sm90<__nv_bfloat16>(prm, p.head_dim, grid, stream);

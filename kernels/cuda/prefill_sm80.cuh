@@ -65,11 +65,7 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
   int32_t *sScan = sList + kListCap;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // With p.splits > 1 the CTAs of one cluster share a tile: each runs every splits-th
-  // listed key tile and rank 0 merges the partial results (short queries over long
-  // contexts otherwise leave the last wave of a launch partly empty).
-  // (p.splits is read from the constant bank where needed: no register in the loop.)
-  const int h = static_cast<int>(blockIdx.x) / p.splits;
+  const int h = blockIdx.x;
 
   int seq, t0;
   if (p.work) {
@@ -250,17 +246,15 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
     __syncthreads();
 
     // 2-3. the pipeline over the listed tiles.
-    // This CTA's share: entries rank, rank + splits, ... (the masked diagonal tiles, listed
-    // last, spread over the splits).
-    const int first = static_cast<int>(blockIdx.x) % p.splits;
-    if (first < total) load_kv(sList[first], 0);
+    if (total > 0) load_kv(sList[0], 0);
     cp_async_commit();
-    for (int it = first, stage = 0; it < total; it += p.splits, stage ^= 1) {
+    for (int it = 0; it < total; ++it) {
       cp_async_wait<0>();
       __syncthreads();
       const int entry = sList[it];
-      if (it + p.splits < total) load_kv(sList[it + p.splits], stage ^ 1);
+      if (it + 1 < total) load_kv(sList[it + 1], (it + 1) & 1);
       cp_async_commit();
+      const int stage = it & 1;
       const uint32_t tK = smem_addr(sK + stage * C::kTileBytes);
       const uint32_t tV = smem_addr(sV + stage * C::kTileBytes);
 
@@ -397,67 +391,6 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
     cp_async_wait<0>();
     __syncthreads();  // sList and the stages are rewritten by the next pass
   }
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (p.splits > 1) {
-    const int rank = static_cast<int>(blockIdx.x) % p.splits;
-    // Ranks > 0 leave o, m, l (this thread's unnormalised fragments) in their own Q/K/V
-    // area, free after the loop; rank 0 reads them through the cluster's shared memory
-    // and rescales every part to the largest m. Value i of thread tid sits at
-    // i * kThreads + tid (conflict-free). The second barrier keeps the peers' shared
-    // memory alive until rank 0 has read it.
-    constexpr int kVals = MT * (D / 8) * 4 + MT * 4;
-    static_assert(kVals * C::kThreads * 4 <= C::kQBytes + 2 * C::kStages * C::kTileBytes,
-                  "the merge area must fit in the Q and K/V buffers");
-    float *xs = reinterpret_cast<float *>(sQ);
-    if (rank != 0) {
-      int i = 0;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          xs[(i++) * C::kThreads + tid] = m[mt][rr];
-          xs[(i++) * C::kThreads + tid] = l[mt][rr];
-        }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) xs[(i++) * C::kThreads + tid] = o[mt][dt][e];
-    }
-    cluster_sync_all();
-    if (rank == 0) {
-      for (int r = 1; r < p.splits; ++r) {
-        const uint32_t peer = cluster_map(smem_addr(xs), static_cast<uint32_t>(r)) + tid * 4u;
-        auto at = [&](int i) { return ld_cluster_f32(peer + static_cast<uint32_t>(i * C::kThreads * 4)); };
-        float a_own[MT][2], a_peer[MT][2];
-        int i = 0;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int rr = 0; rr < 2; ++rr) {
-            const float mp = at(i++), lp = at(i++);
-            const float mn = fmaxf(m[mt][rr], mp);
-            // A part that saw no key has m = -inf, l = 0, o = 0: weight 0.
-            a_own[mt][rr] = m[mt][rr] == -INFINITY ? 0.f : fast_exp2(m[mt][rr] - mn);
-            a_peer[mt][rr] = mp == -INFINITY ? 0.f : fast_exp2(mp - mn);
-            l[mt][rr] = l[mt][rr] * a_own[mt][rr] + lp * a_peer[mt][rr];
-            m[mt][rr] = mn;
-          }
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int dt = 0; dt < D / 8; ++dt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              o[mt][dt][e] = o[mt][dt][e] * a_own[mt][e >> 1] + at(i++) * a_peer[mt][e >> 1];
-      }
-    }
-    cluster_sync_all();
-    if (rank != 0) return;
-  }
-#endif
 
   // Epilogue: normalise, stage this warp's rows in its own part of sQ, store 16 bytes a lane.
   constexpr float kLn2 = 0.69314718055994530942f;

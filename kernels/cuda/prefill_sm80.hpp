@@ -25,19 +25,13 @@ struct Params {
   int64_t bt_stride;
   const WorkItem *work;     // nullptr: grid (heads, tiles reversed, sequences)
   int32_t work_tile_rows;   // a multiple of BM when work is set
-  int32_t splits;           // CTAs (one cluster) sharing a tile's key tiles, 1 = none; > 1 only on sm90+
   int32_t group;            // Hq / Hkv
   int32_t page_shift;       // page_size = 1 << page_shift
   float scale_log2;         // scale * log2(e)
   cuda::DeviceLayout layout;
 };
 
-// grid.x = query heads x p.splits (the splits of one tile are adjacent: one cluster).
 template <class T, int D, int BM>
 void launch(const Params &p, dim3 grid, cudaStream_t stream);
-
-// Resident CTAs per SM of that kernel on the current device (cached per device).
-template <class T, int D, int BM>
-int ctas_per_sm(int device);
 
 }  // namespace bspa::kernels::sm80
