@@ -20,8 +20,6 @@ run() { # name command...
 export LD_LIBRARY_PATH=$PWD/$build:${LD_LIBRARY_PATH:-}
 run demo_cuda_bf16 "$build/examples/demo/bspa-demo" --device cuda --no-progress
 run demo_cuda_f16 "$build/examples/demo/bspa-demo" --device cuda --dtype f16 --no-progress --conversations 6 --system-tokens 1500
-run demo_cuda_trace_sample bash -c "[ -f ../shared/traces/mooncake_conversation_trace.jsonl ] || exit 0; \
-  '$build/examples/demo/bspa-demo' --device cuda --no-progress --trace ../shared/traces/mooncake_conversation_trace.jsonl --max-requests 400"
 
 python_gpu() {
   local site=/tmp/bspa-site
