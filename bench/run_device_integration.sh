@@ -35,7 +35,8 @@ python_gpu() {
     --target $site ./bindings/python || return 1
   PYTHONPATH=$site:${PYTHONPATH:-} python3 -m pytest -q -p no:cacheprovider bindings/python/tests/test_gpu.py -rs
 }
-run python_gpu python_gpu
+export -f python_gpu
+run python_gpu bash -c python_gpu
 
 echo
 echo "== integration on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) =="
