@@ -6,7 +6,7 @@
 # Usage: bash bench/run_device_integration.sh BUILD_DIR   (BUILD_DIR built with CUDA and
 # installed into BUILD_DIR/install; a swig wheel in .whl/ when the machine has no SWIG; the
 # H200 image has no DLPack header: copy /usr/include/dlpack into BUILD_DIR/install/include).
-# Measured 2026-11-29 on the H200 at commit 6a0e0f5+: both demos verified, test_gpu.py 8 passed.
+# Measured 2026-11-29 on the H200 with the library of commit af2196b: both demos verified, test_gpu.py 8 passed.
 set -uo pipefail
 build=${1:?build dir}
 out=${OUT:-/tmp/out}
