@@ -90,6 +90,9 @@ void check_paged_metadata(const bspa::kernels::PrefillProblem &p, int64_t num_pa
     const int64_t pages = (tokens + p.page_size - 1) / p.page_size;
     check(pages <= max_pages, Errc::OutOfRange, "sequence ", i, " needs ", pages, " pages for ", tokens,
           " tokens but block_table has ", max_pages, " columns");
+    // Positions are int32 in the backends (bspa_batch_create bounds its sequences alike).
+    check(tokens <= INT32_MAX, Errc::OutOfRange, "sequence ", i, ": context_lens[", i, "] = ", ctx, " + ", ql,
+          " query rows = ", tokens, " tokens exceed INT32_MAX");
     const int32_t *row = p.block_table + i * p.block_table_stride;
     for (int64_t j = 0; j < pages; ++j)
       check(row[j] >= 0 && row[j] < num_pages, Errc::OutOfRange, "block_table[", i, "][", j, "] = ", row[j],
@@ -249,7 +252,10 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
     const int64_t num_pages = k.dim(0), hkv = k.dim(1), page_size = k.dim(2), head_dim = k.dim(3);
     check(hkv >= 1 && page_size >= 1 && head_dim >= 1, Errc::ShapeMismatch, "k_pages.shape = [", num_pages, ", ",
           hkv, ", ", page_size, ", ", head_dim, "] has an empty head, page or head dimension");
-    check(num_pages <= INT32_MAX, Errc::ShapeMismatch, "k_pages.shape[0] = ", num_pages, " exceeds INT32_MAX");
+    // The kernels hold these as int32: a larger value would be truncated, not rejected.
+    check(num_pages <= INT32_MAX && hkv <= INT32_MAX && page_size <= INT32_MAX && head_dim <= INT32_MAX,
+          Errc::ShapeMismatch, "k_pages.shape = [", num_pages, ", ", hkv, ", ", page_size, ", ", head_dim,
+          "] has a dimension past INT32_MAX");
     const TensorView v = bspa::capi::view_tensor(args->v_pages, "v_pages", {num_pages, hkv, page_size, head_dim});
     const DType dtype = bspa::capi::attention_dtype(args->k_pages, "k_pages");
     bspa::capi::check_dtype(args->v_pages, dtype, "v_pages");
@@ -287,16 +293,18 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
     p.context_lens = reinterpret_cast<const int32_t *>(cl.data);
     p.max_query_len = args->max_query_len;
 
-    if (device.device_type == kDLCPU) {
-      if (num_seqs == 0) {
-        check(p.total_q == 0, Errc::OutOfRange, "block_table has no sequences but q has ", p.total_q, " rows");
-        return;
-      }
-      check_paged_metadata(p, num_pages, bt.dim(1));
-      if (p.total_q > 0) bspa::kernels::prefill_cpu(p);
-    } else {
-      if (p.total_q > 0 && num_seqs > 0) bspa::kernels::prefill_cuda(p, stream);
-    }
+    // Contradictions visible in the shapes and arguments alone are refused on every device
+    // (on CUDA a launch would leave rows of out unwritten and report success).
+    check(num_seqs > 0 || p.total_q == 0, Errc::OutOfRange, "block_table has no sequences but q has ", p.total_q,
+          " rows");
+    check(p.max_query_len > 0 || p.total_q == 0, Errc::OutOfRange, "max_query_len = 0 but q has ", p.total_q,
+          " rows");
+    if (device.device_type == kDLCPU && num_seqs > 0) check_paged_metadata(p, num_pages, bt.dim(1));
+    if (p.total_q == 0) return;
+    if (device.device_type == kDLCPU)
+      bspa::kernels::prefill_cpu(p);
+    else
+      bspa::kernels::prefill_cuda(p, stream);
   });
 }
 
