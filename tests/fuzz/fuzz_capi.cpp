@@ -266,7 +266,7 @@ Tensor make(Bytes &in, std::initializer_list<int64_t> shape, DLDataType dtype, b
   x.t.strides = nullptr;
   int64_t pad = 0;
   uint64_t offset = 0;
-  const int kind = spoil ? in.pick(14) : (variants && in.pick(4) == 0 ? 10 + in.pick(2) : 0);
+  const int kind = spoil ? in.pick(15) : (variants && in.pick(4) == 0 ? 10 + in.pick(2) : 0);
   switch (kind) {
     case 1: x.t.ndim = nd + (nd < 4 ? 1 : -1); if (x.t.ndim > nd) x.shape[nd] = 1; break;
     case 2: if (nd) x.shape[in.pick(nd)] += 1 + in.pick(2); break;
@@ -281,6 +281,10 @@ Tensor make(Bytes &in, std::initializer_list<int64_t> shape, DLDataType dtype, b
     case 11: offset = 8; break;
     case 12: x.t.shape = nullptr; break;
     case 13: x.shape[0] = 0; break;
+    case 14:  // element counts past int64 (or a huge first dimension): must be rejected
+      x.shape[0] = INT64_MAX / 2;
+      if (nd > 1 && in.pick(2)) x.shape[1] = 4;
+      break;
     default: break;
   }
   if (pad != 0 && nd > 0) {
@@ -295,11 +299,13 @@ Tensor make(Bytes &in, std::initializer_list<int64_t> shape, DLDataType dtype, b
     if (pad == -1) x.strides[0] = -x.strides[0];
   }
   // Elements addressed: 1 + sum |shape - 1| * |stride| (at least the compact count).
+  // Dimensions clamped for sizing: a huge one is rejected before any element is read.
+  auto clamp = [](int64_t dim) { return dim > 0 ? std::min<int64_t>(dim, 1 << 12) : 0; };
   int64_t numel = 1, extent = 1;
-  for (int d = 0; d < nd; ++d) numel *= x.shape[d] > 0 ? x.shape[d] : 0;
+  for (int d = 0; d < nd; ++d) numel *= clamp(x.shape[d]);
   if (x.t.strides) {
     for (int d = 0; d < nd; ++d)
-      if (x.shape[d] > 1) extent += (x.shape[d] - 1) * std::llabs(x.strides[d]);
+      if (x.shape[d] > 1) extent += (clamp(x.shape[d]) - 1) * std::llabs(x.strides[d]);
   }
   // Room for the intended shape too: the caller fills metadata by it, spoiled or not.
   int64_t intended = 1;
