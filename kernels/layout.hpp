@@ -27,7 +27,7 @@ struct Layout {
   std::vector<int32_t> col;
 
   // Device copies of crow/col, made by the CUDA backend on the layout's first CUDA use
-  // on each device and freed with the layout (kernels/cuda/device_layout.cu). Opaque
+  // on each device and freed with the layout (kernels/cuda/device_layout.cpp). Opaque
   // here; a layout is immutable, so copies of it may share them.
   mutable std::shared_ptr<void> device_copies;
 

@@ -24,6 +24,13 @@
  * time); layouts are immutable after creation and may be shared freely; a batch is
  * used by one stream (one thread) at a time. bspa_last_error is per thread.
  *
+ * Environment (CUDA builds only; read at each launch):
+ *  - BSPA_CUDA_PATH = sm80 | sm90 | auto (default): forces the prefill kernel family;
+ *    sm90 needs a compute capability 9.0 GPU and a build with sm_90a, else
+ *    BSPA_ERR_NOT_SUPPORTED; any other value is BSPA_ERR_NOT_SUPPORTED too.
+ *  - BSPA_CUDA_DEBUG = 1: every launch synchronises its stream and checks it, so an
+ *    asynchronous fault is reported by the call that caused it (not graph capturable).
+ *
  * Security: prefix caching shares KV between requests with equal prefixes, which is
  * observable through timing. Sequences of different tenants must use different salts
  * (bspa_seq_options.salt), and the salt must come from the server (a tenant id), never
@@ -69,7 +76,8 @@ BSPA_API const char *bspa_version_string(void);
 /* The library's BSPA_ABI_VERSION. */
 BSPA_API uint32_t bspa_abi_version(void);
 /* Static one-line description of what was compiled in, e.g.
- * "bspa 0.1.0; backends: cpu,cuda; cuda_archs: 80,90a; dtypes: f32,f16,bf16; head_dims: 64,128".
+ * "bspa 0.1.0; backends: cpu,cuda; cuda_archs: 80,90a; dtypes: f32,f16,bf16 (cuda: f16,bf16);
+ * head_dims: any (cuda: 64,128)". 
  * Never NULL, never freed. */
 BSPA_API const char *bspa_build_info(void);
 
@@ -357,7 +365,8 @@ typedef struct bspa_batch bspa_batch;
  * sequences' new tokens concatenated in order (T_new = sum of query_lens). A
  * query_len of 0 is allowed; 1 is a decode row. The batch snapshots the sequences'
  * page tables: destroy it before any of its sequences is destroyed. For a CUDA pool it
- * uploads its metadata on `stream`; later launches neither allocate nor synchronise.
+ * uploads its metadata on `stream`; later launches neither allocate nor synchronise,
+ * except the first use of a CSR layout on a device (see bspa_prefill).
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT (n < 1, negative query_len,
  * a sequence of another pool, the same sequence twice), BSPA_ERR_OUT_OF_RANGE
  * (computed + query_len past the sequence's tokens), BSPA_ERR_INVALID_STATE (a pool
@@ -386,7 +395,14 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (layer; a CSR layout shorter
  * than a sequence), BSPA_ERR_SHAPE_MISMATCH, BSPA_ERR_DTYPE_MISMATCH,
  * BSPA_ERR_DEVICE_MISMATCH, BSPA_ERR_INVALID_ARGUMENT (non-finite scale, batch of another
- * pool), BSPA_ERR_NOT_SUPPORTED (e.g. a head_dim the CUDA kernel lacks), BSPA_ERR_CUDA. */
+ * pool), BSPA_ERR_NOT_SUPPORTED (what the CUDA kernels lack: f32, a head_dim other than
+ * 64 and 128, a non-power-of-two page size, a non-dense layout whose block_size is not a
+ * multiple of 64, data not 16-byte aligned or strides not multiples of 8 elements, a
+ * scale <= 0), BSPA_ERR_INVALID_STATE (see below), BSPA_ERR_CUDA.
+ * CUDA: a CSR layout's arrays are copied to a device on its first use there (one
+ * allocation and a synchronous copy, freed with the layout); that first use is refused
+ * with BSPA_ERR_INVALID_STATE while `stream` is capturing a CUDA graph, so launch once
+ * before capturing. Strided and dense layouts need no device copy. */
 BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int32_t layer,
                                   const bspa_layout *layout, const DLTensor *q, DLTensor *out, float scale,
                                   DLTensor *lse, bspa_stream stream);
@@ -422,7 +438,8 @@ typedef struct bspa_paged_args {
 BSPA_API bspa_status bspa_paged_args_init(bspa_paged_args *args);
 /* Errors: as bspa_prefill, plus BSPA_ERR_VERSION; on CPU, out-of-range page ids or
  * lengths in the metadata are BSPA_ERR_OUT_OF_RANGE (on CUDA they are the caller's
- * responsibility: the kernel does not read the metadata back to the host). */
+ * responsibility: the kernel does not read the metadata back to the host). On every
+ * device, q rows with no sequence or with max_query_len 0 are BSPA_ERR_OUT_OF_RANGE. */
 BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream stream);
 
 #ifdef __cplusplus
