@@ -37,9 +37,12 @@ struct Layout {
     switch (kind) {
       case Kind::Dense:
         return true;
-      case Kind::Strided:
-        return qb - kb < local_blocks ||
-               (kb + static_cast<int64_t>(head_begin + h) * head_step + 1) % vert_stride == 0;
+      case Kind::Strided: {
+        // Reduced term by term: kb may be near INT64_MAX (bspa_layout_allowed), where the
+        // plain sum kb + g * s + 1 would overflow.
+        const int64_t gs = static_cast<int64_t>(head_begin + h) * head_step % vert_stride;
+        return qb - kb < local_blocks || (kb % vert_stride + gs + 1) % vert_stride == 0;
+      }
       case Kind::Csr: {
         const int32_t *row = crow.data() + static_cast<int64_t>(h) * (num_block_rows + 1) + qb;
         for (int32_t i = row[0]; i < row[1]; ++i)
