@@ -25,7 +25,7 @@ int64_t Sequence::match(const int32_t *tokens, int64_t n) {
   const int64_t ps = p.config_.page_size;
   const int64_t limit = n > 0 ? (n - 1) / ps : 0;  // the last prompt token is always computed
   // Room for the whole prompt, so the append that follows does not reallocate either.
-  pages_.reserve(static_cast<size_t>(std::min<int64_t>((n + ps - 1) / ps, p.num_pages_)));
+  pages_.reserve(static_cast<size_t>(std::min<int64_t>(n / ps + 1, p.num_pages_)));  // n + ps - 1 could overflow
 
   // Keys are computed a few pages ahead and their index slots and likely pages prefetched,
   // so the verification of one page overlaps the memory traffic of the next ones. A miss
