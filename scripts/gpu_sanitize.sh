@@ -25,7 +25,7 @@ run_tool() { # tool log program args...
   case $tool in
     memcheck) extra=(--leak-check full) ;;
     racecheck) extra=(--racecheck-report hazard) ;;
-    initcheck) extra=(--track-unused-memory no) ;;
+    initcheck) extra=() ;;  # the default; "--track-unused-memory no" is parsed as the program by compute-sanitizer 2025+
   esac
   local start=$(date +%s)
   compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 3 --target-processes all "$@" >"$log" 2>&1
