@@ -19,12 +19,13 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/key_tile_list.cuh"
 #include "kernels/cuda/prefill_sm80.hpp"
 #include "kernels/cuda/sm80_primitives.cuh"
 
 namespace bspa::kernels::sm80 {
 
-constexpr int kKeyTile = 64;
+constexpr int kKeyTile = cuda::kKeyTileTokens;
 constexpr int kListCap = 2048;  // key tiles classified per pass (128k tokens)
 
 // Four warps; a warp owns MT = BM / 64 m-tiles of 16 rows, so with 128-row tiles each K
@@ -197,53 +198,7 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
   for (int c0 = 0; c0 < n_kt; c0 += kListCap) {
     // 1. classify key tiles [c0, c1) and compact the visible ones into sList.
     const int c1 = min(n_kt, c0 + kListCap);
-    int entries[C::kPerThread];
-    int count = 0;
-#pragma unroll
-    for (int i = 0; i < C::kPerThread; ++i) {
-      const int kt = c0 + tid * C::kPerThread + i;
-      entries[i] = -1;
-      if (kt < c1) {
-        const int k0 = kt * kKeyTile;
-        const int kb = k0 / B;
-        unsigned bits = 0;
-        bool all = true;
-#pragma unroll
-        for (int j = 0; j < 3; ++j) {
-          const int qb = qb0 + j;
-          if (qb <= qb1) {
-            const bool a = p.layout.allowed(h, qb, kb);
-            bits |= static_cast<unsigned>(a) << j;
-            all = all && a;
-          }
-        }
-        if (bits) {
-          const bool full = all && k0 + kKeyTile - 1 <= p0;
-          entries[i] = kt | (full ? 0 : (1 << 28)) | static_cast<int>(bits << 29);
-          ++count;
-        }
-      }
-    }
-    int incl = count;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, off);
-      if (lane >= off) incl += v;
-    }
-    if (lane == 31) sScan[warp] = incl;
-    __syncthreads();
-    int base = 0, total = 0;
-#pragma unroll
-    for (int w = 0; w < C::kWarps; ++w) {
-      const int s = sScan[w];
-      base += w < warp ? s : 0;
-      total += s;
-    }
-    int pos = base + incl - count;
-#pragma unroll
-    for (int i = 0; i < C::kPerThread; ++i)
-      if (entries[i] != -1) sList[pos++] = entries[i];
-    __syncthreads();
+    const int total = cuda::list_key_tiles<C::kThreads, C::kPerThread>(p.layout, h, qb0, qb1, p0, B, c0, c1, sList, sScan);
 
     // 2-3. the pipeline over the listed tiles.
     if (total > 0) load_kv(sList[0], 0);
@@ -284,9 +239,9 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
 
       // Logits stay unscaled: scale > 0 (checked on the host) commutes with max, and the
       // exp2 below applies it in one FFMA.
-      if (entry & (1 << 28)) {  // masked tile: token rule per element
+      if (entry & cuda::kKeyTileMasked) {  // masked tile: token rule per element
         const int k0 = (entry & 0x0FFFFFFF) * kKeyTile;
-        const unsigned bits = static_cast<unsigned>(entry) >> 29;
+        const unsigned bits = static_cast<unsigned>(entry) >> cuda::kKeyTileBlockShift;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll

@@ -21,12 +21,13 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/key_tile_list.cuh"
 #include "kernels/cuda/prefill_sm90.hpp"
 #include "kernels/cuda/sm90_primitives.cuh"
 
 namespace bspa::kernels::sm90 {
 
-constexpr int kKeyTile = 64;
+constexpr int kKeyTile = cuda::kKeyTileTokens;
 constexpr int kListCap = 2048;  // key tiles classified per pass (128k tokens)
 
 template <int D>
@@ -179,9 +180,9 @@ __global__ void __launch_bounds__(256, 1) prefill_sm90_kernel(const __grid_const
   auto softmax = [&](int entry, float (&alpha)[2]) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) x[i] = s[i];
-    if (entry & (1 << 28)) {  // masked tile: token rule per element
+    if (entry & cuda::kKeyTileMasked) {  // masked tile: token rule per element
       const int k0 = (entry & 0x0FFFFFFF) * kKeyTile;
-      const unsigned bits = static_cast<unsigned>(entry) >> 29;
+      const unsigned bits = static_cast<unsigned>(entry) >> cuda::kKeyTileBlockShift;
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
         const int pr = p0 + wrow + rr * 8;
@@ -243,53 +244,7 @@ __global__ void __launch_bounds__(256, 1) prefill_sm90_kernel(const __grid_const
   for (int c0 = 0; c0 < n_kt; c0 += kListCap) {
     // 1. classify key tiles [c0, c1) and compact the visible ones into sList.
     const int c1 = min(n_kt, c0 + kListCap);
-    int entries[C::kPerThread];
-    int count = 0;
-#pragma unroll
-    for (int i = 0; i < C::kPerThread; ++i) {
-      const int kt = c0 + tid * C::kPerThread + i;
-      entries[i] = -1;
-      if (kt < c1) {
-        const int k0 = kt * kKeyTile;
-        const int kb = k0 / B;
-        unsigned bits = 0;
-        bool all = true;
-#pragma unroll
-        for (int j = 0; j < 3; ++j) {
-          const int qb = qb0 + j;
-          if (qb <= qb1) {
-            const bool a = p.layout.allowed(h, qb, kb);
-            bits |= static_cast<unsigned>(a) << j;
-            all = all && a;
-          }
-        }
-        if (bits) {
-          const bool full = all && k0 + kKeyTile - 1 <= p0;
-          entries[i] = kt | (full ? 0 : (1 << 28)) | static_cast<int>(bits << 29);
-          ++count;
-        }
-      }
-    }
-    int incl = count;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, off);
-      if (lane >= off) incl += v;
-    }
-    if (lane == 31) sScan[warp] = incl;
-    __syncthreads();
-    int base = 0, total = 0;
-#pragma unroll
-    for (int w = 0; w < C::kThreads / 32; ++w) {
-      const int sc = sScan[w];
-      base += w < warp ? sc : 0;
-      total += sc;
-    }
-    int pos = base + incl - count;
-#pragma unroll
-    for (int i = 0; i < C::kPerThread; ++i)
-      if (entries[i] != -1) sList[pos++] = entries[i];
-    __syncthreads();
+    const int total = cuda::list_key_tiles<C::kThreads, C::kPerThread>(p.layout, h, qb0, qb1, p0, B, c0, c1, sList, sScan);
     if (total == 0) continue;
 
     // 2-3. tiles 0..S-2 in flight; S and softmax of tile 0; then per tile it: S(it+1) and

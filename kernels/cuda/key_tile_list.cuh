@@ -1,0 +1,82 @@
+// The key tiles one CTA's query tile must visit, classified and compacted into a list in
+// shared memory. Shared by the sm80 and sm90a prefill kernels, which differ in how they
+// compute a tile, not in which tiles they compute.
+//
+// A query tile covers query blocks qb0..qb1 (at most three 64-token blocks of the layout:
+// a 128-row tile that does not start on a block boundary touches three). A 64-token key
+// tile is listed when any of those query blocks may see its block; it is "full" (no
+// per-token mask) when all of them may and it lies entirely at or before the tile's first
+// query position p0. Entry encoding: bits 0-27 the key tile index, bit 28 set when the
+// tile needs the per-token mask, bits 29-31 which of qb0, qb0+1, qb0+2 may see it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/device_layout.hpp"
+
+namespace bspa::kernels::cuda {
+
+constexpr int kKeyTileTokens = 64;
+constexpr int kKeyTileMasked = 1 << 28;
+constexpr int kKeyTileBlockShift = 29;
+
+// Classifies key tiles [c0, c1) — kThreads threads, kPerThread tiles each, so
+// c1 - c0 <= kThreads * kPerThread — and writes the visible ones, in order, to list.
+// scan holds kThreads / 32 ints of scratch. Returns how many were listed; list is
+// complete and visible to every thread on return. All threads of the CTA must call it.
+template <int kThreads, int kPerThread>
+__device__ __forceinline__ int list_key_tiles(const DeviceLayout &layout, int h, int qb0, int qb1, int p0,
+                                              int block_size, int c0, int c1, int *list, int *scan) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int entries[kPerThread];
+  int count = 0;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int kt = c0 + tid * kPerThread + i;
+    entries[i] = -1;
+    if (kt < c1) {
+      const int k0 = kt * kKeyTileTokens;
+      const int kb = k0 / block_size;
+      unsigned bits = 0;
+      bool all = true;
+#pragma unroll
+      for (int j = 0; j < 3; ++j) {
+        const int qb = qb0 + j;
+        if (qb <= qb1) {
+          const bool a = layout.allowed(h, qb, kb);
+          bits |= static_cast<unsigned>(a) << j;
+          all = all && a;
+        }
+      }
+      if (bits) {
+        const bool full = all && k0 + kKeyTileTokens - 1 <= p0;
+        entries[i] = kt | (full ? 0 : kKeyTileMasked) | static_cast<int>(bits << kKeyTileBlockShift);
+        ++count;
+      }
+    }
+  }
+  // Block-wide exclusive scan of the counts: a warp scan, then the warps' totals.
+  int incl = count;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += v;
+  }
+  if (lane == 31) scan[warp] = incl;
+  __syncthreads();
+  int base = 0, total = 0;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) {
+    const int s = scan[w];
+    base += w < warp ? s : 0;
+    total += s;
+  }
+  int pos = base + incl - count;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i)
+    if (entries[i] != -1) list[pos++] = entries[i];
+  __syncthreads();
+  return total;
+}
+
+}  // namespace bspa::kernels::cuda
