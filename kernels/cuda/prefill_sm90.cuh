@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(256, 1) prefill_sm90_kernel(const __grid_const
   using C = Config<D>;
   constexpr int BM = C::BM, NH = C::NH, S = C::kStages;
   extern __shared__ __align__(1024) char smem_raw[];
-  char *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // swizzle atoms need 1 KiB alignment
+  char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);  // swizzle atoms need 1 KiB alignment
   char *sQ = smem;
   char *sK = sQ + C::kQBytes;
   char *sV = sK + S * C::kTileBytes;
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(256, 1) prefill_sm90_kernel(const __grid_const
       const int idx = tid + i * C::kThreads;
       const int r = idx / C::kChunks, c = idx % C::kChunks;
       const bool valid = t0 + r < t1;
-      cp_async_16(smem_u32(sQ) + swz<BM>(r, c), valid ? qbase + static_cast<int64_t>(r) * p.q_tok + c * 8 : qbase,
+      cp_async_16(smem_addr(sQ) + swz<BM>(r, c), valid ? qbase + static_cast<int64_t>(r) * p.q_tok + c * 8 : qbase,
                   valid);
     }
     cp_async_commit();
@@ -108,8 +108,8 @@ __global__ void __launch_bounds__(256, 1) prefill_sm90_kernel(const __grid_const
 
   auto load_kv = [&](int entry, int stage) {
     const int k0 = (entry & 0x0FFFFFFF) * kKeyTile;
-    const uint32_t dk = smem_u32(sK + stage * C::kTileBytes);
-    const uint32_t dv = smem_u32(sV + stage * C::kTileBytes);
+    const uint32_t dk = smem_addr(sK + stage * C::kTileBytes);
+    const uint32_t dv = smem_addr(sV + stage * C::kTileBytes);
 #pragma unroll
     for (int i = 0; i < kKeyTile * C::kChunks / C::kThreads; ++i) {
       const int idx = tid + i * C::kThreads;
@@ -153,10 +153,10 @@ __global__ void __launch_bounds__(256, 1) prefill_sm90_kernel(const __grid_const
   auto load_q_frags = [&] {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      ldmatrix_x4(smem_u32(sQ) + swz<BM>(wg * 64 + (warp & 3) * 16 + (lane & 15), kk * 2 + (lane >> 4)), qa[kk]);
+      ldmatrix_x4(smem_addr(sQ) + swz<BM>(wg * 64 + (warp & 3) * 16 + (lane & 15), kk * 2 + (lane >> 4)), qa[kk]);
   };
   auto issue_s = [&](int stage) {
-    const uint32_t k_addr = smem_u32(sK + stage * C::kTileBytes);
+    const uint32_t k_addr = smem_addr(sK + stage * C::kTileBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(256, 1) prefill_sm90_kernel(const __grid_const
     wgmma_commit();
   };
   auto issue_pv = [&](int stage) {
-    const uint32_t v_addr = smem_u32(sV + stage * C::kTileBytes);
+    const uint32_t v_addr = smem_addr(sV + stage * C::kTileBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)

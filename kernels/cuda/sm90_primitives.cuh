@@ -1,7 +1,7 @@
 // Thin wrappers over the sm90a instructions the Hopper prefill kernel is built from:
 // wgmma.mma_async (m64n64k16, fp32 accumulators; A from shared memory or registers, B
 // from shared memory, B optionally N-major), its fences and groups, shared-memory matrix
-// descriptors for the 128-byte swizzle, the generic->async proxy fence, and cp.async.
+// descriptors for the 128-byte swizzle and the generic->async proxy fence.
 // Only meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); the kernel that
 // uses them compiles to an empty body for other targets.
 #pragma once
@@ -11,22 +11,18 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/sm80_primitives.cuh"
+
 namespace bspa::kernels::sm90 {
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, or 16 zero bytes when !valid (src is then never read).
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+// The instructions both kernels use (cp.async, pack2, ex2, shared addresses) are the sm80
+// wrappers; only what is Hopper's own lives here.
+using sm80::cp_async_16;
+using sm80::cp_async_commit;
+using sm80::cp_async_wait;
+using sm80::fast_exp2;
+using sm80::pack2;
+using sm80::smem_addr;
 
 // cp.async and st.shared write through the generic proxy; wgmma reads through the async
 // proxy. Each writer fences after its writes are complete, before the barrier that
@@ -123,28 +119,7 @@ BSPA_WG_DEFINE(__half, "f16")
 #undef BSPA_WG_D32
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float x, float y);
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float x, float y) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-  return *reinterpret_cast<uint32_t *>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float x, float y) {
-  __half2 v = __floats2half2_rn(x, y);
-  return *reinterpret_cast<uint32_t *>(&v);
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
+  sm80::ldmatrix_x4(addr, r[0], r[1], r[2], r[3]);
 }
 
 }  // namespace bspa::kernels::sm90
