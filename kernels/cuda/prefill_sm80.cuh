@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/key_tile_list.cuh"
+#include "kernels/cuda/query_tile.cuh"
 #include "kernels/cuda/prefill_sm80.hpp"
 #include "kernels/cuda/sm80_primitives.cuh"
 
@@ -68,26 +69,12 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int h = blockIdx.x;
 
-  int seq, t0;
-  if (p.work) {
-    const int sub = p.work_tile_rows / BM;
-    const WorkItem w = p.work[blockIdx.y / sub];
-    seq = w.seq;
-    t0 = w.q_begin + (sub - 1 - static_cast<int>(blockIdx.y % sub)) * BM;  // later rows first
-    if (t0 >= w.q_end) return;
-  } else {
-    seq = blockIdx.z;
-    t0 = (gridDim.y - 1 - blockIdx.y) * BM;  // late (heavy) tiles first
-  }
-  const int qs = p.query_starts[seq];
-  const int q_len = p.query_starts[seq + 1] - qs;
-  if (t0 >= q_len) return;
-  const int t1 = min(q_len, t0 + BM);
-  const int ctx = p.context_lens[seq];
+  cuda::QueryTile tile;
+  if (!cuda::locate_query_tile<BM>(p, tile)) return;
+  const int seq = tile.seq, qs = tile.qs, q_len = tile.q_len, ctx = tile.ctx;
+  const int t0 = tile.t0, t1 = tile.t1, p0 = tile.p0, p1 = tile.p1, qb0 = tile.qb0, qb1 = tile.qb1;
   const int kv_len = ctx + q_len;
-  const int p0 = ctx + t0, p1 = ctx + t1 - 1;
   const int B = p.layout.block_size;
-  const int qb0 = p0 / B, qb1 = p1 / B;
   const int kvh = h / p.group;
   const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
   const T *kbase = static_cast<const T *>(p.k) + static_cast<int64_t>(kvh) * p.k_head;
