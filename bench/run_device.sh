@@ -39,11 +39,9 @@ if has ctest && [ -x "$BUILD/tests/test_gpu_prefill" ]; then  # the Criterion GP
   LD_LIBRARY_PATH="$PWD/$BUILD/devlib:$LD_LIBRARY_PATH" "$BUILD/tests/test_gpu_prefill" --jobs 1 >"$OUT/ctest$sfx.log" 2>&1; rc=$?
   summary+=("test_gpu_prefill$sfx: rc=$rc, $(grep -E 'Synthesis' "$OUT/ctest$sfx.log" | tail -1)")
 fi
-if has sanitize; then
-  for tool in memcheck racecheck; do
-    T compute-sanitizer --tool $tool --error-exitcode 3 "$BUILD/bench/bench_gpu_check" --tiny >"$OUT/$tool$sfx.log" 2>&1; rc=$?
-    summary+=("$tool$sfx: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool$sfx.log" | tail -1)")
-  done
+if has sanitize; then  # one way to run compute-sanitizer: scripts/gpu_sanitize.sh (all four tools)
+  OUT="$OUT/sanitize$sfx" T bash scripts/gpu_sanitize.sh "$BUILD" >"$OUT/sanitize$sfx.log" 2>&1; rc=$?
+  summary+=("sanitize$sfx: rc=$rc, $(grep -cE 'rc=0 ' "$OUT/sanitize$sfx.log") clean of $(grep -cE ' rc=[0-9]+ ' "$OUT/sanitize$sfx.log") (logs in sanitize$sfx/)")
 fi
 if has ncu; then  # stall reasons of one sparse 32k launch (after the warm-up launches)
   ncu --clock-control none --kernel-name regex:prefill_sm --launch-skip 3 --launch-count 1 \
