@@ -1,17 +1,10 @@
 #include <cmath>
-#include <memory>
-
 #include "attention.hpp"
 #include "clock.hpp"
+#include "handles.hpp"
 #include "status.hpp"
 
 namespace demo {
-
-namespace {
-struct BatchDeleter {
-  void operator()(bspa_batch *b) const { bspa_batch_destroy(b); }
-};
-}  // namespace
 
 LayerOutputs prefill_with_cache(const AttentionSetup &setup, bspa_pool *pool, bspa_seq *seq,
                                 const int32_t *prompt, int64_t n, int64_t cached, Timings &timings) {
@@ -20,7 +13,7 @@ LayerOutputs prefill_with_cache(const AttentionSetup &setup, bspa_pool *pool, bs
   const int32_t query_len = static_cast<int32_t>(q_len);
   bspa_batch *raw = nullptr;
   DEMO_OK(bspa_batch_create(&raw, pool, &seq, &query_len, 1, nullptr));
-  std::unique_ptr<bspa_batch, BatchDeleter> batch(raw);
+  BatchPtr batch(raw);
 
   const DLDataType dt = dl_dtype(setup.dtype);
   Tensor q(setup.device, dt, {q_len, m.num_q_heads, m.head_dim});

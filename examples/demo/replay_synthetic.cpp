@@ -5,21 +5,13 @@
 
 #include "clock.hpp"
 #include "fault.hpp"
+#include "handles.hpp"
 #include "prefix_oracle.hpp"
 #include "progress.hpp"
 #include "replay.hpp"
 #include "status.hpp"
 
 namespace demo {
-
-namespace {
-struct PoolDeleter {
-  void operator()(bspa_pool *p) const { bspa_pool_destroy(p); }
-};
-struct SeqDeleter {
-  void operator()(bspa_seq *s) const { bspa_seq_destroy(s); }
-};
-}  // namespace
 
 bspa_pool *create_pool(const Options &o, Device device, bspa_dtype dtype, int32_t num_layers, int64_t num_pages) {
   bspa_pool_options po;
@@ -45,7 +37,7 @@ void replay_synthetic(const Options &o, Device device, bspa_dtype dtype, Report 
   int64_t num_pages = o.pages;
   if (num_pages == 0)
     for (const Turn &t : turns) num_pages += (static_cast<int64_t>(t.prompt.size()) + page - 1) / page;
-  std::unique_ptr<bspa_pool, PoolDeleter> pool(create_pool(o, device, dtype, o.model.num_layers, num_pages));
+  PoolPtr pool(create_pool(o, device, dtype, o.model.num_layers, num_pages));
 
   const ToyModel model(o.model, o.workload.seed);
   const LayerLayouts layouts(o.model.num_layers, o.model.num_q_heads, o.strided);
@@ -91,7 +83,7 @@ void replay_synthetic(const Options &o, Device device, bspa_dtype dtype, Report 
     so.salt_len = salt.size();
     bspa_seq *raw = nullptr;
     DEMO_OK(bspa_seq_create(&raw, pool.get(), &so));
-    std::unique_ptr<bspa_seq, SeqDeleter> seq(raw);
+    SeqPtr seq(raw);
 
     int64_t cached = 0;
     DEMO_OK(bspa_seq_match(seq.get(), prompt, n, &cached));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "clock.hpp"
+#include "handles.hpp"
 #include "prefix_oracle.hpp"
 #include "progress.hpp"
 #include "replay.hpp"
@@ -18,15 +19,6 @@
 namespace demo {
 
 namespace {
-
-struct PoolDeleter {
-  void operator()(bspa_pool *p) const { bspa_pool_destroy(p); }
-};
-struct SeqDeleter {
-  void operator()(bspa_seq *s) const { bspa_seq_destroy(s); }
-};
-using PoolPtr = std::unique_ptr<bspa_pool, PoolDeleter>;
-using SeqPtr = std::unique_ptr<bspa_seq, SeqDeleter>;
 
 SeqPtr new_seq(bspa_pool *pool) {
   bspa_seq *raw = nullptr;
