@@ -20,13 +20,21 @@ constexpr int kKeyTileTokens = 64;
 constexpr int kKeyTileMasked = 1 << 28;
 constexpr int kKeyTileBlockShift = 29;
 
-// Classifies key tiles [c0, c1) — kThreads threads, kPerThread tiles each, so
-// c1 - c0 <= kThreads * kPerThread — and writes the visible ones, in order, to list.
-// scan holds kThreads / 32 ints of scratch. Returns how many were listed; list is
-// complete and visible to every thread on return. All threads of the CTA must call it.
-template <int kThreads, int kPerThread>
+// The barrier of all threads of the CTA.
+struct CtaBarrier {
+  __device__ __forceinline__ void operator()() const { __syncthreads(); }
+};
+
+// Classifies key tiles [c0, c1) — kThreads threads (threadIdx.x 0..kThreads-1), kPerThread
+// tiles each, so c1 - c0 <= kThreads * kPerThread — and writes the visible ones, in order,
+// to list. scan holds kThreads / 32 ints of scratch. Returns how many were listed; list is
+// complete and visible to every calling thread on return. All kThreads threads must call
+// it; `sync` is their barrier (the whole CTA's unless a warp-specialized kernel lists with
+// some of its warps).
+template <int kThreads, int kPerThread, class Sync = CtaBarrier>
 __device__ __forceinline__ int list_key_tiles(const DeviceLayout &layout, int h, int qb0, int qb1, int p0,
-                                              int block_size, int c0, int c1, int *list, int *scan) {
+                                              int block_size, int c0, int c1, int *list, int *scan,
+                                              Sync sync = Sync{}) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   int entries[kPerThread];
   int count = 0;
@@ -63,7 +71,7 @@ __device__ __forceinline__ int list_key_tiles(const DeviceLayout &layout, int h,
     if (lane >= off) incl += v;
   }
   if (lane == 31) scan[warp] = incl;
-  __syncthreads();
+  sync();
   int base = 0, total = 0;
 #pragma unroll
   for (int w = 0; w < kThreads / 32; ++w) {
@@ -75,7 +83,7 @@ __device__ __forceinline__ int list_key_tiles(const DeviceLayout &layout, int h,
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i)
     if (entries[i] != -1) list[pos++] = entries[i];
-  __syncthreads();
+  sync();
   return total;
 }
 

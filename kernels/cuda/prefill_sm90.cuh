@@ -4,18 +4,19 @@
 // cores are fed.
 //
 // One CTA = one 128-row query tile of one query head, three warpgroups:
-//  - all 384 threads list the visible key tiles (64 tokens) in shared memory: skipped /
-//    full / masked with the allowed bits of the tile's (at most three) query blocks;
-//  - warpgroup 0, the producer, gives most of its registers away (setmaxnreg) and gathers
-//    K and V of the listed tiles through the block table with cp.async into a ring of
-//    stages, stored as 128-byte-swizzled 64-column halves that wgmma reads through
-//    descriptors; a stage's "full" mbarrier completes when its copies land
-//    (cp.async.mbarrier.arrive), its "empty" mbarrier when both consumers are done with it;
-//  - warpgroups 1 and 2, the consumers, own rows 0..63 and 64..127: S = Q K^T (wgmma, both
-//    from shared memory), online softmax in exp2 units with a lazy rescale, O += P V
-//    (wgmma, P from registers, V N-major). The S of tile i+1 and the PV of tile i are both
-//    in flight while tile i+1's softmax runs (FlashAttention-3's intra-warpgroup overlap).
-// No CTA-wide barrier inside the key loop: the consumers drift relative to each other, so
+//  - warpgroup 0, the producer, gives most of its registers away (setmaxnreg), lists the
+//    visible 64-token key tiles (skipped / full / masked with the allowed bits of the tile's
+//    at most three query blocks) and gathers K and V of each through the block table with
+//    cp.async into a ring of stages, stored as 128-byte-swizzled 64-column halves that
+//    wgmma reads through descriptors. A stage carries its tile's list entry; its "full"
+//    mbarrier completes when the copies have landed (cp.async.mbarrier.arrive) and the
+//    entry is written, its "empty" one when both consumers are done with it.
+//  - warpgroups 1 and 2, the consumers, own rows 0..63 and 64..127 and never see the list:
+//    they take two stages per step (128 keys). S = Q K^T (wgmma, both from shared memory),
+//    online softmax in exp2 units with a lazy rescale, O += P V (wgmma, P from registers,
+//    V N-major). The S of step i+1 and the PV of step i are both in flight while step
+//    i+1's softmax runs (FlashAttention-3's intra-warpgroup overlap); P is double-buffered.
+// No CTA-wide barrier after the set-up: the consumers drift relative to each other, so
 // one's softmax overlaps the other's GEMMs.
 // Layout block sizes must be multiples of 64 (checked on the host).
 #pragma once
@@ -23,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/key_tile_list.cuh"
 #include "kernels/cuda/query_tile.cuh"
@@ -32,7 +34,10 @@
 namespace bspa::kernels::sm90 {
 
 constexpr int kKeyTile = cuda::kKeyTileTokens;
-constexpr int kListCap = 2048;  // key tiles classified per pass (128k tokens)
+constexpr int kListCap = 512;          // key tiles classified per producer pass
+constexpr int kLastTile = 1 << 27;     // stage entry flag: no tile of this query tile follows
+constexpr int kNoTiles = -1;           // stage entry of a query tile that sees no key tile
+constexpr int kTileIndexMask = kLastTile - 1;
 
 template <int D>
 struct Config {
@@ -44,10 +49,13 @@ struct Config {
   static constexpr int kChunks = D / 8;
   static constexpr int kQBytes = BM * D * 2;
   static constexpr int kTileBytes = kKeyTile * D * 2;
-  static constexpr int kStages = D == 128 ? 5 : 8;
-  static constexpr int kPerThread = (kListCap + kThreads - 1) / kThreads;
-  static constexpr int kSmemBytes =
-      1024 + kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + kThreads / 32 * 4 + 2 * kStages * 8;
+  // A consumer step holds four stages (PV of its two, S of the next two): six leave the
+  // producer two tiles ahead. Six D128 stages and Q take all but 3 KB of the 227 KB.
+  static constexpr int kStages = D == 128 ? 6 : 8;
+  static constexpr int kProducers = 128;
+  static constexpr int kPerThread = kListCap / kProducers;
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 16 + kStages * 4 + 2 * kStages * 8;
+  static_assert(kSmemBytes <= 232448, "shared memory over the sm_90 opt-in limit");
 };
 
 // Byte offset of 16-byte chunk c (of D/8) of row r in a ROWS-row operand: 64-column halves
@@ -57,19 +65,27 @@ __device__ __forceinline__ uint32_t swz(int r, int c) {
   return static_cast<uint32_t>((c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
+// The producer warpgroup's own barrier (it lists key tiles without the consumers).
+struct ProducerBarrier {
+  __device__ __forceinline__ void operator()() const { named_barrier(1, 128); }
+};
+
 template <class T, int D>
 __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Config<D>;
   constexpr int BM = C::BM, NH = C::NH, S = C::kStages;
-  extern __shared__ __align__(1024) char smem_raw[];
-  char *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);  // swizzle atoms need 1 KiB alignment
+  // No alignment slack fits next to six stages: the dynamic shared memory of a kernel
+  // without static shared memory starts 1 KiB-aligned (swizzle atoms need it); checked.
+  extern __shared__ __align__(1024) char smem[];
+  if (smem_addr(smem) & 1023) __trap();
   char *sQ = smem;
   char *sK = sQ + C::kQBytes;
   char *sV = sK + S * C::kTileBytes;
   int32_t *sList = reinterpret_cast<int32_t *>(sV + S * C::kTileBytes);
   int32_t *sScan = sList + kListCap;
-  const uint32_t full_bar = smem_addr(sScan + C::kThreads / 32);  // 8-byte aligned: kListCap is even
+  int32_t *sEntry = sScan + 4;  // the list entry of each stage's tile
+  const uint32_t full_bar = smem_addr(sEntry + S + (S & 1));  // 8-byte aligned
   const uint32_t empty_bar = full_bar + S * 8;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
@@ -80,19 +96,18 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   const int seq = tile.seq, qs = tile.qs, q_len = tile.q_len, ctx = tile.ctx;
   const int t0 = tile.t0, t1 = tile.t1, p0 = tile.p0, p1 = tile.p1, qb0 = tile.qb0, qb1 = tile.qb1;
   const int B = p.layout.block_size;
-  const int n_kt = p1 / kKeyTile + 1;
 
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(full_bar + 8 * s, 128);  // one cp.async arrival per producer thread
-      mbar_init(empty_bar + 8 * s, 8);   // one arrival per consumer warp
+      mbar_init(full_bar + 8 * s, C::kProducers + 1);  // each producer's copies + the entry
+      mbar_init(empty_bar + 8 * s, 8);                  // one arrival per consumer warp
     }
     fence_mbar_init();
   }
   __syncthreads();
 
   if (wg == 0) {
-    // ---- producer: K/V gathers --------------------------------------------------------
+    // ---- producer: list, then gather K/V ------------------------------------------------
     regs_dealloc<C::kProducerRegs>();
     const int kv_len = ctx + q_len;
     const int kvh = h / p.group;
@@ -101,17 +116,17 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
     const T *vbase = static_cast<const T *>(p.v) + static_cast<int64_t>(kvh) * p.v_head;
     const int page_mask = (1 << p.page_shift) - 1;
     // Thread tid copies 16-byte chunk tid % kChunks of rows tid / kChunks + i * kRowStep.
-    constexpr int kRowStep = 128 / C::kChunks;
+    constexpr int kRowStep = C::kProducers / C::kChunks;
     const int c = tid % C::kChunks, r0 = tid / C::kChunks;
-    int filled = 0;  // tiles issued over all passes (ring position and phase)
-    for (int c0 = 0; c0 < n_kt; c0 += kListCap) {
-      const int c1 = min(n_kt, c0 + kListCap);
-      const int total =
-          cuda::list_key_tiles<C::kThreads, C::kPerThread>(p.layout, h, qb0, qb1, p0, B, c0, c1, sList, sScan);
-      for (int it = 0; it < total; ++it, ++filled) {
-        const int stage = filled % S;
-        if (filled >= S) mbar_wait(empty_bar + 8 * stage, ((filled / S) - 1) & 1);
-        const int k0 = (sList[it] & 0x0FFFFFFF) * kKeyTile;
+    const int n_kt = p1 / kKeyTile + 1;
+    int filled = 0;  // stages filled so far (ring position and phase)
+    // Hands one stage to the consumers: waits until it is free, copies the tile (none
+    // for kNoTiles), publishes the entry.
+    auto fill = [&](int entry) {
+      const int stage = filled % S;
+      if (filled >= S) mbar_wait(empty_bar + 8 * stage, ((filled / S) - 1) & 1);
+      if (entry != kNoTiles) {
+        const int k0 = (entry & kTileIndexMask) * kKeyTile;
         const uint32_t dk = smem_addr(sK + stage * C::kTileBytes);
         const uint32_t dv = smem_addr(sV + stage * C::kTileBytes);
         if (p.page_shift >= 6 && k0 + kKeyTile <= kv_len) {
@@ -140,9 +155,27 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
             cp_async_16(dv + swz<kKeyTile>(r, c), valid ? vs : vbase, valid);
           }
         }
-        cp_async_arrive(full_bar + 8 * stage);
       }
+      cp_async_arrive(full_bar + 8 * stage);
+      if (tid == 0) {
+        sEntry[stage] = entry;
+        mbar_arrive(full_bar + 8 * stage);  // release: the entry is visible with the phase
+      }
+      ++filled;
+    };
+    // One tile is held back per pass so the last one can carry kLastTile.
+    int held = kNoTiles;
+    for (int c0 = 0; c0 < n_kt; c0 += kListCap) {
+      const int c1 = min(n_kt, c0 + kListCap);
+      const int total = cuda::list_key_tiles<C::kProducers, C::kPerThread>(p.layout, h, qb0, qb1, p0, B, c0, c1, sList,
+                                                                           sScan, ProducerBarrier{});
+      for (int it = 0; it < total; ++it) {
+        if (held != kNoTiles) fill(held);
+        held = sList[it];
+      }
+      named_barrier(1, 128);  // sList is rewritten by the next pass
     }
+    fill(held == kNoTiles ? kNoTiles : held | kLastTile);
     cp_async_wait<0>();
     return;
   }
@@ -173,79 +206,101 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
 #pragma unroll
     for (int i = 0; i < 32; ++i) o[hh][i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  float s[32];
+  float s[2][32];  // S of a step's two tiles; written only by wgmma
 #pragma unroll
-  for (int i = 0; i < 32; ++i) s[i] = 0.f;
-  float x[32];        // softmax works on a copy: S's registers are only written by wgmma
-  uint32_t pa[4][4];  // P of the current tile as wgmma A fragments (4 k-steps of 16 keys)
+  for (int i = 0; i < 32; ++i) s[0][i] = s[1][i] = 0.f;
+  uint32_t pa[8][4], pb[8][4];  // P of two consecutive steps as wgmma A fragments (8 k-steps of 16 keys)
 
   auto fence_o = [&] {
 #pragma unroll
     for (int hh = 0; hh < NH; ++hh) fence_regs(o[hh]);
   };
-  auto fence_pa = [&] {
+  auto fence_p = [&](uint32_t(&P)[8][4]) {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) fence_regs(pa[kk]);
+    for (int kk = 0; kk < 8; ++kk) fence_regs(P[kk]);
+  };
+  auto fence_s = [&] {
+    fence_regs(s[0]);
+    fence_regs(s[1]);
   };
   const uint32_t q_addr = smem_addr(sQ) + cg * 64 * 128;
-  auto issue_s = [&](int stage) {
-    const uint32_t k_addr = smem_addr(sK + stage * C::kTileBytes);
+  // S of the tiles in stages n (and n + 1 when two).
+  auto issue_s = [&](int n, bool two) {
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t off = (kk & 3) * 32;  // 16 columns = 32 bytes into the 128-byte row
-      wgmma_ss<T>(s, sw128_desc(q_addr + (kk >> 2) * (BM * 128) + off, 1024),
-                  sw128_desc(k_addr + (kk >> 2) * (kKeyTile * 128) + off, 1024), kk > 0);
-    }
-    wgmma_commit();
-  };
-  auto issue_pv = [&](int stage) {
-    const uint32_t v_addr = smem_addr(sV + stage * C::kTileBytes);
-    wgmma_fence();
+    for (int t = 0; t < 2; ++t) {
+      if (t == 1 && !two) break;
+      const uint32_t k_addr = smem_addr(sK + ((n + t) % S) * C::kTileBytes);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int hh = 0; hh < NH; ++hh)
-        wgmma_rs_tb<T>(o[hh], pa[kk], sw128_desc(v_addr + hh * (kKeyTile * 128) + kk * 16 * 128, 1024));
-    wgmma_commit();
-  };
-  // Masks S of `entry` into x, moves m and l, leaves exp2 of the scaled logits in x.
-  // Lazy rescale (as the sm80 kernel): m only moves when some row of the warp grew past
-  // m + kSlack; otherwise the exponentials use the stale m and stay below 2^kSlack, exact
-  // in fp32 and representable in bf16/f16. Returns whether O must be scaled by alpha.
-  auto softmax = [&](int entry, float (&alpha)[2]) -> bool {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) x[i] = s[i];
-    if (entry & cuda::kKeyTileMasked) {  // masked tile: token rule per element
-      const int k0 = (entry & 0x0FFFFFFF) * kKeyTile;
-      const unsigned bits = static_cast<unsigned>(entry) >> cuda::kKeyTileBlockShift;
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int pr = p0 + wrow + rr * 8;
-        const bool ok = (bits >> (pr / B - qb0)) & 1u;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int j = k0 + nt * 8 + 2 * (lane & 3) + e;
-            if (!ok || j > pr) x[nt * 4 + rr * 2 + e] = -INFINITY;
-          }
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t off = (kk & 3) * 32;  // 16 columns = 32 bytes into the 128-byte row
+        wgmma_ss<T>(s[t], sw128_desc(q_addr + (kk >> 2) * (BM * 128) + off, 1024),
+                    sw128_desc(k_addr + (kk >> 2) * (kKeyTile * 128) + off, 1024), kk > 0);
       }
     }
+    wgmma_commit();
+  };
+  auto issue_pv = [&](int n, bool two, const uint32_t(&P)[8][4]) {
+    wgmma_fence();
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      if (t == 1 && !two) break;
+      const uint32_t v_addr = smem_addr(sV + ((n + t) % S) * C::kTileBytes);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int hh = 0; hh < NH; ++hh)
+          wgmma_rs_tb<T>(o[hh], P[4 * t + kk], sw128_desc(v_addr + hh * (kKeyTile * 128) + kk * 16 * 128, 1024));
+    }
+    wgmma_commit();
+  };
+  // Softmax of a step (entries e0, e1; e1 = kNoTiles when the step has one tile): reads S
+  // (never writes it: registers wgmma writes stay untouched between its groups), moves m
+  // and l, writes P. Lazy rescale (as the sm80 kernel): m only moves when some row of the
+  // warp grew past m + kSlack; otherwise the exponentials use the stale m and stay below
+  // 2^kSlack, exact in fp32 and representable in bf16/f16. Returns whether O must be
+  // scaled by alpha.
+  auto softmax = [&](auto masked, int e0, int e1, uint32_t(&P)[8][4], float(&alpha)[2]) -> bool {
+    constexpr bool kMasked = decltype(masked)::value;
+    int k0[2] = {0, 0};
+    bool ok[2][2] = {{true, true}, {true, true}};  // [tile][row half]: the tile's block is visible to the row
+    int pr[2] = {0, 0};
+    if constexpr (kMasked) {
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) pr[rr] = p0 + wrow + rr * 8;
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const int e = t == 0 ? e0 : e1;
+        k0[t] = (e & kTileIndexMask) * kKeyTile;
+        const unsigned bits = static_cast<unsigned>(e) >> cuda::kKeyTileBlockShift;
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) ok[t][rr] = e != kNoTiles && ((bits >> (pr[rr] / B - qb0)) & 1u);
+      }
+    }
+    auto logit = [&](int t, int rr, int nt, int e) {
+      float v = s[t][nt * 4 + rr * 2 + e];
+      if constexpr (kMasked) {
+        const int j = k0[t] + nt * 8 + 2 * (lane & 3) + e;
+        if (!ok[t][rr] || j > pr[rr]) v = -INFINITY;
+      }
+      return v;
+    };
     float mx[2];
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-      float t[8];
+      float v[16];
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) t[nt] = fmaxf(x[nt * 4 + rr * 2], x[nt * 4 + rr * 2 + 1]);
+      for (int t = 0; t < 2; ++t)
 #pragma unroll
-      for (int w = 4; w >= 1; w >>= 1)
+        for (int nt = 0; nt < 8; ++nt) v[t * 8 + nt] = fmaxf(logit(t, rr, nt, 0), logit(t, rr, nt, 1));
 #pragma unroll
-        for (int i = 0; i < w; ++i) t[i] = fmaxf(t[i], t[i + w]);
-      float v = t[0];
-      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-      mx[rr] = v * p.scale_log2;
+      for (int i = 0; i < 8; ++i) v[i] = fmaxf(v[i], v[i + 8]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = fmaxf(v[i], v[i + 4]);
+      float x = fmaxf(fmaxf(v[0], v[2]), fmaxf(v[1], v[3]));
+      x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+      x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+      mx[rr] = x * p.scale_log2;
     }
     constexpr float kSlack = 8.f;
     const bool rescale = __any_sync(0xffffffffu, mx[0] > m[0] + kSlack || mx[1] > m[1] + kSlack);
@@ -258,91 +313,105 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
         l[rr] *= alpha[rr];
       }
     }
+    float sum[2] = {0.f, 0.f};
+    const float neg_m[2] = {m[0] == -INFINITY ? 0.f : -m[0], m[1] == -INFINITY ? 0.f : -m[1]};
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const float m_use = m[rr] == -INFINITY ? 0.f : m[rr];
+    for (int t = 0; t < 2; ++t)
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e)
-          x[nt * 4 + rr * 2 + e] = fast_exp2(fmaf(x[nt * 4 + rr * 2 + e], p.scale_log2, -m_use));
-      float t[8];
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) t[nt] = x[nt * 4 + rr * 2] + x[nt * 4 + rr * 2 + 1];
-#pragma unroll
-      for (int w = 4; w >= 1; w >>= 1)
-#pragma unroll
-        for (int i = 0; i < w; ++i) t[i] += t[i + w];
-      l[rr] += t[0];
-    }
+        for (int rr = 0; rr < 2; ++rr) {
+          const float x0 = fast_exp2(fmaf(logit(t, rr, nt, 0), p.scale_log2, neg_m[rr]));
+          const float x1 = fast_exp2(fmaf(logit(t, rr, nt, 1), p.scale_log2, neg_m[rr]));
+          sum[rr] += x0 + x1;
+          // A fragment of k-step nt/2: registers (rows lane/4, +8) x (keys of n-tile nt).
+          P[4 * t + nt / 2][(nt & 1) * 2 + rr] = pack2<T>(x0, x1);
+        }
+    l[0] += sum[0];
+    l[1] += sum[1];
     return rescale;
   };
-  auto rescale_and_pack = [&](bool rescale, const float (&alpha)[2]) {
-    if (rescale) {
+  auto rescale_o = [&](bool rescale, const float(&alpha)[2]) {
+    if (!rescale) return;
 #pragma unroll
-      for (int hh = 0; hh < NH; ++hh)
+    for (int hh = 0; hh < NH; ++hh)
 #pragma unroll
-        for (int i = 0; i < 32; ++i) o[hh][i] *= alpha[(i >> 1) & 1];
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      pa[kk][0] = pack2<T>(x[8 * kk + 0], x[8 * kk + 1]);
-      pa[kk][1] = pack2<T>(x[8 * kk + 2], x[8 * kk + 3]);
-      pa[kk][2] = pack2<T>(x[8 * kk + 4], x[8 * kk + 5]);
-      pa[kk][3] = pack2<T>(x[8 * kk + 6], x[8 * kk + 7]);
-    }
+      for (int i = 0; i < 32; ++i) o[hh][i] *= alpha[(i >> 1) & 1];
   };
   auto wait_full = [&](int n) {
     mbar_wait(full_bar + 8 * (n % S), (n / S) & 1);
     fence_proxy_async();  // the copies landed through the generic proxy; wgmma reads through the async one
+    return sEntry[n % S];
   };
   auto release = [&](int n) {
     __syncwarp();
     if (lane == 0) mbar_arrive(empty_bar + 8 * (n % S));
   };
+  auto any_masked = [](int e0, int e1) {
+    return e1 == kNoTiles || ((e0 | e1) & cuda::kKeyTileMasked);
+  };
+  // The step starting at stage n: its first entry is known; waits for the second if any.
+  struct Step {
+    int n, e0, e1;
+  };
+  auto take_step = [&](int n, int e0) {
+    Step st{n, e0, kNoTiles};
+    if (!(e0 & kLastTile)) st.e1 = wait_full(n + 1);
+    return st;
+  };
+  auto run_softmax = [&](const Step &st, uint32_t(&P)[8][4], float(&alpha)[2]) {
+    return any_masked(st.e0, st.e1) ? softmax(std::true_type{}, st.e0, st.e1, P, alpha)
+                                    : softmax(std::false_type{}, st.e0, st.e1, P, alpha);
+  };
 
   // Q landed: every thread waits for its own copies, then the warpgroup meets.
   cp_async_wait<0>();
   fence_proxy_async();
-  named_barrier(1 + cg, 128);
+  named_barrier(2 + cg, 128);
 
-  int used = 0;  // tiles consumed over all passes (ring position and phase)
-  for (int c0 = 0; c0 < n_kt; c0 += kListCap) {
-    const int c1 = min(n_kt, c0 + kListCap);
-    const int total = cuda::list_key_tiles<C::kThreads, C::kPerThread>(p.layout, h, qb0, qb1, p0, B, c0, c1, sList, sScan);
-    if (total == 0) continue;
-
-    float alpha[2] = {1.f, 1.f};
-    wait_full(used);
-    issue_s(used % S);
+  float alpha[2] = {1.f, 1.f};
+  Step cur = take_step(0, wait_full(0));
+  if (cur.e0 == kNoTiles) {
+    release(0);  // no visible key: O = 0, lse = -inf
+  } else {
+    issue_s(cur.n, cur.e1 != kNoTiles);
     wgmma_wait<0>();
-    fence_regs(s);
-    bool rescale = softmax(sList[0], alpha);
-    rescale_and_pack(rescale, alpha);
-    for (int it = 0; it < total; ++it) {
-      const int n = used + it;
-      const bool next = it + 1 < total;
-      if (next) wait_full(n + 1);
+    fence_s();
+    rescale_o(run_softmax(cur, pa, alpha), alpha);
+    // One step: S(next) and PV(cur) in flight, softmax(next) into the other P buffer.
+    // Returns false after the last step.
+    auto body = [&](uint32_t(&Pcur)[8][4], uint32_t(&Pnext)[8][4]) -> bool {
+      const bool two = cur.e1 != kNoTiles;
+      const bool last = two ? (cur.e1 & kLastTile) : (cur.e0 & kLastTile);
+      const int n_next = cur.n + (two ? 2 : 1);
+      Step next{};
+      if (!last) next = take_step(n_next, wait_full(n_next));
       fence_o();
-      fence_pa();
-      if (next) issue_s((n + 1) % S);
-      issue_pv(n % S);
-      if (next) {
+      fence_p(Pcur);
+      if (!last) issue_s(n_next, next.e1 != kNoTiles);
+      issue_pv(cur.n, two, Pcur);
+      if (!last) {
         wgmma_wait<1>();
-        fence_regs(s);
-        rescale = softmax(sList[it + 1], alpha);
+        fence_s();
+        const bool rescale = run_softmax(next, Pnext, alpha);
         wgmma_wait<0>();
-        release(n);
         fence_o();
-        fence_pa();
-        rescale_and_pack(rescale, alpha);
-      } else {
-        wgmma_wait<0>();
-        release(n);
-        fence_o();
+        fence_p(Pcur);
+        release(cur.n);
+        if (two) release(cur.n + 1);
+        rescale_o(rescale, alpha);
+        cur = next;
+        return true;
       }
+      wgmma_wait<0>();
+      fence_o();
+      fence_p(Pcur);
+      release(cur.n);
+      if (two) release(cur.n + 1);
+      return false;
+    };
+    while (body(pa, pb) && body(pb, pa)) {
     }
-    used += total;
   }
 
   // Epilogue: normalise, stage this warp's 16 rows in its own part of sQ (its warpgroup's
