@@ -49,8 +49,9 @@ void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, cudaStream_
 // unset or "auto": sm90 (when kSm90ByDefault) on compute capability 9.0 when this build
 // carries sm_90a code, for query tiles of 128 rows (shorter queries keep sm80's 64-row tiles).
 enum class Path { Auto, Sm80, Sm90 };
-// Off until the sm90a path has passed the device sweep: auto then means sm80.
-constexpr bool kSm90ByDefault = false;
+// On: the warp-specialized sm90a kernel passes the device sweep and is faster than sm80 on
+// every bench/ case (bench/NOTES.md, "CUDA prefill (sm90a path)").
+constexpr bool kSm90ByDefault = true;
 
 Path requested_path() {
   const char *e = std::getenv("BSPA_CUDA_PATH");

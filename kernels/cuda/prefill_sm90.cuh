@@ -223,19 +223,22 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
     fence_regs(s[0]);
     fence_regs(s[1]);
   };
-  const uint32_t q_addr = smem_addr(sQ) + cg * 64 * 128;
+  // Base descriptors; every operand of a step is a constant or per-stage offset from one.
+  const uint64_t q_desc = sw128_desc(smem_addr(sQ) + cg * 64 * 128, 1024);
+  const uint64_t k_desc = sw128_desc(smem_addr(sK), 1024);
+  const uint64_t v_desc = sw128_desc(smem_addr(sV), 1024);
   // S of the tiles in stages n (and n + 1 when two).
   auto issue_s = [&](int n, bool two) {
     wgmma_fence();
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       if (t == 1 && !two) break;
-      const uint32_t k_addr = smem_addr(sK + ((n + t) % S) * C::kTileBytes);
+      const uint64_t k_stage = desc_advance(k_desc, ((n + t) % S) * C::kTileBytes);
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t off = (kk & 3) * 32;  // 16 columns = 32 bytes into the 128-byte row
-        wgmma_ss<T>(s[t], sw128_desc(q_addr + (kk >> 2) * (BM * 128) + off, 1024),
-                    sw128_desc(k_addr + (kk >> 2) * (kKeyTile * 128) + off, 1024), kk > 0);
+        wgmma_ss<T>(s[t], desc_advance(q_desc, (kk >> 2) * (BM * 128) + off),
+                    desc_advance(k_stage, (kk >> 2) * (kKeyTile * 128) + off), kk > 0);
       }
     }
     wgmma_commit();
@@ -245,12 +248,12 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       if (t == 1 && !two) break;
-      const uint32_t v_addr = smem_addr(sV + ((n + t) % S) * C::kTileBytes);
+      const uint64_t v_stage = desc_advance(v_desc, ((n + t) % S) * C::kTileBytes);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
         for (int hh = 0; hh < NH; ++hh)
-          wgmma_rs_tb<T>(o[hh], P[4 * t + kk], sw128_desc(v_addr + hh * (kKeyTile * 128) + kk * 16 * 128, 1024));
+          wgmma_rs_tb<T>(o[hh], P[4 * t + kk], desc_advance(v_stage, hh * (kKeyTile * 128) + kk * 16 * 128));
     }
     wgmma_commit();
   };
