@@ -1,5 +1,6 @@
 #include "kernels/cuda/launch_check.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -23,6 +24,21 @@ void check_launch(const char *kernel, cudaStream_t stream) {
       fail(Errc::Cuda, kernel, " failed (BSPA_CUDA_DEBUG=1 synchronised after it): ", cudaGetErrorName(e), " (",
            cudaGetErrorString(e), ")");
   }
+}
+
+int multiprocessor_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices];  // 0 = not asked yet
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (device >= 0 && device < kMaxDevices) {
+    const int n = cached[device].load(std::memory_order_relaxed);
+    if (n > 0) return n;
+  }
+  int n = 0;
+  check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute(SM count)");
+  if (device >= 0 && device < kMaxDevices) cached[device].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 PointerDeviceGuard::PointerDeviceGuard(const void *ptr) {

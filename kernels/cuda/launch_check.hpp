@@ -18,6 +18,10 @@ inline void check_cuda(cudaError_t e, const char *what) {
 // Call right after a <<<...>>> launch.
 void check_launch(const char *kernel, cudaStream_t stream);
 
+// Streaming multiprocessors of the current device (sizes persistent grids; cached per
+// device after the first query).
+int multiprocessor_count();
+
 // Makes the device that owns `ptr` current for the guard's lifetime (launches go to the
 // current device) and restores the caller's device afterwards.
 class PointerDeviceGuard {

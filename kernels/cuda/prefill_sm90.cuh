@@ -71,7 +71,7 @@ struct ProducerBarrier {
 };
 
 template <class T, int D>
-__global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_constant__ Params p, const dim3 work) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Config<D>;
   constexpr int BM = C::BM, NH = C::NH, S = C::kStages;
@@ -89,13 +89,36 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   const uint32_t empty_bar = full_bar + S * 8;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-  const int h = blockIdx.x;
-
-  cuda::QueryTile tile;
-  if (!cuda::locate_query_tile<BM>(p, tile)) return;
-  const int seq = tile.seq, qs = tile.qs, q_len = tile.q_len, ctx = tile.ctx;
-  const int t0 = tile.t0, t1 = tile.t1, p0 = tile.p0, p1 = tile.p1, qb0 = tile.qb0, qb1 = tile.qb1;
   const int B = p.layout.block_size;
+
+  // Persistent: the CTAs walk the logical grid `work` (x = head fastest, so the heaviest
+  // tiles of every head come first) in rounds of gridDim.x items, in snake order (CTA b
+  // takes position b of even rounds and gridDim.x - 1 - b of odd ones, which evens out
+  // the cost that falls from item to item). The producer and the consumers walk it alike,
+  // so the stages they exchange line up; the producer starts the next item's list and
+  // copies while the consumers finish the current one. Everything the walk depends on is
+  // uniform (a branch around wgmma code on a loaded value makes ptxas serialize them).
+  const int items = static_cast<int>(work.x * work.y * work.z);
+  const int rounds = (items + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  auto item_of = [&](int round) {
+    const int pos = (round & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+    return round * static_cast<int>(gridDim.x) + pos;
+  };
+  int h = 0, seq = 0, qs = 0, q_len = 0, ctx = 0, t0 = 0, t1 = 0, p0 = 0, p1 = 0, qb0 = 0, qb1 = 0;
+  // Sets the item's tile; false (and no rows: t0 = t1) when the item has none.
+  auto locate = [&](int item) {
+    const int yz = item / static_cast<int>(work.x);
+    cuda::QueryTile tile;
+    h = item % static_cast<int>(work.x);
+    if (!cuda::locate_query_tile<BM>(p, yz % static_cast<int>(work.y), yz / static_cast<int>(work.y),
+                                     static_cast<int>(work.y), tile)) {
+      seq = qs = q_len = ctx = t0 = t1 = p0 = p1 = qb0 = qb1 = 0;
+      return false;
+    }
+    seq = tile.seq, qs = tile.qs, q_len = tile.q_len, ctx = tile.ctx;
+    t0 = tile.t0, t1 = tile.t1, p0 = tile.p0, p1 = tile.p1, qb0 = tile.qb0, qb1 = tile.qb1;
+    return true;
+  };
 
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
@@ -109,16 +132,13 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   if (wg == 0) {
     // ---- producer: list, then gather K/V ------------------------------------------------
     regs_dealloc<C::kProducerRegs>();
-    const int kv_len = ctx + q_len;
-    const int kvh = h / p.group;
-    const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
-    const T *kbase = static_cast<const T *>(p.k) + static_cast<int64_t>(kvh) * p.k_head;
-    const T *vbase = static_cast<const T *>(p.v) + static_cast<int64_t>(kvh) * p.v_head;
+    // Per item only ints live across the copies; pointers are rebuilt from the parameters
+    // (constant bank) per tile, to fit the producer's 40 registers.
+    int kv_len = 0, kvh = 0;
     const int page_mask = (1 << p.page_shift) - 1;
     // Thread tid copies 16-byte chunk tid % kChunks of rows tid / kChunks + i * kRowStep.
     constexpr int kRowStep = C::kProducers / C::kChunks;
     const int c = tid % C::kChunks, r0 = tid / C::kChunks;
-    const int n_kt = p1 / kKeyTile + 1;
     int filled = 0;  // stages filled so far (ring position and phase)
     // Hands one stage to the consumers: waits until it is free, copies the tile (none
     // for kNoTiles), publishes the entry.
@@ -129,6 +149,9 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
         const int k0 = (entry & kTileIndexMask) * kKeyTile;
         const uint32_t dk = smem_addr(sK + stage * C::kTileBytes);
         const uint32_t dv = smem_addr(sV + stage * C::kTileBytes);
+        const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
+        const T *kbase = static_cast<const T *>(p.k) + static_cast<int64_t>(kvh) * p.k_head;
+        const T *vbase = static_cast<const T *>(p.v) + static_cast<int64_t>(kvh) * p.v_head;
         if (p.page_shift >= 6 && k0 + kKeyTile <= kv_len) {
           // The whole tile lies in one page (tiles are 64-aligned): one block-table read.
           const int64_t page = bt[k0 >> p.page_shift];
@@ -163,19 +186,39 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
       }
       ++filled;
     };
-    // One tile is held back per pass so the last one can carry kLastTile.
-    int held = kNoTiles;
-    for (int c0 = 0; c0 < n_kt; c0 += kListCap) {
-      const int c1 = min(n_kt, c0 + kListCap);
-      const int total = cuda::list_key_tiles<C::kProducers, C::kPerThread>(p.layout, h, qb0, qb1, p0, B, c0, c1, sList,
-                                                                           sScan, ProducerBarrier{});
-      for (int it = 0; it < total; ++it) {
-        if (held != kNoTiles) fill(held);
-        held = sList[it];
+    for (int round = 0; round < rounds; ++round) {
+      const int item = item_of(round);
+      if (item >= items) break;  // only in the last round
+      if (!locate(item)) {  // the consumers take the item too: one empty stage
+        fill(kNoTiles);
+        continue;
       }
-      named_barrier(1, 128);  // sList is rewritten by the next pass
+      kv_len = ctx + q_len;
+      kvh = h / p.group;
+      {  // the consumers load this item's Q after the current item: bring it to L2 now
+        const int r = tid;  // one row per thread, 128-byte lines
+        if (r < t1 - t0) {
+          const T *q = static_cast<const T *>(p.q) + static_cast<int64_t>(qs + t0 + r) * p.q_tok +
+                       static_cast<int64_t>(h) * p.q_head;
+#pragma unroll
+          for (int hh = 0; hh < NH; ++hh) prefetch_l2(q + hh * 64);
+        }
+      }
+      // One tile is held back per pass so the last one can carry kLastTile.
+      int held = kNoTiles;
+      const int n_kt = p1 / kKeyTile + 1;
+      for (int c0 = 0; c0 < n_kt; c0 += kListCap) {
+        const int c1 = min(n_kt, c0 + kListCap);
+        const int total = cuda::list_key_tiles<C::kProducers, C::kPerThread>(p.layout, h, qb0, qb1, p0, B, c0, c1,
+                                                                             sList, sScan, ProducerBarrier{});
+        for (int it = 0; it < total; ++it) {
+          if (held != kNoTiles) fill(held);
+          held = sList[it];
+        }
+        named_barrier(1, 128);  // sList is rewritten by the next pass
+      }
+      fill(held == kNoTiles ? kNoTiles : held | kLastTile);
     }
-    fill(held == kNoTiles ? kNoTiles : held | kLastTile);
     cp_async_wait<0>();
     return;
   }
@@ -183,7 +226,7 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   // ---- consumers ------------------------------------------------------------------------
   regs_alloc<C::kConsumerRegs>();
   const int cg = wg - 1;  // rows 64 * cg .. 64 * cg + 63 of the tile
-  {  // this warpgroup's 64 Q rows -> shared (rows past the sequence are zero)
+  auto load_q = [&] {  // this warpgroup's 64 Q rows -> shared (rows past the sequence are zero)
     const T *qbase = static_cast<const T *>(p.q) + static_cast<int64_t>(qs + t0) * p.q_tok +
                      static_cast<int64_t>(h) * p.q_head;
     const int ctid = tid & 127;
@@ -196,15 +239,11 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
                   valid);
     }
     cp_async_commit();
-  }
+  };
 
   // Accumulator element i of this thread: row wrow + (i/2 % 2) * 8, column 8*(i/4) + 2*(lane%4) + i%2.
   const int wrow = cg * 64 + (warp & 3) * 16 + (lane >> 2);
   float o[NH][32];
-#pragma unroll
-  for (int hh = 0; hh < NH; ++hh)
-#pragma unroll
-    for (int i = 0; i < 32; ++i) o[hh][i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float s[2][32];  // S of a step's two tiles; written only by wgmma
 #pragma unroll
@@ -367,15 +406,32 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
                                     : softmax(std::false_type{}, st.e0, st.e1, P, alpha);
   };
 
+  int used = 0;  // stages consumed so far (ring position and phase)
+  for (int round = 0; round < rounds; ++round) {
+  const int item = item_of(round);
+  if (item >= items) break;
+  // No `continue` for items without rows: they arrive as one kNoTiles stage and store
+  // nothing. (A branch around the wgmma code on a loaded value makes ptxas serialize every
+  // wgmma of the kernel: C7520.)
+  locate(item);
+  named_barrier(2 + cg, 128);  // the previous item's epilogue has read its rows of sQ back
+  load_q();
   // Q landed: every thread waits for its own copies, then the warpgroup meets.
   cp_async_wait<0>();
   fence_proxy_async();
   named_barrier(2 + cg, 128);
+#pragma unroll
+  for (int hh = 0; hh < NH; ++hh)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[hh][i] = 0.f;
+  m[0] = m[1] = -INFINITY;
+  l[0] = l[1] = 0.f;
 
   float alpha[2] = {1.f, 1.f};
-  Step cur = take_step(0, wait_full(0));
+  Step cur = take_step(used, wait_full(used));
   if (cur.e0 == kNoTiles) {
-    release(0);  // no visible key: O = 0, lse = -inf
+    release(used);  // no visible key: O = 0, lse = -inf
+    ++used;
   } else {
     issue_s(cur.n, cur.e1 != kNoTiles);
     wgmma_wait<0>();
@@ -411,12 +467,16 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
       fence_p(Pcur);
       release(cur.n);
       if (two) release(cur.n + 1);
+      used = n_next;
       return false;
     };
     while (body(pa, pb) && body(pb, pa)) {
     }
   }
 
+  // The item's rows and head again, rather than keeping them in registers through the
+  // key loop (consumer registers are the kernel's limit).
+  locate(item);
   // Epilogue: normalise, stage this warp's 16 rows in its own part of sQ (its warpgroup's
   // wgmma reads of sQ are complete), store 16 bytes a lane.
   constexpr float kLn2 = 0.69314718055994530942f;
@@ -452,6 +512,7 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
       *reinterpret_cast<uint4 *>(obase + static_cast<int64_t>(r) * p.o_tok + c * 8) =
           *reinterpret_cast<const uint4 *>(sQ + swz<BM>(r, c));
   }
+  }  // items
 #endif
 }
 

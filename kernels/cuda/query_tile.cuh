@@ -1,7 +1,7 @@
 // Which query rows one CTA of a prefill launch computes, shared by the sm80 and sm90a
-// kernels. blockIdx.x is the query head; blockIdx.y a tile (of the batch's work list,
-// split into BM-row tiles, later rows first; or, without a work list, the (gridDim.y - 1 -
-// y)-th tile of sequence blockIdx.z), so the heavy tiles, late in long sequences, start first.
+// kernels. In the launch's (logical) grid, x is the query head; y a tile (of the batch's
+// work list, split into BM-row tiles, later rows first; or, without a work list, the
+// (grid y - 1 - y)-th tile of sequence z), so the heavy tiles, late in long sequences, start first.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,18 +20,20 @@ struct QueryTile {
   int qb0, qb1;  // layout blocks of p0 and p1
 };
 
-// False when the CTA has no rows (past a sequence's end or a work item's last tile).
+// False when the tile has no rows (past a sequence's end or a work item's last tile).
+// (y, z) is the tile's place in the launch's logical grid: blockIdx.y/z for one CTA per
+// tile; a persistent kernel's CTAs walk the logical grid themselves.
 template <int BM>
-__device__ __forceinline__ bool locate_query_tile(const sm80::Params &p, QueryTile &t) {
+__device__ __forceinline__ bool locate_query_tile(const sm80::Params &p, int y, int z, int grid_y, QueryTile &t) {
   if (p.work) {
     const int sub = p.work_tile_rows / BM;
-    const WorkItem w = p.work[blockIdx.y / sub];
+    const WorkItem w = p.work[y / sub];
     t.seq = w.seq;
-    t.t0 = w.q_begin + (sub - 1 - static_cast<int>(blockIdx.y % sub)) * BM;  // later rows first
+    t.t0 = w.q_begin + (sub - 1 - y % sub) * BM;  // later rows first
     if (t.t0 >= w.q_end) return false;
   } else {
-    t.seq = blockIdx.z;
-    t.t0 = (gridDim.y - 1 - blockIdx.y) * BM;  // late (heavy) tiles first
+    t.seq = z;
+    t.t0 = (grid_y - 1 - y) * BM;  // late (heavy) tiles first
   }
   t.qs = p.query_starts[t.seq];
   t.q_len = p.query_starts[t.seq + 1] - t.qs;
@@ -43,6 +45,12 @@ __device__ __forceinline__ bool locate_query_tile(const sm80::Params &p, QueryTi
   t.qb0 = t.p0 / p.layout.block_size;
   t.qb1 = t.p1 / p.layout.block_size;
   return true;
+}
+
+template <int BM>
+__device__ __forceinline__ bool locate_query_tile(const sm80::Params &p, QueryTile &t) {
+  return locate_query_tile<BM>(p, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z),
+                               static_cast<int>(gridDim.y), t);
 }
 
 }  // namespace bspa::kernels::cuda

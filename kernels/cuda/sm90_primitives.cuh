@@ -171,6 +171,11 @@ __device__ __forceinline__ void regs_alloc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
+// Starts moving the 128-byte line at `ptr` into L2 (no register result, no wait).
+__device__ __forceinline__ void prefetch_l2(const void *ptr) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
+}
+
 // Barrier among `threads` threads (whole warps) on hardware barrier `id` (1..15; 0 is
 // __syncthreads).
 __device__ __forceinline__ void named_barrier(int id, int threads) {
