@@ -383,7 +383,12 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   auto wait_full = [&](int n) {
     mbar_wait(full_bar + 8 * (n % S), (n / S) & 1);
     fence_proxy_async();  // the copies landed through the generic proxy; wgmma reads through the async one
-    return sEntry[n % S];
+    // Lane 0 reads the entry for its warp: it alone arrives on the empty barrier that
+    // lets the producer rewrite it, so the read is ordered before that arrival in its own
+    // program order (compute-sanitizer racecheck reports the other lanes' reads otherwise).
+    int entry = 0;
+    if (lane == 0) entry = sEntry[n % S];
+    return __shfl_sync(0xffffffffu, entry, 0);
   };
   auto release = [&](int n) {
     __syncwarp();
