@@ -25,9 +25,12 @@
  * used by one stream (one thread) at a time. bspa_last_error is per thread.
  *
  * Environment (CUDA builds only; read at each launch):
- *  - BSPA_CUDA_PATH = sm80 | sm90 | auto (default): forces the prefill kernel family;
- *    sm90 needs a compute capability 9.0 GPU and a build with sm_90a, else
- *    BSPA_ERR_NOT_SUPPORTED; any other value is BSPA_ERR_NOT_SUPPORTED too.
+ *  - BSPA_CUDA_PATH = sm80 | sm90 | auto (default): forces the prefill kernel family.
+ *    auto runs the warp-specialized wgmma kernel (sm90) on a compute capability 9.0 GPU
+ *    when the build carries sm_90a code and some query of the launch is longer than 64
+ *    rows, the mma.sync kernel (sm80) otherwise; both give the same results within
+ *    rounding. sm90 on another GPU or build is BSPA_ERR_NOT_SUPPORTED; any other value
+ *    is BSPA_ERR_NOT_SUPPORTED too.
  *  - BSPA_CUDA_DEBUG = 1: every launch synchronises its stream and checks it, so an
  *    asynchronous fault is reported by the call that caused it (not graph capturable).
  *
