@@ -3,14 +3,16 @@
 // classification as the sm80 kernel (prefill_sm80.cuh); what changes is how the tensor
 // cores are fed.
 //
-// One CTA = one 128-row query tile of one query head, three warpgroups:
+// Persistent: one CTA per SM walks the launch's (query head, 128-row query tile) items (the
+// order is below, at `item_of`); each item is one 128-row tile of one head. Three warpgroups:
 //  - warpgroup 0, the producer, gives most of its registers away (setmaxnreg), lists the
 //    visible 64-token key tiles (skipped / full / masked with the allowed bits of the tile's
 //    at most three query blocks) and gathers K and V of each through the block table with
 //    cp.async into a ring of stages, stored as 128-byte-swizzled 64-column halves that
 //    wgmma reads through descriptors. A stage carries its tile's list entry; its "full"
 //    mbarrier completes when the copies have landed (cp.async.mbarrier.arrive) and the
-//    entry is written, its "empty" one when both consumers are done with it.
+//    entry is written, its "empty" one when both consumers are done with it. It runs into
+//    the next item (list, copies, an L2 prefetch of its Q) while the consumers finish.
 //  - warpgroups 1 and 2, the consumers, own rows 0..63 and 64..127 and never see the list:
 //    they take two stages per step (128 keys). S = Q K^T (wgmma, both from shared memory),
 //    online softmax in exp2 units with a lazy rescale, O += P V (wgmma, P from registers,
