@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/key_tile_list.cuh"
+#include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/query_tile.cuh"
 #include "kernels/cuda/prefill_sm80.hpp"
 #include "kernels/cuda/sm80_primitives.cuh"
@@ -370,6 +371,17 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
       *reinterpret_cast<uint4 *>(obase + static_cast<int64_t>(r) * p.o_tok + c * 8) =
           *reinterpret_cast<const uint4 *>(sQ + swz<D>(r, c));
   }
+}
+
+// The launch of one instantiation (explicitly instantiated per dtype in prefill_sm80_<dtype>.cu).
+template <class T, int D, int BM>
+void launch(const Params &p, dim3 grid, cudaStream_t stream) {
+  constexpr int smem = Config<D, BM>::kSmemBytes;
+  // The opt-in above 48 KiB is per device; setting it again is cheap and capturable.
+  cuda::check_cuda(cudaFuncSetAttribute(prefill_sm80_kernel<T, D, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                   "cudaFuncSetAttribute(prefill_sm80_kernel)");
+  prefill_sm80_kernel<T, D, BM><<<grid, Config<D, BM>::kThreads, smem, stream>>>(p);
+  cuda::check_launch("prefill_sm80_kernel", stream);
 }
 
 }  // namespace bspa::kernels::sm80

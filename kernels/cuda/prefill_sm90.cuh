@@ -25,10 +25,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/cuda/key_tile_list.cuh"
+#include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/query_tile.cuh"
 #include "kernels/cuda/prefill_sm90.hpp"
 #include "kernels/cuda/sm90_primitives.cuh"
@@ -521,6 +523,23 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   }
   }  // items
 #endif
+}
+
+// The launch of one instantiation (explicitly instantiated per dtype in prefill_sm90_<dtype>.cu).
+template <class T, int D>
+void launch(const Params &p, dim3 grid, cudaStream_t stream) {
+  constexpr int smem = Config<D>::kSmemBytes;
+  cuda::check_cuda(cudaFuncSetAttribute(prefill_sm90_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                   "cudaFuncSetAttribute(prefill_sm90_kernel)");
+  // Persistent: one CTA per SM (the kernel's registers and shared memory allow one) walks
+  // the logical grid.
+  const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+  check(items <= INT32_MAX, Errc::NotSupported, "the sm90a prefill walks at most 2^31 - 1 (query tile, head) items (",
+        items, " needed)");
+  const int ctas = static_cast<int>(std::min<int64_t>(items, cuda::multiprocessor_count()));
+  if (ctas == 0) return;
+  prefill_sm90_kernel<T, D><<<ctas, Config<D>::kThreads, smem, stream>>>(p, grid);
+  cuda::check_launch("prefill_sm90_kernel", stream);
 }
 
 }  // namespace bspa::kernels::sm90
