@@ -534,8 +534,8 @@ void launch(const Params &p, dim3 grid, cudaStream_t stream) {
   // Persistent: one CTA per SM (the kernel's registers and shared memory allow one) walks
   // the logical grid.
   const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
-  check(items <= INT32_MAX, Errc::NotSupported, "the sm90a prefill walks at most 2^31 - 1 (query tile, head) items (",
-        items, " needed)");
+  check(items <= (int64_t{1} << 30), Errc::NotSupported,
+        "the sm90a prefill walks at most 2^30 (query tile, head) items (", items, " needed)");
   const int ctas = static_cast<int>(std::min<int64_t>(items, cuda::multiprocessor_count()));
   if (ctas == 0) return;
   prefill_sm90_kernel<T, D><<<ctas, Config<D>::kThreads, smem, stream>>>(p, grid);
