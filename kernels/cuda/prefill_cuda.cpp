@@ -46,12 +46,10 @@ void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, cudaStream_
 }
 
 // BSPA_CUDA_PATH=sm80|sm90 forces a kernel family (to time or test both on one GPU);
-// unset or "auto": sm90 (when kSm90ByDefault) on compute capability 9.0 when this build
-// carries sm_90a code, for query tiles of 128 rows (shorter queries keep sm80's 64-row tiles).
+// unset or "auto": sm90 on compute capability 9.0 when this build carries sm_90a code, for
+// query tiles of 128 rows (shorter queries keep sm80's 64-row tiles); it is faster than sm80
+// on every bench/ case there (bench/NOTES.md, "CUDA prefill (sm90a path)").
 enum class Path { Auto, Sm80, Sm90 };
-// On: the warp-specialized sm90a kernel passes the device sweep and is faster than sm80 on
-// every bench/ case (bench/NOTES.md, "CUDA prefill (sm90a path)").
-constexpr bool kSm90ByDefault = true;
 
 Path requested_path() {
   const char *e = std::getenv("BSPA_CUDA_PATH");
@@ -148,7 +146,7 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   check(path != Path::Sm90 || sm90_ok, Errc::NotSupported,
         "BSPA_CUDA_PATH = sm90 needs a compute capability 9.0 device and a build with sm_90a (BSPA_CUDA_ARCHS = ",
         BSPA_CUDA_ARCHS_STRING, ")");
-  const bool use_sm90 = path == Path::Sm90 || (path == Path::Auto && kSm90ByDefault && sm90_ok && p.max_query_len > 64);
+  const bool use_sm90 = path == Path::Sm90 || (path == Path::Auto && sm90_ok && p.max_query_len > 64);
   const int bm = use_sm90 || p.max_query_len > 64 ? 128 : 64;
   dim3 grid;
   if (p.work && p.work_tile_rows % bm == 0) {

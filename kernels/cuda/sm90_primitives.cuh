@@ -1,7 +1,8 @@
 // Thin wrappers over the sm90a instructions the Hopper prefill kernel is built from:
-// wgmma.mma_async (m64n64k16, fp32 accumulators; A from shared memory or registers, B
-// from shared memory, B optionally N-major), its fences and groups, shared-memory matrix
-// descriptors for the 128-byte swizzle and the generic->async proxy fence.
+// wgmma.mma_async (m64n64k16, fp32 accumulators: A and B from shared memory, or A from
+// registers with B N-major), its fences and groups, shared-memory matrix descriptors for the
+// 128-byte swizzle, the generic->async proxy fence, mbarriers, register reallocation and
+// named barriers.
 // Only meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); the kernel that
 // uses them compiles to an empty body for other targets.
 #pragma once
@@ -86,9 +87,6 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b,
 // d += A(64x16, registers) * B(16x64, N-major smem: 16 rows of K, 64 contiguous columns).
 template <class T>
 __device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t b);
-// d = (accumulate ? d : 0) + A(64x16, registers) * B(16x64, K-major smem).
-template <class T>
-__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate);
 
 #define BSPA_WG_DEFINE(TYPE, PTX)                                                                             \
   template <>                                                                                               \
@@ -107,16 +105,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4],
         ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                     \
         : BSPA_WG_OUT32(d)                                                                                  \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                                     \
-  }                                                                                                         \
-  template <>                                                                                               \
-  __device__ __forceinline__ void wgmma_rs<TYPE>(float(&d)[32], const uint32_t(&a)[4], uint64_t b,         \
-                                                 int accumulate) {                                          \
-    asm volatile(                                                                                           \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                        \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " BSPA_WG_D32                           \
-        ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                                     \
-        : BSPA_WG_OUT32(d)                                                                                  \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));                            \
   }
 
 BSPA_WG_DEFINE(__nv_bfloat16, "bf16")
@@ -125,13 +113,6 @@ BSPA_WG_DEFINE(__half, "f16")
 #undef BSPA_WG_OUT32
 #undef BSPA_WG_D32
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
-  sm80::ldmatrix_x4(addr, r[0], r[1], r[2], r[3]);
-}
-
-}  // namespace bspa::kernels::sm90
-
-namespace bspa::kernels::sm90 {
 
 // mbarriers (shared-memory transaction barriers) for the producer/consumer pipeline.
 // A phase completes when `count` arrivals have happened; waiters name the phase by its
