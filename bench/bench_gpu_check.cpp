@@ -37,6 +37,7 @@ struct Case {
   bool lse = true;
   bool token_major = false;  // K/V pages as [pages, page_size, Hkv, D] (strided view)
   float scale = 0.0f;        // 0 = 1/sqrt(D)
+  bool workspace = true;     // pass a split workspace (poisoned: it needs no initialisation)
 };
 
 const DLDevice kCpu{kDLCPU, 0};
@@ -46,7 +47,8 @@ std::string describe(const Case &c) {
   static const char *names[] = {"dense", "strided", "homo", "tp", "csr", "strided-b128"};
   std::string s = std::string(c.dt == BSPA_DTYPE_BF16 ? "bf16" : "f16") + " D" + std::to_string(c.D) + " H" +
                   std::to_string(c.hq) + "/" + std::to_string(c.hkv) + " ps" + std::to_string(c.ps) + " " +
-                  names[c.layout] + (c.token_major ? " tokmajor" : "") + (c.lse ? " lse" : "") + " seqs";
+                  names[c.layout] + (c.token_major ? " tokmajor" : "") + (c.lse ? " lse" : "") +
+                  (c.workspace ? " ws" : "") + " seqs";
   for (auto &sq : c.seqs) s += " " + std::to_string(sq.first) + "+" + std::to_string(sq.second);
   return s;
 }
@@ -168,6 +170,15 @@ void run_paged(const Case &c, uint64_t seed) {
   if (c.token_major) pstrides = {static_cast<int64_t>(c.ps) * c.hkv * c.D, c.D, static_cast<int64_t>(c.hkv) * c.D, 1};
   const DLDataType hdt = gpu::dl_dtype(c.dt);
 
+  size_t ws_bytes = 0;
+  void *ws = nullptr;
+  if (c.workspace) {
+    BSPA_OK_OR_DIE(bspa_prefill_workspace_bytes(kDLCUDA, 0, c.D, &ws_bytes));
+    if (ws_bytes) {
+      ws = gpu::dmalloc(ws_bytes);
+      CUDA_OK(cudaMemset(ws, 0x7f, ws_bytes));
+    }
+  }
   auto launch = [&](DLDevice dev, void *kp, void *vp, void *qp, void *op, void *lp, void *btp, void *qsp, void *clp) {
     Tensor tk(kp, dev, hdt, pshape, pstrides), tv(vp, dev, hdt, pshape, pstrides);
     Tensor tq(qp, dev, hdt, {T, c.hq, c.D}), to(op, dev, hdt, {T, c.hq, c.D});
@@ -187,6 +198,8 @@ void run_paged(const Case &c, uint64_t seed) {
     a.max_query_len = max_q;
     a.layout = layout;
     a.scale = scale;
+    Tensor tws(ws, dev, DLDataType{kDLUInt, 8, 1}, {static_cast<int64_t>(ws_bytes)});
+    if (ws && dev.device_type == kDLCUDA) a.workspace = tws.dl();
     BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
   };
 
@@ -206,7 +219,7 @@ void run_paged(const Case &c, uint64_t seed) {
   auto lse_gpu = gpu::download(dlse, lse_cpu.size());
   if (!c.lse) lse_cpu.clear(), lse_gpu.clear();
   report("paged " + describe(c), compare(c.dt, out_cpu, out_gpu, lse_cpu, lse_gpu));
-  for (void *p : {(void *)dk, (void *)dv, (void *)dq, (void *)dout, (void *)dlse, (void *)dbt, (void *)dqs, (void *)dcl})
+  for (void *p : {(void *)dk, (void *)dv, (void *)dq, (void *)dout, (void *)dlse, (void *)dbt, (void *)dqs, (void *)dcl, ws})
     cudaFree(p);
   bspa_layout_destroy(layout);
 }
@@ -413,6 +426,7 @@ int main(int argc, char **argv) {
     c.hkv = i % 3 == 0 ? 8 : i % 3 == 1 ? 2 : 1;
     c.layout = i % 6;
     c.token_major = i % 5 == 3;
+    c.workspace = i % 2 == 0;
     cases.push_back(c);
   }
   {
@@ -431,6 +445,14 @@ int main(int argc, char **argv) {
     c.seqs = {{1100, 1000}};
     cases.push_back(c);
   }
+  {
+    Case c;  // a split tail whose key tiles take two listing passes (over 512 tiles of 64)
+    c.hq = 4, c.hkv = 1, c.ps = 64;
+    c.seqs = {{33000, 300}};
+    cases.push_back(c);
+    c.layout = 0, c.seqs = {{32800, 200}, {0, 130}};
+    cases.push_back(c);
+  }
   if (!quick) {
     for (int i = 0; i < 40; ++i) {  // random cases
       Case c;
@@ -443,6 +465,7 @@ int main(int argc, char **argv) {
       c.layout = rng.range(0, 5);
       c.lse = rng.range(0, 3) != 0;
       c.token_major = rng.range(0, 3) == 0;
+      c.workspace = rng.range(0, 2) != 0;
       const int ns = rng.range(1, 4);
       for (int s = 0; s < ns; ++s) {
         const int ctx = rng.range(0, 3) == 0 ? 0 : 64 * rng.range(0, 40) + mods[rng.range(0, 7)];

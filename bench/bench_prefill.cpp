@@ -3,7 +3,8 @@
 // heterogeneous heads, scale 1/128. CUDA events around each launch, warm-up, median of
 // many; K/V pages and q/out rows rotate over disjoint regions so L2 (60 MB) cannot hold
 // one launch's inputs for the next. Useful FLOPs = 4 * D * visible (q, k) pairs * heads.
-//   bench_prefill [--json FILE] [--commit SHA] [--quick] [--no-sweep] [--only CASE]
+//   bench_prefill [--json FILE] [--commit SHA] [--quick] [--no-sweep] [--only CASE] [--no-workspace]
+// Launches pass the split workspace (bspa_prefill_workspace_bytes) unless --no-workspace.
 // Prints a table (DESIGN.md §9 cases, dense and sparse) and the prefix hit-rate sweep
 // (attention time of the whole 16 sparse + 16 dense layer stack per step).
 #include <bspa/bspa.h>
@@ -67,6 +68,8 @@ struct Bench {
   bspa_layout *sparse = nullptr, *dense = nullptr;
   cudaEvent_t e0, e1;
   bool quick = false;
+  void *workspace = nullptr;
+  size_t workspace_bytes = 0;
 
   void init() {
     const size_t page_elems = static_cast<size_t>(num_pages) * kHkv * kPs * kD;
@@ -95,6 +98,11 @@ struct Bench {
     CUDA_OK(cudaEventCreate(&e1));
   }
 
+  void use_workspace() {
+    BSPA_OK_OR_DIE(bspa_prefill_workspace_bytes(kDLCUDA, 0, kD, &workspace_bytes));
+    if (workspace_bytes) workspace = gpu::dmalloc(workspace_bytes);
+  }
+
   // Median milliseconds of one launch over the batch `seqs`.
   double time(const std::vector<Seq> &seqs, bool use_sparse) {
     const int ns = static_cast<int>(seqs.size());
@@ -121,6 +129,7 @@ struct Bench {
     const DLDataType bf = gpu::dl_dtype(BSPA_DTYPE_BF16);
     Tensor tk(k, dev, bf, {num_pages, kHkv, kPs, kD}), tv(v, dev, bf, {num_pages, kHkv, kPs, kD});
     Tensor tqs(dqs, dev, gpu::dl_i32(), {ns + 1}), tcl(dcl, dev, gpu::dl_i32(), {ns});
+    Tensor tws(workspace, dev, DLDataType{kDLUInt, 8, 1}, {static_cast<int64_t>(workspace_bytes)});
     auto launch = [&](int r) {
       Tensor tq(q + static_cast<size_t>(r) * T * kHq * kD, dev, bf, {T, kHq, kD});
       Tensor to(out + static_cast<size_t>(r) * T * kHq * kD, dev, bf, {T, kHq, kD});
@@ -130,6 +139,7 @@ struct Bench {
       a.q = tq.dl(), a.out = to.dl(), a.lse = nullptr, a.k_pages = tk.dl(), a.v_pages = tv.dl();
       a.block_table = tbt.dl(), a.query_starts = tqs.dl(), a.context_lens = tcl.dl();
       a.max_query_len = max_q, a.layout = use_sparse ? sparse : dense, a.scale = 1.0f / 128;
+      a.workspace = workspace ? tws.dl() : nullptr;
       BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
     };
     for (int i = 0; i < 2; ++i) launch(i % R);
@@ -166,13 +176,14 @@ std::string fmt_tokens(int64_t n) {
 
 int main(int argc, char **argv) {
   std::string json_path, commit = "unknown", only;  // --only NAME: one case, sparse, no sweep (for ncu)
-  bool quick = false, sweep = true;
+  bool quick = false, sweep = true, workspace = true;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--no-sweep")) sweep = false;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--no-workspace")) workspace = false;
   }
   int32_t n = 0;
   if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
@@ -184,6 +195,8 @@ int main(int argc, char **argv) {
   Bench b;
   b.quick = quick;
   b.init();
+  if (workspace) b.use_workspace();
+  std::printf("split workspace: %zu bytes\n", b.workspace_bytes);
 
   struct Row {
     std::string name, layout;
@@ -260,8 +273,9 @@ int main(int argc, char **argv) {
     }
     // The kernel family: BSPA_CUDA_PATH (sm80 | sm90 | auto = by compute capability).
     const char *path = std::getenv("BSPA_CUDA_PATH");
-    std::fprintf(f, "{\n  \"gpu\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n  \"backend\": \"bspa %s\",\n",
-                 prop.name, commit.c_str(), date, path && *path ? path : "auto");
+    std::fprintf(f, "{\n  \"gpu\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n  \"backend\": \"bspa %s\",\n"
+                    "  \"workspace_bytes\": %zu,\n",
+                 prop.name, commit.c_str(), date, path && *path ? path : "auto", b.workspace_bytes);
     std::fprintf(f, "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
                     "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"scale\": 0.0078125},\n",
                  kHq, kHkv, kD, kPs, kB, kLb, kV);

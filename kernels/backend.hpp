@@ -23,6 +23,10 @@ void kv_write_cpu(const KvWriteProblem &p);
 // synchronise. Errors: Error(NotSupported) for dtypes/head dims the kernels lack,
 // Error(Cuda) for launch failures.
 void prefill_cuda(const PrefillProblem &p, void *stream);
+// Bytes of SplitWorkspace with which prefill_cuda may split its last round on `device`
+// for head_dim; 0 where it never splits (a GPU or build without the sm90a kernel).
+// Throws Error(Cuda / NoDevice) for a bad device, Error(NotSupported) without CUDA.
+size_t prefill_workspace_bytes_cuda(int32_t device, int32_t head_dim);
 void kv_write_cuda(const KvWriteProblem &p, void *stream);
 
 // Query rows per work item in plans made for CUDA pools (the kernels' query tile).
@@ -38,6 +42,7 @@ struct DeviceBatchMetadata {
   const int32_t *block_table = nullptr;   // [num_seqs][block_table_stride]
   const WorkItem *work = nullptr;         // [num_work]
   int32_t num_work = 0;
+  SplitWorkspace split;  // empty when no launch of the plan can split
   void *allocation = nullptr;  // freed by the destructor with bspa::cuda_free
 
   DeviceBatchMetadata() = default;
@@ -47,8 +52,10 @@ struct DeviceBatchMetadata {
 };
 
 // Allocates and fills the device copies (asynchronously on `stream`; the plan's host
-// vectors must outlive the copy, i.e. stay in the batch). Throws Error(OutOfMemory /
-// Cuda / NoDevice), or Error(NotSupported) in a build without CUDA.
-std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, int32_t device, void *stream);
+// vectors must outlive the copy, i.e. stay in the batch), with a split workspace for
+// head_dim when the plan's launches may split. Throws Error(OutOfMemory / Cuda /
+// NoDevice), or Error(NotSupported) in a build without CUDA.
+std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, int32_t device, int32_t head_dim,
+                                                       void *stream);
 
 }  // namespace bspa::kernels

@@ -8,6 +8,7 @@
 // p = ctx + t and sees key j iff j <= p and layout.allowed(h, p / B, j / B).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "batch_plan.hpp"
@@ -22,6 +23,14 @@ struct PagedKV {
   const void *v = nullptr;
   int64_t k_page_stride = 0, k_head_stride = 0, k_token_stride = 0;
   int64_t v_page_stride = 0, v_head_stride = 0, v_token_stride = 0;
+};
+
+// Device scratch a CUDA launch may use to split the key range of its last round's
+// query tiles across SMs (kernels/cuda/prefill_sm90.hpp); empty = no split. Used by one
+// launch at a time; its contents need no initialisation.
+struct SplitWorkspace {
+  void *data = nullptr;
+  size_t bytes = 0;
 };
 
 struct PrefillProblem {
@@ -58,6 +67,8 @@ struct PrefillProblem {
   PagedKV kv;
   const Layout *layout = nullptr;  // host object; backends derive device forms from it
   float scale = 1.0f;
+
+  SplitWorkspace split;  // CUDA only, optional
 };
 
 // Writes new tokens' K/V ([total_q, Hkv, head_dim], token/head strides in elements)

@@ -213,6 +213,7 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
     if (g.cuda) {
       p.work = batch->device->work;
       p.num_work = batch->device->num_work;
+      p.split = batch->device->split;
     } else {
       p.work = plan.work.data();
       p.num_work = static_cast<int32_t>(plan.work.size());
@@ -223,6 +224,22 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
       bspa::kernels::prefill_cuda(p, stream);
     else
       bspa::kernels::prefill_cpu(p);
+  });
+}
+
+BSPA_API bspa_status bspa_prefill_workspace_bytes(int32_t device_type, int32_t device_id, int32_t head_dim,
+                                                  size_t *bytes) {
+  if (bytes) *bytes = 0;
+  return guarded(__func__, [&] {
+    require(bytes, "bytes");
+    check(head_dim > 0, Errc::InvalidArgument, "head_dim = ", head_dim, " must be positive");
+    check(device_type == kDLCPU || device_type == kDLCUDA, Errc::NotSupported, "device_type = ", device_type, " (",
+          bspa::capi::device_name(device_type), "); only kDLCPU and kDLCUDA are supported");
+    if (device_type == kDLCPU) return;
+    const int32_t n = bspa::cuda_device_count();
+    check(device_id >= 0 && device_id < n, Errc::NoDevice, "device_id = ", device_id, " but this machine has ", n,
+          " CUDA device(s)");
+    *bytes = bspa::kernels::prefill_workspace_bytes_cuda(device_id, head_dim);
   });
 }
 
@@ -299,6 +316,17 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
           " rows");
     check(p.max_query_len > 0 || p.total_q == 0, Errc::OutOfRange, "max_query_len = 0 but q has ", p.total_q,
           " rows");
+    if (args->version >= 2 && args->workspace) {
+      const TensorView w = bspa::capi::view_compact(args->workspace, "args->workspace", {-1});
+      const DLDataType wt = args->workspace->dtype;
+      check(wt.code == kDLUInt && wt.bits == 8 && wt.lanes == 1, Errc::DtypeMismatch,
+            "args->workspace.dtype must be uint8 (code ", static_cast<int>(wt.code), ", bits ",
+            static_cast<int>(wt.bits), ", lanes ", wt.lanes, ")");
+      bspa::capi::check_device(args->workspace, device, "args->workspace", "k_pages");
+      check((reinterpret_cast<uintptr_t>(w.data) & 15) == 0, Errc::InvalidArgument, "args->workspace data ",
+            static_cast<const void *>(w.data), " is not 16-byte aligned");
+      p.split = bspa::kernels::SplitWorkspace{w.data, static_cast<size_t>(w.dim(0))};
+    }
     if (device.device_type == kDLCPU && num_seqs > 0) check_paged_metadata(p, num_pages, bt.dim(1));
     if (p.total_q == 0) return;
     if (device.device_type == kDLCPU)

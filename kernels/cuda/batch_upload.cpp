@@ -9,26 +9,38 @@
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cuda/launch_check.hpp"
+#include "kernels/cuda/prefill_sm90.hpp"
 
 namespace bspa::kernels {
 namespace {
 size_t align_up(size_t v) { return (v + 255) & ~size_t{255}; }
 }  // namespace
 
-std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, int32_t device, void *stream_ptr) {
+std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, int32_t device, int32_t head_dim,
+                                                       void *stream_ptr) {
   const size_t qs = plan.query_starts.size() * sizeof(int32_t);
   const size_t cl = plan.context_lens.size() * sizeof(int32_t);
   const size_t bt = plan.block_table.size() * sizeof(int32_t);
   const size_t wk = plan.work.size() * sizeof(WorkItem);
   const size_t o_cl = align_up(qs), o_bt = o_cl + align_up(cl), o_wk = o_bt + align_up(bt);
-  const size_t total = o_wk + align_up(wk);
+  const size_t copied = o_wk + align_up(wk);
+  // A split workspace only where a launch of the plan may split: the sm90a kernel (GPU,
+  // build, query tiles of 128 rows) and fewer tiles than kSplitMaxRounds rounds of them
+  // for one head (more heads only add items).
+  size_t split = 0;
+  if (plan.max_query_len > 64) {
+    split = prefill_workspace_bytes_cuda(device, head_dim);
+    if (split && static_cast<int64_t>(plan.work.size()) >= sm90::kSplitMaxRounds * cuda::multiprocessor_count(device))
+      split = 0;
+  }
+  const size_t total = copied + split;
 
   auto meta = std::make_unique<DeviceBatchMetadata>();
   meta->device = device;
   meta->allocation = cuda_malloc(device, total);
   char *base = static_cast<char *>(meta->allocation);
   // One host staging buffer so a single copy moves everything.
-  std::unique_ptr<char[]> host(new char[total]());
+  std::unique_ptr<char[]> host(new char[copied]());
   std::memcpy(host.get(), plan.query_starts.data(), qs);
   std::memcpy(host.get() + o_cl, plan.context_lens.data(), cl);
   std::memcpy(host.get() + o_bt, plan.block_table.data(), bt);
@@ -37,7 +49,7 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, in
   cuda::check_cuda(cudaGetDevice(&previous), "cudaGetDevice");
   cuda::check_cuda(cudaSetDevice(device), "cudaSetDevice");
   // Pageable source: the copy is staged before cudaMemcpyAsync returns, so `host` may die.
-  cudaError_t e = cudaMemcpyAsync(base, host.get(), total, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_ptr));
+  cudaError_t e = cudaMemcpyAsync(base, host.get(), copied, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_ptr));
   cudaSetDevice(previous);
   cuda::check_cuda(e, "uploading batch metadata");
   meta->query_starts = reinterpret_cast<const int32_t *>(base);
@@ -45,6 +57,7 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, in
   meta->block_table = reinterpret_cast<const int32_t *>(base + o_bt);
   meta->work = reinterpret_cast<const WorkItem *>(base + o_wk);
   meta->num_work = static_cast<int32_t>(plan.work.size());
+  if (split) meta->split = SplitWorkspace{base + copied, split};
   return meta;
 }
 

@@ -26,11 +26,10 @@ void check_launch(const char *kernel, cudaStream_t stream) {
   }
 }
 
-int multiprocessor_count() {
+int multiprocessor_count(int device) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cached[kMaxDevices];  // 0 = not asked yet
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (device < 0) check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   if (device >= 0 && device < kMaxDevices) {
     const int n = cached[device].load(std::memory_order_relaxed);
     if (n > 0) return n;

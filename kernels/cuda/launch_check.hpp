@@ -18,9 +18,9 @@ inline void check_cuda(cudaError_t e, const char *what) {
 // Call right after a <<<...>>> launch.
 void check_launch(const char *kernel, cudaStream_t stream);
 
-// Streaming multiprocessors of the current device (sizes persistent grids; cached per
-// device after the first query).
-int multiprocessor_count();
+// Streaming multiprocessors of `device` (sizes persistent grids and their workspaces;
+// cached per device after the first query); -1 = the current device.
+int multiprocessor_count(int device = -1);
 
 // Makes the device that owns `ptr` current for the guard's lifetime (launches go to the
 // current device) and restores the caller's device afterwards.

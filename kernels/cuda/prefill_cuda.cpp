@@ -40,9 +40,10 @@ void dispatch(const sm80::Params &prm, int head_dim, int bm, dim3 grid, cudaStre
 }
 
 template <class T>
-void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, cudaStream_t stream) {
-  if (head_dim == 64) sm90::launch<T, 64>(prm, grid, stream);
-  else sm90::launch<T, 128>(prm, grid, stream);
+void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, const SplitWorkspace &split,
+                   cudaStream_t stream) {
+  if (head_dim == 64) sm90::launch<T, 64>(prm, grid, split, stream);
+  else sm90::launch<T, 128>(prm, grid, split, stream);
 }
 
 // BSPA_CUDA_PATH=sm80|sm90 forces a kernel family (to time or test both on one GPU);
@@ -80,6 +81,11 @@ bool device_is_sm90(int device) {
 }
 
 }  // namespace
+
+size_t prefill_workspace_bytes_cuda(int32_t device, int32_t head_dim) {
+  if (!built_with_sm90a() || !device_is_sm90(device) || (head_dim != 64 && head_dim != 128)) return 0;
+  return sm90::split_workspace_bytes(head_dim, cuda::multiprocessor_count(device));
+}
 
 void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   check(p.dtype == DType::BF16 || p.dtype == DType::F16, Errc::NotSupported, "dtype = ", dtype_name(p.dtype),
@@ -164,8 +170,8 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     grid = dim3(p.num_q_heads, static_cast<unsigned>(tiles), p.num_seqs);
   }
   if (use_sm90) {
-    if (p.dtype == DType::BF16) dispatch_sm90<__nv_bfloat16>(prm, p.head_dim, grid, stream);
-    else dispatch_sm90<__half>(prm, p.head_dim, grid, stream);
+    if (p.dtype == DType::BF16) dispatch_sm90<__nv_bfloat16>(prm, p.head_dim, grid, p.split, stream);
+    else dispatch_sm90<__half>(prm, p.head_dim, grid, p.split, stream);
   } else if (p.dtype == DType::BF16) {
     dispatch<__nv_bfloat16>(prm, p.head_dim, bm, grid, stream);
   } else {

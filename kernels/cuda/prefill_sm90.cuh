@@ -20,6 +20,12 @@
 //    i+1's softmax runs (FlashAttention-3's intra-warpgroup overlap); P is double-buffered.
 // No CTA-wide barrier after the set-up: the consumers drift relative to each other, so
 // one's softmax overlaps the other's GEMMs.
+// Split tail (SplitPlan): when the last round would leave SMs idle, its items run as
+// `ways` units each, unit c taking the c-th share of the item's visible key tiles. Every
+// unit stores its unnormalised O, row max and row sum (fp32, in the accumulators' own
+// register order, so no shuffle is needed) to the workspace and counts itself in on the
+// item's counter; the last one in merges the others into its registers and runs the
+// normal epilogue. No unit waits for another, so no co-residency is assumed.
 // Layout block sizes must be multiples of 64 (checked on the host).
 #pragma once
 
@@ -58,7 +64,7 @@ struct Config {
   static constexpr int kStages = D == 128 ? 6 : 8;
   static constexpr int kProducers = 128;
   static constexpr int kPerThread = kListCap / kProducers;
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 16 + kStages * 4 + 2 * kStages * 8;
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 32 + kStages * 4 + 2 * kStages * 8;
   static_assert(kSmemBytes <= 232448, "shared memory over the sm_90 opt-in limit");
 };
 
@@ -75,7 +81,9 @@ struct ProducerBarrier {
 };
 
 template <class T, int D>
-__global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_constant__ Params p, const dim3 work) {
+__global__ void __launch_bounds__(384, 1)
+    prefill_sm90_kernel(const __grid_constant__ Params p, const dim3 work, const SplitPlan split, float4 *partials,
+                        int *counters) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Config<D>;
   constexpr int BM = C::BM, NH = C::NH, S = C::kStages;
@@ -88,7 +96,8 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   char *sV = sK + S * C::kTileBytes;
   int32_t *sList = reinterpret_cast<int32_t *>(sV + S * C::kTileBytes);
   int32_t *sScan = sList + kListCap;
-  int32_t *sEntry = sScan + 4;  // the list entry of each stage's tile
+  int32_t *sLastIn = sScan + 4;  // per consumer warpgroup: its split unit was the item's last
+  int32_t *sEntry = sScan + 8;   // the list entry of each stage's tile
   const uint32_t full_bar = smem_addr(sEntry + S + (S & 1));  // 8-byte aligned
   const uint32_t empty_bar = full_bar + S * 8;
 
@@ -102,11 +111,21 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   // so the stages they exchange line up; the producer starts the next item's list and
   // copies while the consumers finish the current one. Everything the walk depends on is
   // uniform (a branch around wgmma code on a loaded value makes ptxas serialize them).
+  // Units: the whole items before split.first, then chunk 0 of every split item, chunk 1, ...
   const int items = static_cast<int>(work.x * work.y * work.z);
-  const int rounds = (items + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
-  auto item_of = [&](int round) {
+  const int units = split.ways > 1 ? split.first + split.tail * split.ways : items;
+  const int rounds = (units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  auto unit_of = [&](int round) {
     const int pos = (round & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
     return round * static_cast<int>(gridDim.x) + pos;
+  };
+  struct Unit {
+    int item, chunk, tail;  // tail: the item's index among the split ones (-1: whole)
+  };
+  auto unit_parts = [&](int u) {
+    if (u < split.first) return Unit{u, 0, -1};
+    const int v = u - split.first;
+    return Unit{split.first + v % split.tail, v / split.tail, v % split.tail};
   };
   int h = 0, seq = 0, qs = 0, q_len = 0, ctx = 0, t0 = 0, t1 = 0, p0 = 0, p1 = 0, qb0 = 0, qb1 = 0;
   // Sets the item's tile; false (and no rows: t0 = t1) when the item has none.
@@ -191,9 +210,10 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
       ++filled;
     };
     for (int round = 0; round < rounds; ++round) {
-      const int item = item_of(round);
-      if (item >= items) break;  // only in the last round
-      if (!locate(item)) {  // the consumers take the item too: one empty stage
+      const int u = unit_of(round);
+      if (u >= units) break;  // only in the last round
+      const Unit unit = unit_parts(u);
+      if (!locate(unit.item)) {  // the consumers take the item too: one empty stage
         fill(kNoTiles);
         continue;
       }
@@ -208,17 +228,34 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
           for (int hh = 0; hh < NH; ++hh) prefetch_l2(q + hh * 64);
         }
       }
+      const int n_kt = p1 / kKeyTile + 1;
+      auto list_pass = [&](int c0) {
+        return cuda::list_key_tiles<C::kProducers, C::kPerThread>(p.layout, h, qb0, qb1, p0, B, c0,
+                                                                  min(n_kt, c0 + kListCap), sList, sScan,
+                                                                  ProducerBarrier{});
+      };
+      // The unit's share [lo, hi) of the item's visible tiles: all of them unless split,
+      // which needs their count first (one pass usually lists them all: kept, not redone).
+      int lo = 0, hi = kLastTile, kept = -1;
+      if (unit.tail >= 0) {
+        int n = 0;
+        for (int c0 = 0; c0 < n_kt; c0 += kListCap) {
+          n += list_pass(c0);
+          if (n_kt > kListCap) named_barrier(1, 128);
+        }
+        if (n_kt <= kListCap) kept = n;
+        lo = unit.chunk * n / split.ways;
+        hi = (unit.chunk + 1) * n / split.ways;
+      }
       // One tile is held back per pass so the last one can carry kLastTile.
       int held = kNoTiles;
-      const int n_kt = p1 / kKeyTile + 1;
-      for (int c0 = 0; c0 < n_kt; c0 += kListCap) {
-        const int c1 = min(n_kt, c0 + kListCap);
-        const int total = cuda::list_key_tiles<C::kProducers, C::kPerThread>(p.layout, h, qb0, qb1, p0, B, c0, c1,
-                                                                             sList, sScan, ProducerBarrier{});
-        for (int it = 0; it < total; ++it) {
+      for (int c0 = 0, g = 0; c0 < n_kt; c0 += kListCap) {
+        const int total = kept >= 0 ? kept : list_pass(c0);
+        for (int it = max(0, lo - g); it < min(total, hi - g); ++it) {
           if (held != kNoTiles) fill(held);
           held = sList[it];
         }
+        g += total;
         named_barrier(1, 128);  // sList is rewritten by the next pass
       }
       fill(held == kNoTiles ? kNoTiles : held | kLastTile);
@@ -417,8 +454,10 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
 
   int used = 0;  // stages consumed so far (ring position and phase)
   for (int round = 0; round < rounds; ++round) {
-  const int item = item_of(round);
-  if (item >= items) break;
+  const int u = unit_of(round);
+  if (u >= units) break;
+  const Unit unit = unit_parts(u);
+  const int item = unit.item;
   // No `continue` for items without rows: they arrive as one kNoTiles stage and store
   // nothing. (A branch around the wgmma code on a loaded value makes ptxas serialize every
   // wgmma of the kernel: C7520.)
@@ -486,6 +525,59 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   // The item's rows and head again, rather than keeping them in registers through the
   // key loop (consumer registers are the kernel's limit).
   locate(item);
+  bool last_in = true;  // this unit holds the item's whole result and stores it
+  if (unit.tail >= 0) {
+    const int ctid = tid & 127;
+    constexpr int kVecs = NH * 8 + 1;  // float4s per thread: O, then (m0, m1, l0, l1)
+    auto slot = [&](int chunk) {
+      return partials + (static_cast<int64_t>(chunk * split.tail + unit.tail) * 2 + cg) * (kVecs * 128) + ctid;
+    };
+    float4 *mine = slot(unit.chunk);
+#pragma unroll
+    for (int hh = 0; hh < NH; ++hh)
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        mine[(hh * 8 + q) * 128] = make_float4(o[hh][4 * q], o[hh][4 * q + 1], o[hh][4 * q + 2], o[hh][4 * q + 3]);
+    mine[NH * 8 * 128] = make_float4(m[0], m[1], l[0], l[1]);
+    // Release (every thread's stores, then the warpgroup's one count) and, for the
+    // last unit in, acquire: the pattern of CUDA's threadFenceReduction sample.
+    __threadfence();
+    named_barrier(2 + cg, 128);
+    if (ctid == 0) sLastIn[cg] = atomicAdd(counters + 2 * unit.tail + cg, 1) == split.ways - 1;
+    named_barrier(2 + cg, 128);
+    last_in = sLastIn[cg] != 0;
+    if (last_in) {
+      __threadfence();
+      for (int c = 0; c < split.ways; ++c) {
+        if (c == unit.chunk) continue;
+        const float4 *other = slot(c);
+        const float4 st = __ldcg(other + NH * 8 * 128);
+        const float ms[2] = {st.x, st.y}, ls[2] = {st.z, st.w};
+        float wa[2], wb[2];  // weights of this unit's and the other's partial sums
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const float mm = fmaxf(m[rr], ms[rr]);
+          wa[rr] = m[rr] == -INFINITY ? 0.f : fast_exp2(m[rr] - mm);
+          wb[rr] = ms[rr] == -INFINITY ? 0.f : fast_exp2(ms[rr] - mm);
+          m[rr] = mm;
+          l[rr] = l[rr] * wa[rr] + ls[rr] * wb[rr];
+        }
+#pragma unroll
+        for (int hh = 0; hh < NH; ++hh)
+#pragma unroll
+          for (int q = 0; q < 8; ++q) {
+            const float4 x = __ldcg(other + (hh * 8 + q) * 128);
+            const float xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int rr = ((4 * q + e) >> 1) & 1;
+              o[hh][4 * q + e] = o[hh][4 * q + e] * wa[rr] + xs[e] * wb[rr];
+            }
+          }
+      }
+    }
+  }
+  if (last_in) {
   // Epilogue: normalise, stage this warp's 16 rows in its own part of sQ (its warpgroup's
   // wgmma reads of sQ are complete), store 16 bytes a lane.
   constexpr float kLn2 = 0.69314718055994530942f;
@@ -521,13 +613,14 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
       *reinterpret_cast<uint4 *>(obase + static_cast<int64_t>(r) * p.o_tok + c * 8) =
           *reinterpret_cast<const uint4 *>(sQ + swz<BM>(r, c));
   }
-  }  // items
+  }  // last_in
+  }  // units
 #endif
 }
 
 // The launch of one instantiation (explicitly instantiated per dtype in prefill_sm90_<dtype>.cu).
 template <class T, int D>
-void launch(const Params &p, dim3 grid, cudaStream_t stream) {
+void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStream_t stream) {
   constexpr int smem = Config<D>::kSmemBytes;
   cuda::check_cuda(cudaFuncSetAttribute(prefill_sm90_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                    "cudaFuncSetAttribute(prefill_sm90_kernel)");
@@ -536,9 +629,20 @@ void launch(const Params &p, dim3 grid, cudaStream_t stream) {
   const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
   check(items <= (int64_t{1} << 30), Errc::NotSupported,
         "the sm90a prefill walks at most 2^30 (query tile, head) items (", items, " needed)");
-  const int ctas = static_cast<int>(std::min<int64_t>(items, cuda::multiprocessor_count()));
+  const int sms = cuda::multiprocessor_count();
+  const size_t counter_bytes = split_counter_bytes(sms);
+  const int64_t capacity = workspace.data && workspace.bytes > counter_bytes
+                               ? static_cast<int64_t>((workspace.bytes - counter_bytes) / split_unit_bytes(D))
+                               : 0;
+  SplitPlan split = plan_split(items, sms, capacity);
+  int *counters = static_cast<int *>(workspace.data);
+  float4 *partials = reinterpret_cast<float4 *>(static_cast<char *>(workspace.data) + counter_bytes);
+  if (split.ways > 1)
+    cuda::check_cuda(cudaMemsetAsync(counters, 0, sizeof(int) * 2 * split.tail, stream), "clearing the split counters");
+  const int64_t units = split.ways > 1 ? split.first + int64_t{split.tail} * split.ways : items;
+  const int ctas = static_cast<int>(std::min<int64_t>(units, sms));
   if (ctas == 0) return;
-  prefill_sm90_kernel<T, D><<<ctas, Config<D>::kThreads, smem, stream>>>(p, grid);
+  prefill_sm90_kernel<T, D><<<ctas, Config<D>::kThreads, smem, stream>>>(p, grid, split, partials, counters);
   cuda::check_launch("prefill_sm90_kernel", stream);
 }
 

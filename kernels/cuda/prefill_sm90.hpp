@@ -5,7 +5,11 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
+
 #include "kernels/cuda/prefill_sm80.hpp"
+#include "kernels/prefill_problem.hpp"
 
 namespace bspa::kernels::sm90 {
 
@@ -13,7 +17,32 @@ using Params = sm80::Params;
 
 constexpr int kTileRows = 128;
 
+// The split of the last round. The persistent kernel runs `items` (query tile, head)
+// items on `sms` SMs in rounds; when items % sms leaves the last round partly idle, its
+// items can each be split into `ways` key ranges (units), run side by side and merged by
+// the last unit to finish through a workspace (SplitWorkspace). ways == 1: no split.
+struct SplitPlan {
+  int32_t ways = 1;
+  int32_t first = 0;  // items before `first` run whole; items first.. are split
+  int32_t tail = 1;   // items - first (1 when ways == 1, so nothing divides by 0)
+};
+
+// Each split unit stores its 128 x D fp32 partial output and per-row statistics (both
+// consumer warpgroups' 128 threads x (D / 8 + 1) float4).
+constexpr size_t split_unit_bytes(int head_dim) { return size_t{2} * 128 * (head_dim / 8 + 1) * 16; }
+// Counters first (two per split item, at most `sms` items), then the units: at most two
+// rounds of them (2 * sms), so the split never adds more than two partial rounds.
+size_t split_counter_bytes(int sms);
+// Launches of this many rounds or more lose at most 1/8 to their last one: never split.
+constexpr int64_t kSplitMaxRounds = 8;
+size_t split_workspace_bytes(int head_dim, int sms);
+
+// The split that finishes the launch soonest if items cost alike (ways 2..4, the tail's
+// units fitting in `capacity_units`), or none. Heavy-first order puts the lightest items
+// last, so a split is never worse than the unsplit tail by this measure.
+SplitPlan plan_split(int64_t items, int sms, int64_t capacity_units);
+
 template <class T, int D>
-void launch(const Params &p, dim3 grid, cudaStream_t stream);
+void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStream_t stream);
 
 }  // namespace bspa::kernels::sm90

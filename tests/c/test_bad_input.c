@@ -694,6 +694,42 @@ static void paged_cases(env *e) {
   PAGED(BSPA_ERR_OUT_OF_RANGE, "block_table[0][1]", e->bt[1] = PAGES);
   PAGED(BSPA_ERR_OUT_OF_RANGE, "block_table[0][1]", e->bt[1] = INT32_MIN);
   PAGED(BSPA_ERR_OUT_OF_RANGE, "CSR", e->pa.layout = e->csr_short);
+  /* the optional split workspace (version 2) */
+  {
+    static _Alignas(16) uint8_t ws[64];
+    int64_t ws_shape[2] = {64, 1};
+    const DLTensor w0 = {ws, {kDLCPU, 0}, 1, {kDLUInt, 8, 1}, ws_shape, NULL, 0};
+    DLTensor w = w0;
+#define WS(want, change) PAGED(want, "workspace", e->pa.workspace = &w; w = w0; ws_shape[0] = 64; change)
+    WS(BSPA_ERR_DTYPE_MISMATCH, w.dtype.code = kDLFloat);
+    WS(BSPA_ERR_DTYPE_MISMATCH, w.dtype.bits = 16);
+    WS(BSPA_ERR_SHAPE_MISMATCH, w.ndim = 2);
+    WS(BSPA_ERR_SHAPE_MISMATCH, ws_shape[0] = -1);
+    WS(BSPA_ERR_DEVICE_MISMATCH, w.device.device_type = kDLCUDA);
+    WS(BSPA_ERR_INVALID_ARGUMENT, w.byte_offset = 4; ws_shape[0] = 60);
+    WS(BSPA_ERR_NULL_POINTER, w.data = NULL);
+#undef WS
+    w = w0;
+    ws_shape[0] = 64;
+    reset_tensors(e);
+    e->pa.workspace = &w; /* a valid one: the CPU backend needs none and ignores it */
+    EXPECT_OK(bspa_prefill_paged(&e->pa, NULL));
+    reset_tensors(e);
+    e->pa.version = 1; /* a version 1 caller's struct ends before workspace: never read */
+    e->pa.workspace = (DLTensor *)(uintptr_t)0x8;
+    EXPECT_OK(bspa_prefill_paged(&e->pa, NULL));
+  }
+  {
+    size_t bytes = 1;
+    BAD(e, BSPA_ERR_NULL_POINTER, "bytes", bspa_prefill_workspace_bytes(kDLCPU, 0, D, NULL));
+    BAD(e, BSPA_ERR_INVALID_ARGUMENT, "head_dim", bspa_prefill_workspace_bytes(kDLCPU, 0, 0, &bytes));
+    cr_expect_eq(bytes, 0, "a failed bspa_prefill_workspace_bytes leaves bytes = 0");
+    BAD(e, BSPA_ERR_NOT_SUPPORTED, "device_type", bspa_prefill_workspace_bytes(kDLOpenCL, 0, D, &bytes));
+    BAD(e, BSPA_ERR_NO_DEVICE, "device_id", bspa_prefill_workspace_bytes(kDLCUDA, 4096, D, &bytes));
+    bytes = 1;
+    EXPECT_OK(bspa_prefill_workspace_bytes(kDLCPU, 0, D, &bytes));
+    cr_expect_eq(bytes, 0, "the CPU backend needs no workspace");
+  }
 #undef PAGED
   reset_tensors(e);
 }

@@ -2,7 +2,8 @@
  * the same pages, queries and metadata go through bspa_prefill_paged on host tensors
  * and on device tensors; outputs are poisoned (NaN) first; relative L2 <= 1e-2 and lse
  * must agree. Unaligned contexts, mixed batches with decode rows, GQA 1/4/8, head dims
- * 64/128, pages 16..128, dense/strided/CSR layouts, bf16 and f16. Device memory is
+ * 64/128, pages 16..128, dense/strided/CSR layouts, bf16 and f16, with and without the
+ * split workspace (poisoned first: it needs no initialisation). Device memory is
  * moved with the driver API loaded at run time (libcuda.so.1), so this test needs no
  * CUDA toolkit to build and skips where there is no GPU. bench/bench_gpu_check.cpp
  * runs a larger sweep of the same kind where Criterion is missing. */
@@ -72,6 +73,7 @@ typedef struct gcase {
   int d, hq, hkv, ps, layout; /* layout: 0 dense, 1 strided, 2 CSR */
   int ns;
   int ctx[8], q[8];
+  int workspace; /* pass bspa_paged_args.workspace on the GPU */
 } gcase;
 
 static uint16_t half_of(bspa_dtype dt, float f) { return dt == BSPA_DTYPE_BF16 ? test_f32_to_bf16(f) : test_f32_to_f16(f); }
@@ -134,8 +136,11 @@ static void run_case(const gcase *c, test_rng *rng) {
 
   const int64_t pshape[4] = {pages, c->hkv, c->ps, c->d}, qshape[3] = {T, c->hq, c->d}, lshape[2] = {c->hq, T};
   const int64_t bshape[2] = {c->ns, max_pages}, sshape[1] = {c->ns + 1}, cshape[1] = {c->ns};
+  size_t ws_bytes = 0;
+  if (c->workspace) EXPECT_OK(bspa_prefill_workspace_bytes(kDLCUDA, 0, c->d, &ws_bytes));
   for (int gpu = 0; gpu < 2; ++gpu) {
     void *dk = k, *dv = v, *dq = q, *dout = out, *dlse = lse, *dbt = bt, *dqs = qs, *dcl = (void *)c->ctx;
+    void *dws = NULL;
     if (gpu) {
       dk = to_device(k, kv_elems * 2), dv = to_device(v, kv_elems * 2), dq = to_device(q, q_elems * 2);
       dout = to_device(NULL, q_elems * 2), dlse = to_device(NULL, (size_t)c->hq * T * 4);
@@ -143,6 +148,10 @@ static void run_case(const gcase *c, test_rng *rng) {
       cr_assert_eq(cu.memset8((unsigned long long)(uintptr_t)dlse, 0xff, (size_t)c->hq * T * 4), 0);
       dbt = to_device(bt, sizeof(int32_t) * c->ns * max_pages), dqs = to_device(qs, sizeof(int32_t) * (c->ns + 1));
       dcl = to_device(c->ctx, sizeof(int32_t) * c->ns);
+      if (ws_bytes) {
+        dws = to_device(NULL, ws_bytes);
+        cr_assert_eq(cu.memset8((unsigned long long)(uintptr_t)dws, 0x7f, ws_bytes), 0);
+      }
     }
     test_tensor tk, tv, tq, to, tl, tb, ts, tc;
     test_tensor_init(&tk, dk, c->dt, 4, pshape);
@@ -161,6 +170,9 @@ static void run_case(const gcase *c, test_rng *rng) {
     a.q = &tq.t, a.out = &to.t, a.lse = &tl.t, a.k_pages = &tk.t, a.v_pages = &tv.t;
     a.block_table = &tb.t, a.query_starts = &ts.t, a.context_lens = &tc.t;
     a.max_query_len = max_q, a.layout = layout, a.scale = 1.0f / sqrtf((float)c->d);
+    int64_t wshape[1] = {(int64_t)ws_bytes};
+    DLTensor tw = {dws, {kDLCUDA, 0}, 1, {kDLUInt, 8, 1}, wshape, NULL, 0};
+    if (dws) a.workspace = &tw;
     EXPECT_OK(bspa_prefill_paged(&a, NULL));
     if (gpu) {
       cr_assert_eq(cu.sync(), 0);
@@ -168,6 +180,7 @@ static void run_case(const gcase *c, test_rng *rng) {
       cr_assert_eq(cu.dtoh(glse, (unsigned long long)(uintptr_t)dlse, (size_t)c->hq * T * 4), 0);
       void *ptrs[] = {dk, dv, dq, dout, dlse, dbt, dqs, dcl};
       for (int i = 0; i < 8; ++i) dfree(ptrs[i]);
+      if (dws) dfree(dws);
     }
   }
   double num = 0, den = 0, lse_err = 0;
@@ -195,7 +208,7 @@ Test(gpu_prefill, unaligned_contexts_match_cpu) {
   static const int mods[] = {0, 1, 2, 16, 32, 36, 48, 63};
   for (int i = 0; i < 8; ++i) {
     gcase c = {i % 2 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16, i % 4 < 2 ? 128 : 64, 8, i % 3 == 0 ? 8 : i % 3 == 1 ? 2 : 1,
-               16 << (i % 4), i % 3, 1, {1024 + mods[i] - 64 * (i % 3)}, {64 - mods[i] + (i % 2 ? 70 : 0)}};
+               16 << (i % 4), i % 3, 1, {1024 + mods[i] - 64 * (i % 3)}, {64 - mods[i] + (i % 2 ? 70 : 0)}, i % 2};
     run_case(&c, &rng);
   }
 }
@@ -205,7 +218,7 @@ Test(gpu_prefill, mixed_batch_with_decode_rows) {
   test_rng rng = {test_seed()};
   for (int layout = 0; layout < 3; ++layout) {
     gcase c = {layout == 1 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16, layout == 2 ? 64 : 128, 8, 2, 32, layout, 6,
-               {0, 1000, 63, 2047, 500, 0}, {300, 1, 200, 1, 129, 1}};
+               {0, 1000, 63, 2047, 500, 0}, {300, 1, 200, 1, 129, 1}, layout != 1};
     run_case(&c, &rng);
   }
 }

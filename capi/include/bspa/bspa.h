@@ -369,7 +369,10 @@ typedef struct bspa_batch bspa_batch;
  * query_len of 0 is allowed; 1 is a decode row. The batch snapshots the sequences'
  * page tables: destroy it before any of its sequences is destroyed. For a CUDA pool it
  * uploads its metadata on `stream`; later launches neither allocate nor synchronise,
- * except the first use of a CSR layout on a device (see bspa_prefill).
+ * except the first use of a CSR layout on a device (see bspa_prefill). Where a launch
+ * of the batch may split its last round (see bspa_prefill_workspace_bytes: a batch of
+ * few query tiles on a GPU that has the split), the batch also holds that workspace,
+ * which is why its launches must not overlap (one stream at a time).
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT (n < 1, negative query_len,
  * a sequence of another pool, the same sequence twice), BSPA_ERR_OUT_OF_RANGE
  * (computed + query_len past the sequence's tokens), BSPA_ERR_INVALID_STATE (a pool
@@ -410,7 +413,20 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
                                   const bspa_layout *layout, const DLTensor *q, DLTensor *out, float scale,
                                   DLTensor *lse, bspa_stream stream);
 
-#define BSPA_PAGED_ARGS_VERSION 1
+/* Bytes of the optional bspa_paged_args.workspace for launches on a device of
+ * `device_type` (kDLCPU or kDLCUDA) and `device_id` with `head_dim`: 0 where no launch
+ * uses one (CPU; a GPU, build or head_dim without the Hopper kernel), about 18 MB for
+ * head_dim 128 on an H200. With it, a CUDA launch whose (query tile, head) items leave
+ * its last round on the SMs partly idle splits those items' key ranges across SMs and
+ * merges them (e.g. a short query over a long prefix; figures in bench/NOTES.md).
+ * Results agree within rounding either way.
+ * Errors: BSPA_ERR_NULL_POINTER (bytes), BSPA_ERR_INVALID_ARGUMENT (head_dim <= 0),
+ * BSPA_ERR_NO_DEVICE (no such CUDA device), BSPA_ERR_NOT_SUPPORTED (other device types),
+ * BSPA_ERR_CUDA. */
+BSPA_API bspa_status bspa_prefill_workspace_bytes(int32_t device_type, int32_t device_id, int32_t head_dim,
+                                                  size_t *bytes);
+
+#define BSPA_PAGED_ARGS_VERSION 2
 /* Bring-your-own cache: the same attention over caller-owned pages. All tensors live
  * on one device (the integer metadata too).
  *  k_pages, v_pages: [num_pages, num_kv_heads, page_size, head_dim], any strides with
@@ -435,6 +451,11 @@ typedef struct bspa_paged_args {
   int32_t max_query_len;
   const bspa_layout *layout;
   float scale;
+  /* Since version 2; optional (NULL): device scratch, uint8 [n] on the tensors' device,
+   * 16-byte aligned, n >= bspa_prefill_workspace_bytes (a smaller one splits less or not
+   * at all). Needs no initialisation; its contents are the launch's until the launch
+   * completes on `stream`, so launches that share it must not overlap. */
+  DLTensor *workspace;
 } bspa_paged_args;
 
 /* Errors: BSPA_ERR_NULL_POINTER. */
