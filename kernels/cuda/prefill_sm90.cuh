@@ -14,9 +14,11 @@
 //    entry is written, its "empty" one when both consumers are done with it. It runs into
 //    the next item (list, copies, an L2 prefetch of its Q) while the consumers finish.
 //  - warpgroups 1 and 2, the consumers, own rows 0..63 and 64..127 and never see the list:
-//    they take two stages per step (128 keys). S = Q K^T (wgmma, both from shared memory),
-//    online softmax in exp2 units with a lazy rescale, O += P V (wgmma, P from registers,
-//    V N-major). The S of step i+1 and the PV of step i are both in flight while step
+//    they take two stages per step (128 keys; an item with an odd tile count ends on a
+//    padding stage, so steps start on even stages and a step's K and V are each one
+//    128-row operand). S = Q K^T (wgmma N = 128, both from shared memory), online softmax
+//    in exp2 units with a lazy rescale, O += P V (wgmma N = 128, P from registers, V
+//    N-major). The S of step i+1 and the PV of step i are both in flight while step
 //    i+1's softmax runs (FlashAttention-3's intra-warpgroup overlap); P is double-buffered.
 // No CTA-wide barrier after the set-up: the consumers drift relative to each other, so
 // one's softmax overlaps the other's GEMMs.
@@ -100,6 +102,15 @@ __global__ void __launch_bounds__(384, 1)
   int32_t *sEntry = sScan + 8;   // the list entry of each stage's tile
   const uint32_t full_bar = smem_addr(sEntry + S + (S & 1));  // 8-byte aligned
   const uint32_t empty_bar = full_bar + S * 8;
+  // K and V of a stage: 64 rows of each 64-column half, half-major across the stages
+  // (half h of stage st at h * S + st halves), so the K or V of a step's two stages
+  // (n even, n + 1) is one 128-row wgmma operand.
+  constexpr uint32_t kHalf = kKeyTile * 128;
+  constexpr uint32_t kHalfStride = S * kHalf;
+  auto stage_off = [](int stage) { return static_cast<uint32_t>(stage) * kHalf; };
+  auto kv_off = [](int r, int c) {
+    return static_cast<uint32_t>((c >> 3) * kHalfStride + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+  };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int B = p.layout.block_size;
@@ -170,8 +181,8 @@ __global__ void __launch_bounds__(384, 1)
       if (filled >= S) mbar_wait(empty_bar + 8 * stage, ((filled / S) - 1) & 1);
       if (entry != kNoTiles) {
         const int k0 = (entry & kTileIndexMask) * kKeyTile;
-        const uint32_t dk = smem_addr(sK + stage * C::kTileBytes);
-        const uint32_t dv = smem_addr(sV + stage * C::kTileBytes);
+        const uint32_t dk = smem_addr(sK) + stage_off(stage);
+        const uint32_t dv = smem_addr(sV) + stage_off(stage);
         const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
         const T *kbase = static_cast<const T *>(p.k) + static_cast<int64_t>(kvh) * p.k_head;
         const T *vbase = static_cast<const T *>(p.v) + static_cast<int64_t>(kvh) * p.v_head;
@@ -184,8 +195,8 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
           for (int i = 0; i < kKeyTile / kRowStep; ++i) {
             const int r = r0 + i * kRowStep;
-            cp_async_16(dk + swz<kKeyTile>(r, c), ks + static_cast<int64_t>(i * kRowStep) * p.k_tok, true);
-            cp_async_16(dv + swz<kKeyTile>(r, c), vs + static_cast<int64_t>(i * kRowStep) * p.v_tok, true);
+            cp_async_16(dk + kv_off(r, c), ks + static_cast<int64_t>(i * kRowStep) * p.k_tok, true);
+            cp_async_16(dv + kv_off(r, c), vs + static_cast<int64_t>(i * kRowStep) * p.v_tok, true);
           }
         } else {
 #pragma unroll 2
@@ -197,8 +208,8 @@ __global__ void __launch_bounds__(384, 1)
             const int slot = j & page_mask;
             const T *ks = kbase + page * p.k_page + static_cast<int64_t>(slot) * p.k_tok + c * 8;
             const T *vs = vbase + page * p.v_page + static_cast<int64_t>(slot) * p.v_tok + c * 8;
-            cp_async_16(dk + swz<kKeyTile>(r, c), valid ? ks : kbase, valid);
-            cp_async_16(dv + swz<kKeyTile>(r, c), valid ? vs : vbase, valid);
+            cp_async_16(dk + kv_off(r, c), valid ? ks : kbase, valid);
+            cp_async_16(dv + kv_off(r, c), valid ? vs : vbase, valid);
           }
         }
       }
@@ -215,6 +226,7 @@ __global__ void __launch_bounds__(384, 1)
       const Unit unit = unit_parts(u);
       if (!locate(unit.item)) {  // the consumers take the item too: one empty stage
         fill(kNoTiles);
+        fill(kNoTiles);  // and its pair
         continue;
       }
       kv_len = ctx + q_len;
@@ -259,6 +271,7 @@ __global__ void __launch_bounds__(384, 1)
         named_barrier(1, 128);  // sList is rewritten by the next pass
       }
       fill(held == kNoTiles ? kNoTiles : held | kLastTile);
+      if (filled & 1) fill(kNoTiles);  // steps start on even stages: pad the pair
     }
     cp_async_wait<0>();
     return;
@@ -306,20 +319,17 @@ __global__ void __launch_bounds__(384, 1)
   // Base descriptors; every operand of a step is a constant or per-stage offset from one.
   const uint64_t q_desc = sw128_desc(smem_addr(sQ) + cg * 64 * 128, 1024);
   const uint64_t k_desc = sw128_desc(smem_addr(sK), 1024);
-  const uint64_t v_desc = sw128_desc(smem_addr(sV), 1024);
+  const uint64_t v_desc = sw128_desc(smem_addr(sV), 1024, kHalfStride);
   // S of the tiles in stages n (and n + 1 when two).
-  auto issue_s = [&](int n, bool two) {
+  // S of the step at stages n, n + 1: one N = 128 operand (a pad's stale keys are masked).
+  auto issue_s = [&](int n) {
     wgmma_fence();
+    const uint64_t k_stage = desc_advance(k_desc, stage_off(n % S));
 #pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      if (t == 1 && !two) break;
-      const uint64_t k_stage = desc_advance(k_desc, ((n + t) % S) * C::kTileBytes);
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t off = (kk & 3) * 32;  // 16 columns = 32 bytes into the 128-byte row
-        wgmma_ss<T>(s[t], desc_advance(q_desc, (kk >> 2) * (BM * 128) + off),
-                    desc_advance(k_stage, (kk >> 2) * (kKeyTile * 128) + off), kk > 0);
-      }
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off = (kk & 3) * 32;  // 16 columns = 32 bytes into the 128-byte row
+      wgmma_ss128<T>(s[0], s[1], desc_advance(q_desc, (kk >> 2) * (BM * 128) + off),
+                     desc_advance(k_stage, (kk >> 2) * kHalfStride + off), kk > 0);
     }
     wgmma_commit();
   };
@@ -328,12 +338,14 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       if (t == 1 && !two) break;
-      const uint64_t v_stage = desc_advance(v_desc, ((n + t) % S) * C::kTileBytes);
+      const uint64_t v_stage = desc_advance(v_desc, stage_off((n + t) % S));
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-        for (int hh = 0; hh < NH; ++hh)
-          wgmma_rs_tb<T>(o[hh], P[4 * t + kk], desc_advance(v_stage, hh * (kKeyTile * 128) + kk * 16 * 128));
+      for (int kk = 0; kk < 4; ++kk) {
+        if constexpr (NH == 2)  // both 64-column halves of V at once (LBO apart)
+          wgmma_rs_tb128<T>(o[0], o[NH - 1], P[4 * t + kk], desc_advance(v_stage, kk * 16 * 128));
+        else
+          wgmma_rs_tb<T>(o[0], P[4 * t + kk], desc_advance(v_stage, kk * 16 * 128));
+      }
     }
     wgmma_commit();
   };
@@ -444,7 +456,8 @@ __global__ void __launch_bounds__(384, 1)
   };
   auto take_step = [&](int n, int e0) {
     Step st{n, e0, kNoTiles};
-    if (!(e0 & kLastTile)) st.e1 = wait_full(n + 1);
+    const int e1 = wait_full(n + 1);  // the step's second tile, or a pad
+    if (!(e0 & kLastTile)) st.e1 = e1;
     return st;
   };
   auto run_softmax = [&](const Step &st, uint32_t(&P)[8][4], float(&alpha)[2]) {
@@ -479,9 +492,11 @@ __global__ void __launch_bounds__(384, 1)
   Step cur = take_step(used, wait_full(used));
   if (cur.e0 == kNoTiles) {
     release(used);  // no visible key: O = 0, lse = -inf
-    ++used;
+    release(used + 1);
+    used += 2;
+    asm volatile("" : "+r"(used));
   } else {
-    issue_s(cur.n, cur.e1 != kNoTiles);
+    issue_s(cur.n);
     wgmma_wait<0>();
     fence_s();
     rescale_o(run_softmax(cur, pa, alpha), alpha);
@@ -490,12 +505,15 @@ __global__ void __launch_bounds__(384, 1)
     auto body = [&](uint32_t(&Pcur)[8][4], uint32_t(&Pnext)[8][4]) -> bool {
       const bool two = cur.e1 != kNoTiles;
       const bool last = two ? (cur.e1 & kLastTile) : (cur.e0 & kLastTile);
+      // Only an item's last step may have one tile, so this is n + 2 wherever it is waited
+      // on. Written so, and with `used` opaque below: once the compiler can tell that every
+      // step starts on an even stage, ptxas serializes every wgmma (C7520; not understood).
       const int n_next = cur.n + (two ? 2 : 1);
       Step next{};
       if (!last) next = take_step(n_next, wait_full(n_next));
       fence_o();
       fence_p(Pcur);
-      if (!last) issue_s(n_next, next.e1 != kNoTiles);
+      if (!last) issue_s(n_next);
       issue_pv(cur.n, two, Pcur);
       if (!last) {
         wgmma_wait<1>();
@@ -505,7 +523,7 @@ __global__ void __launch_bounds__(384, 1)
         fence_o();
         fence_p(Pcur);
         release(cur.n);
-        if (two) release(cur.n + 1);
+        release(cur.n + 1);
         rescale_o(rescale, alpha);
         cur = next;
         return true;
@@ -514,10 +532,12 @@ __global__ void __launch_bounds__(384, 1)
       fence_o();
       fence_p(Pcur);
       release(cur.n);
-      if (two) release(cur.n + 1);
-      used = n_next;
+      release(cur.n + 1);
+      used = cur.n + 2;
+      asm volatile("" : "+r"(used));
       return false;
     };
+#pragma unroll 1
     while (body(pa, pb) && body(pb, pa)) {
     }
   }

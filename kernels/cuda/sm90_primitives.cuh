@@ -1,6 +1,6 @@
 // Thin wrappers over the sm90a instructions the Hopper prefill kernel is built from:
-// wgmma.mma_async (m64n64k16, fp32 accumulators: A and B from shared memory, or A from
-// registers with B N-major), its fences and groups, shared-memory matrix descriptors for the
+// wgmma.mma_async (m64n128k16 with A and B from shared memory; m64n128k16 and m64n64k16
+// with A from registers and B N-major; fp32 accumulators), its fences and groups, shared-memory matrix descriptors for the
 // 128-byte swizzle, the generic->async proxy fence, mbarriers, register reallocation and
 // named barriers.
 // Only meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); the kernel that
@@ -38,8 +38,9 @@ __device__ __forceinline__ void fence_proxy_async() {
 // sbo: bytes between 8-row groups (K-major: along M/N; N-major B: along K). LBO is unused
 // by every operand here (K-major: 16 elements of K per instruction fit in one row;
 // N-major: the 64 columns of one instruction fit in one row).
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t sbo) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
+// lbo: N-major operands wider than 64 columns: bytes between their 64-column halves.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t sbo, uint32_t lbo = 16) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
          (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
 }
 // The descriptor of the operand `bytes` further on (a multiple of 16): the start address
@@ -80,23 +81,22 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
       "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 
 // d (64x64 per warpgroup; thread: rows 16*warp + lane/4 (+8), columns 8*(i/4) + 2*(lane%4))
-// = (accumulate ? d : 0) + A(64x16, K-major smem) * B(16x64, K-major smem).
+// += A(64x16, registers) * B(16x64, N-major smem: 16 rows of K, 64 contiguous columns).
 // A register fragment (4 x 2 elements) per warp: mma.sync m16n8k16's A layout.
 template <class T>
-__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate);
-// d += A(64x16, registers) * B(16x64, N-major smem: 16 rows of K, 64 contiguous columns).
-template <class T>
 __device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t b);
+// The N = 128 forms, two 64-column accumulators (d0 columns 0..63, d1 64..127):
+// d = (accumulate ? d : 0) + A(64x16, K-major smem) * B(16x128, K-major smem: 128 rows, SBO
+// apart per 8), and d += A(64x16, registers) * B(16x128, N-major smem: two 64-column
+// halves LBO apart).
+template <class T>
+__device__ __forceinline__ void wgmma_ss128(float (&d0)[32], float (&d1)[32], uint64_t a, uint64_t b, int accumulate);
+template <class T>
+__device__ __forceinline__ void wgmma_rs_tb128(float (&d0)[32], float (&d1)[32], const uint32_t (&a)[4], uint64_t b);
 
+#define BSPA_WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define BSPA_WG_OUT64(d0, d1) BSPA_WG_OUT32(d0), BSPA_WG_OUT32(d1)
 #define BSPA_WG_DEFINE(TYPE, PTX)                                                                             \
-  template <>                                                                                               \
-  __device__ __forceinline__ void wgmma_ss<TYPE>(float(&d)[32], uint64_t a, uint64_t b, int accumulate) {  \
-    asm volatile(                                                                                           \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                        \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " BSPA_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n" \
-        : BSPA_WG_OUT32(d)                                                                                  \
-        : "l"(a), "l"(b), "r"(accumulate));                                                                 \
-  }                                                                                                         \
   template <>                                                                                               \
   __device__ __forceinline__ void wgmma_rs_tb<TYPE>(float(&d)[32], const uint32_t(&a)[4], uint64_t b) {    \
     asm volatile(                                                                                           \
@@ -105,11 +105,32 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[
         ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                     \
         : BSPA_WG_OUT32(d)                                                                                  \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                                     \
+  }                                                                                                         \
+  template <>                                                                                               \
+  __device__ __forceinline__ void wgmma_ss128<TYPE>(float(&d0)[32], float(&d1)[32], uint64_t a, uint64_t b, \
+                                                    int accumulate) {                                        \
+    asm volatile(                                                                                           \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                        \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " BSPA_WG_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n" \
+        : BSPA_WG_OUT64(d0, d1)                                                                             \
+        : "l"(a), "l"(b), "r"(accumulate));                                                                 \
+  }                                                                                                         \
+  template <>                                                                                               \
+  __device__ __forceinline__ void wgmma_rs_tb128<TYPE>(float(&d0)[32], float(&d1)[32], const uint32_t(&a)[4], \
+                                                       uint64_t b) {                                         \
+    asm volatile(                                                                                           \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                        \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " BSPA_WG_D64                           \
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                     \
+        : BSPA_WG_OUT64(d0, d1)                                                                             \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                                     \
   }
 
 BSPA_WG_DEFINE(__nv_bfloat16, "bf16")
 BSPA_WG_DEFINE(__half, "f16")
 #undef BSPA_WG_DEFINE
+#undef BSPA_WG_OUT64
+#undef BSPA_WG_D64
 #undef BSPA_WG_OUT32
 #undef BSPA_WG_D32
 
