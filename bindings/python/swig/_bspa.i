@@ -33,6 +33,7 @@ BSPA_HANDLE_OUT(bspa_batch)
 /* ---- scalar out-parameters ------------------------------------------------------- */
 %apply int32_t *OUTPUT { int32_t *count, int32_t *allowed };
 %apply int64_t *OUTPUT { int64_t *cached, int64_t *num_pages };
+%apply size_t *OUTPUT { size_t *bytes };
 
 /* ---- host arrays through the buffer protocol (numpy arrays, array.array, bytes) -- */
 %{

@@ -114,6 +114,44 @@ def test_prefill_paged_over_the_pools_pages_matches_prefill():
         assert rel_l2(out, expected) <= 1e-6
 
 
+def aligned_bytes(n, offset=0):
+    """A uint8 [n] array whose data lies `offset` bytes past a 16-byte boundary."""
+    raw = np.zeros(n + 32, dtype=np.uint8)
+    start = -raw.ctypes.data % 16 + offset
+    return raw[start:start + n]
+
+
+def test_prefill_workspace_bytes_on_cpu_is_zero():
+    assert bspa.prefill_workspace_bytes("cpu", D) == 0
+    assert bspa.prefill_workspace_bytes((bspa.kDLCPU, 0), 128) == 0
+
+
+def test_prefill_workspace_bytes_rejects_head_dim_0():
+    with pytest.raises(bspa.InvalidArgumentError, match="head_dim") as caught:
+        bspa.prefill_workspace_bytes("cpu", 0)
+    assert isinstance(caught.value, bspa.BspaError)
+
+
+def test_prefill_paged_with_a_cpu_workspace_matches_without():
+    rng = np.random.default_rng(5)
+    layout, _ = make_layout("strided")
+    conv = Conversation(rng, 75)
+    with bspa.Pool(num_kv_heads=HKV, head_dim=D, page_size=PAGE, num_pages=16, dtype="f32") as pool:
+        seq = pool.sequence()
+        seq.append(conv.tokens)
+        step(pool, layout, [(seq, conv, 0, 75)])
+        k_pages, v_pages = pool.kv(0)
+        metadata = (seq.pages()[None, :], np.array([0, 30], dtype=np.int32), np.array([45], dtype=np.int32))
+        expected = bspa.prefill_paged(conv.q[45:], k_pages, v_pages, *metadata, layout, scale=SCALE)
+        out = bspa.prefill_paged(conv.q[45:], k_pages, v_pages, *metadata, layout, scale=SCALE,
+                                 workspace=aligned_bytes(4096))
+        np.testing.assert_array_equal(out, expected)
+        # The workspace reaches the library: a misaligned one is refused.
+        with pytest.raises(bspa.InvalidArgumentError, match="workspace"):
+            bspa.prefill_paged(conv.q[45:], k_pages, v_pages, *metadata, layout, scale=SCALE,
+                               workspace=aligned_bytes(4096, offset=1))
+
+
 def test_launch_errors_map_to_exceptions():
     with bspa.Pool(num_kv_heads=HKV, head_dim=D, page_size=PAGE, num_pages=8, dtype="f32") as pool:
         seq = pool.sequence()

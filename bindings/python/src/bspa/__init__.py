@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from . import _bspa
 from ._core import (Batch, Layout, Pool, PoolStats, Sequence, SeqInfo, kv_write, prefill,
-                    prefill_paged)
+                    prefill_paged, prefill_workspace_bytes)
 from ._errors import (BspaError, BufferTooSmallError, CudaError, DeviceMismatchError,
                       DtypeMismatchError, InternalError, InvalidArgumentError, InvalidStateError,
                       NoDeviceError, NotSupportedError, NullPointerError, OutOfMemoryError,
@@ -68,5 +68,5 @@ __all__ = [
     "NoDeviceError", "NotSupportedError", "NullPointerError", "OutOfMemoryError", "OutOfPagesError",
     "OutOfRangeError", "Pool", "PoolStats", "ResourceError", "SeqInfo", "Sequence", "ShapeMismatchError",
     "VersionError", "build_info", "device_count", "error_for", "kDLCPU", "kDLCUDA", "kv_write", "prefill",
-    "prefill_paged", "version",
+    "prefill_paged", "prefill_workspace_bytes", "version",
 ]

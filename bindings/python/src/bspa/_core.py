@@ -445,12 +445,16 @@ def prefill(pool: Pool, batch: Batch, layer: int, layout: Layout, q: TensorLike,
 def prefill_paged(q: TensorLike, k_pages: TensorLike, v_pages: TensorLike, block_table: TensorLike,
                   query_starts: TensorLike, context_lens: TensorLike, layout: Layout, *, scale: float,
                   out: Optional[TensorLike] = None, lse: Optional[TensorLike] = None,
-                  max_query_len: Optional[int] = None, stream: StreamLike = None) -> TensorLike:
+                  max_query_len: Optional[int] = None, workspace: Optional[TensorLike] = None,
+                  stream: StreamLike = None) -> TensorLike:
     """Bring-your-own cache: the same attention over caller-owned pages
     ``[num_pages, num_kv_heads, page_size, head_dim]``. block_table int32
     ``[num_seqs, max_pages]``, query_starts int32 ``[num_seqs + 1]``, context_lens int32
     ``[num_seqs]``, all on q's device. ``max_query_len`` defaults to the largest query
-    length (read from query_starts, which must then be host memory)."""
+    length (read from query_starts, which must then be host memory). ``workspace``,
+    optional: uint8 ``[n]`` scratch on q's device, 16-byte aligned, n >=
+    :func:`prefill_workspace_bytes`; it lets a CUDA launch split long key ranges across
+    SMs, and launches sharing it must not overlap."""
     if out is None:
         out = _empty_like(q)
     if max_query_len is None:
@@ -465,6 +469,7 @@ def prefill_paged(q: TensorLike, k_pages: TensorLike, v_pages: TensorLike, block
     args.q = tensor_arg(q, s, keep)
     args.out = tensor_arg(out, s, keep, writable=True)
     args.lse = tensor_arg(lse, s, keep, writable=True)
+    args.workspace = tensor_arg(workspace, s, keep, writable=True)
     args.k_pages = tensor_arg(k_pages, s, keep)
     args.v_pages = tensor_arg(v_pages, s, keep)
     args.block_table = tensor_arg(block_table, s, keep)
@@ -475,3 +480,13 @@ def prefill_paged(q: TensorLike, k_pages: TensorLike, v_pages: TensorLike, block
     args.scale = float(scale)
     check(_bspa.bspa_prefill_paged(args, s or None))
     return out
+
+
+def prefill_workspace_bytes(device: DeviceLike, head_dim: int) -> int:
+    """Bytes of :func:`prefill_paged`'s optional ``workspace`` for launches on ``device``
+    ('cpu', 'cuda[:N]' or a DLPack ``(device_type, device_id)``) with ``head_dim``: 0 where
+    no launch uses one (CPU; GPUs or head dims without the Hopper kernel)."""
+    device_type, device_id = _device(device)
+    status, size = _bspa.bspa_prefill_workspace_bytes(device_type, device_id, head_dim)
+    check(status)
+    return int(size)
