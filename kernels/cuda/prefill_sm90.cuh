@@ -9,9 +9,10 @@
 //    visible 64-token key tiles (skipped / full / masked with the allowed bits of the tile's
 //    at most three query blocks) and gathers K and V of each through the block table with
 //    cp.async into a ring of stages, stored as 128-byte-swizzled 64-column halves that
-//    wgmma reads through descriptors. A stage carries its tile's list entry; its "full"
-//    mbarrier completes when the copies have landed (cp.async.mbarrier.arrive) and the
-//    entry is written, its "empty" one when both consumers are done with it. It runs into
+//    wgmma reads through descriptors. A stage carries its tile's list entry. Stages go in
+//    pairs (one consumer step), each pair with four mbarriers: K landed (cp.async.mbarrier
+//    .arrive) with both entries written, V landed, K free (both consumers' S done), V free
+//    (their PV done); K is refilled as soon as it is free, a step before V. It runs into
 //    the next item (list, copies, an L2 prefetch of its Q) while the consumers finish.
 //  - warpgroups 1 and 2, the consumers, own rows 0..63 and 64..127 and never see the list:
 //    they take two stages per step (128 keys; an item with an odd tile count ends on a
@@ -100,8 +101,15 @@ __global__ void __launch_bounds__(384, 1)
   int32_t *sScan = sList + kListCap;
   int32_t *sLastIn = sScan + 4;  // per consumer warpgroup: its split unit was the item's last
   int32_t *sEntry = sScan + 8;   // the list entry of each stage's tile
-  const uint32_t full_bar = smem_addr(sEntry + S + (S & 1));  // 8-byte aligned
-  const uint32_t empty_bar = full_bar + S * 8;
+  // Per pair of stages (a step): K landed (+ both entries), V landed; K free (its S is
+  // done), V free (its PV is done). K is freed a step before V, so the producer refills it
+  // that much earlier. Pair q's barriers are at offset 8 * q.
+  constexpr int kPairs = S / 2;
+  const uint32_t full_k = smem_addr(sEntry + S + (S & 1));  // 8-byte aligned
+  const uint32_t full_v = full_k + kPairs * 8;
+  const uint32_t empty_k = full_v + kPairs * 8;
+  const uint32_t empty_v = empty_k + kPairs * 8;
+  auto pair_bar = [](uint32_t bars, int n) { return bars + 8 * ((n % S) >> 1); };
   // K and V of a stage: 64 rows of each 64-column half, half-major across the stages
   // (half h of stage st at h * S + st halves), so the K or V of a step's two stages
   // (n even, n + 1) is one 128-row wgmma operand.
@@ -155,9 +163,11 @@ __global__ void __launch_bounds__(384, 1)
   };
 
   if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(full_bar + 8 * s, C::kProducers + 1);  // each producer's copies + the entry
-      mbar_init(empty_bar + 8 * s, 8);                  // one arrival per consumer warp
+    for (int q = 0; q < kPairs; ++q) {
+      mbar_init(full_k + 8 * q, 2 * C::kProducers + 1);  // each producer's copies of both + the entries
+      mbar_init(full_v + 8 * q, 2 * C::kProducers);      // each producer's copies of both
+      mbar_init(empty_k + 8 * q, 8);                     // one arrival per consumer warp
+      mbar_init(empty_v + 8 * q, 8);
     }
     fence_mbar_init();
   }
@@ -174,50 +184,46 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int kRowStep = C::kProducers / C::kChunks;
     const int c = tid % C::kChunks, r0 = tid / C::kChunks;
     int filled = 0;  // stages filled so far (ring position and phase)
-    // Hands one stage to the consumers: waits until it is free, copies the tile (none
-    // for kNoTiles), publishes the entry.
+    // Hands one stage to the consumers: K once its K is free (then the entry), V once its
+    // V is free; copies nothing for kNoTiles.
     auto fill = [&](int entry) {
       const int stage = filled % S;
-      if (filled >= S) mbar_wait(empty_bar + 8 * stage, ((filled / S) - 1) & 1);
-      if (entry != kNoTiles) {
-        const int k0 = (entry & kTileIndexMask) * kKeyTile;
-        const uint32_t dk = smem_addr(sK) + stage_off(stage);
-        const uint32_t dv = smem_addr(sV) + stage_off(stage);
-        const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
-        const T *kbase = static_cast<const T *>(p.k) + static_cast<int64_t>(kvh) * p.k_head;
-        const T *vbase = static_cast<const T *>(p.v) + static_cast<int64_t>(kvh) * p.v_head;
+      const uint32_t parity = ((filled / S) - 1) & 1;
+      const int k0 = (entry & kTileIndexMask) * kKeyTile;
+      const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
+      // One tensor's tile: rows past the sequence are zero-filled.
+      auto copy = [&](uint32_t dst, const void *base_v, int64_t head_stride, int64_t page_stride, int64_t tok_stride) {
+        const T *base = static_cast<const T *>(base_v) + static_cast<int64_t>(kvh) * head_stride;
         if (p.page_shift >= 6 && k0 + kKeyTile <= kv_len) {
           // The whole tile lies in one page (tiles are 64-aligned): one block-table read.
           const int64_t page = bt[k0 >> p.page_shift];
-          const int slot0 = k0 & page_mask;
-          const T *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0 + r0) * p.k_tok + c * 8;
-          const T *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0 + r0) * p.v_tok + c * 8;
+          const T *src = base + page * page_stride + static_cast<int64_t>((k0 & page_mask) + r0) * tok_stride + c * 8;
 #pragma unroll
-          for (int i = 0; i < kKeyTile / kRowStep; ++i) {
-            const int r = r0 + i * kRowStep;
-            cp_async_16(dk + kv_off(r, c), ks + static_cast<int64_t>(i * kRowStep) * p.k_tok, true);
-            cp_async_16(dv + kv_off(r, c), vs + static_cast<int64_t>(i * kRowStep) * p.v_tok, true);
-          }
+          for (int i = 0; i < kKeyTile / kRowStep; ++i)
+            cp_async_16(dst + kv_off(r0 + i * kRowStep, c), src + static_cast<int64_t>(i * kRowStep) * tok_stride, true);
         } else {
 #pragma unroll 2
           for (int i = 0; i < kKeyTile / kRowStep; ++i) {
             const int r = r0 + i * kRowStep;
             const int j = k0 + r;
-            const bool valid = j < kv_len;  // rows past the sequence are zero-filled
+            const bool valid = j < kv_len;
             const int64_t page = valid ? bt[j >> p.page_shift] : 0;
-            const int slot = j & page_mask;
-            const T *ks = kbase + page * p.k_page + static_cast<int64_t>(slot) * p.k_tok + c * 8;
-            const T *vs = vbase + page * p.v_page + static_cast<int64_t>(slot) * p.v_tok + c * 8;
-            cp_async_16(dk + kv_off(r, c), valid ? ks : kbase, valid);
-            cp_async_16(dv + kv_off(r, c), valid ? vs : vbase, valid);
+            const T *src = base + page * page_stride + static_cast<int64_t>(j & page_mask) * tok_stride + c * 8;
+            cp_async_16(dst + kv_off(r, c), valid ? src : base, valid);
           }
         }
-      }
-      cp_async_arrive(full_bar + 8 * stage);
+      };
+      const bool second = stage & 1;  // of its pair: the pair's barriers were waited for
+      if (filled >= S && !second) mbar_wait(pair_bar(empty_k, stage), parity);
+      if (entry != kNoTiles) copy(smem_addr(sK) + stage_off(stage), p.k, p.k_head, p.k_page, p.k_tok);
+      cp_async_arrive(pair_bar(full_k, stage));
       if (tid == 0) {
         sEntry[stage] = entry;
-        mbar_arrive(full_bar + 8 * stage);  // release: the entry is visible with the phase
+        if (second) mbar_arrive(pair_bar(full_k, stage));  // release: both entries are visible with the phase
       }
+      if (filled >= S && !second) mbar_wait(pair_bar(empty_v, stage), parity);
+      if (entry != kNoTiles) copy(smem_addr(sV) + stage_off(stage), p.v, p.v_head, p.v_page, p.v_tok);
+      cp_async_arrive(pair_bar(full_v, stage));
       ++filled;
     };
     for (int round = 0; round < rounds; ++round) {
@@ -433,31 +439,33 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
       for (int i = 0; i < 32; ++i) o[hh][i] *= alpha[(i >> 1) & 1];
   };
-  auto wait_full = [&](int n) {
-    mbar_wait(full_bar + 8 * (n % S), (n / S) & 1);
-    fence_proxy_async();  // the copies landed through the generic proxy; wgmma reads through the async one
-    // Lane 0 reads the entry for its warp: it alone arrives on the empty barrier that
-    // lets the producer rewrite it, so the read is ordered before that arrival in its own
-    // program order (compute-sanitizer racecheck reports the other lanes' reads otherwise).
-    int entry = 0;
-    if (lane == 0) entry = sEntry[n % S];
-    return __shfl_sync(0xffffffffu, entry, 0);
+  auto wait_v = [&](int n) {  // V of the step at stages n, n + 1 landed
+    mbar_wait(pair_bar(full_v, n), (n / S) & 1);
+    fence_proxy_async();
   };
-  auto release = [&](int n) {
+  // This warp is done with the K (or V) of the step at stages n, n + 1.
+  auto release = [&](uint32_t empty, int n) {
     __syncwarp();
-    if (lane == 0) mbar_arrive(empty_bar + 8 * (n % S));
+    if (lane == 0) mbar_arrive(pair_bar(empty, n));
   };
   auto any_masked = [](int e0, int e1) {
     return e1 == kNoTiles || ((e0 | e1) & cuda::kKeyTileMasked);
   };
-  // The step starting at stage n: its first entry is known; waits for the second if any.
+  // The step at stages n, n + 1 once their K landed: its entries (e1 = kNoTiles when the
+  // second stage is a pad).
   struct Step {
     int n, e0, e1;
   };
-  auto take_step = [&](int n, int e0) {
-    Step st{n, e0, kNoTiles};
-    const int e1 = wait_full(n + 1);  // the step's second tile, or a pad
-    if (!(e0 & kLastTile)) st.e1 = e1;
+  auto take_step = [&](int n) {
+    mbar_wait(pair_bar(full_k, n), (n / S) & 1);
+    fence_proxy_async();  // the copies landed through the generic proxy; wgmma reads through the async one
+    // Lane 0 reads the entries for its warp: it alone arrives on the empty barrier that
+    // lets the producer rewrite them, so the reads are ordered before that arrival in its
+    // own program order (compute-sanitizer racecheck reports the other lanes' reads otherwise).
+    int e0 = 0, e1 = 0;
+    if (lane == 0) e0 = sEntry[n % S], e1 = sEntry[(n + 1) % S];
+    Step st{n, __shfl_sync(0xffffffffu, e0, 0), __shfl_sync(0xffffffffu, e1, 0)};
+    if (st.e0 & kLastTile) st.e1 = kNoTiles;
     return st;
   };
   auto run_softmax = [&](const Step &st, uint32_t(&P)[8][4], float(&alpha)[2]) {
@@ -489,16 +497,17 @@ __global__ void __launch_bounds__(384, 1)
   l[0] = l[1] = 0.f;
 
   float alpha[2] = {1.f, 1.f};
-  Step cur = take_step(used, wait_full(used));
+  Step cur = take_step(used);
   if (cur.e0 == kNoTiles) {
-    release(used);  // no visible key: O = 0, lse = -inf
-    release(used + 1);
+    release(empty_k, used);  // no visible key: O = 0, lse = -inf
+    release(empty_v, used);
     used += 2;
     asm volatile("" : "+r"(used));
   } else {
     issue_s(cur.n);
     wgmma_wait<0>();
     fence_s();
+    release(empty_k, cur.n);
     rescale_o(run_softmax(cur, pa, alpha), alpha);
     // One step: S(next) and PV(cur) in flight, softmax(next) into the other P buffer.
     // Returns false after the last step.
@@ -510,20 +519,21 @@ __global__ void __launch_bounds__(384, 1)
       // step starts on an even stage, ptxas serializes every wgmma (C7520; not understood).
       const int n_next = cur.n + (two ? 2 : 1);
       Step next{};
-      if (!last) next = take_step(n_next, wait_full(n_next));
+      if (!last) next = take_step(n_next);
       fence_o();
       fence_p(Pcur);
       if (!last) issue_s(n_next);
+      wait_v(cur.n);
       issue_pv(cur.n, two, Pcur);
       if (!last) {
         wgmma_wait<1>();
         fence_s();
+        release(empty_k, n_next);
         const bool rescale = run_softmax(next, Pnext, alpha);
         wgmma_wait<0>();
         fence_o();
         fence_p(Pcur);
-        release(cur.n);
-        release(cur.n + 1);
+        release(empty_v, cur.n);
         rescale_o(rescale, alpha);
         cur = next;
         return true;
@@ -531,8 +541,7 @@ __global__ void __launch_bounds__(384, 1)
       wgmma_wait<0>();
       fence_o();
       fence_p(Pcur);
-      release(cur.n);
-      release(cur.n + 1);
+      release(empty_v, cur.n);
       used = cur.n + 2;
       asm volatile("" : "+r"(used));
       return false;
