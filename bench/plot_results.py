@@ -50,12 +50,13 @@ def main():
             if isinstance(r, dict) and r.get("useful_tflops") and (r.get("valid") or ("valid" not in r and key != "flex")):
                 out[c["name"]] = r["useful_tflops"]
         return out
-    ax2.bar([i - 1.5 * w for i in x], [sp[n] for n in names], w, label="bspa sm80 sparse")
+    who = b.get("backend", "bspa")  # "bspa auto" (kernel family by compute capability), "bspa sm80", ...
+    ax2.bar([i - 1.5 * w for i in x], [sp[n] for n in names], w, label=f"{who} sparse")
     if t:
         fx = valid_tflops("flex") or valid_tflops("flex_partial_only")
         ax2.bar([i - 0.5 * w for i in x], [fx.get(n) or 0 for n in names], w,
                 label=f"FlexAttention sparse (torch {t.get('torch', '?')}, checked)")
-    ax2.bar([i + 0.5 * w for i in x], [de[n] for n in names], w, label="bspa sm80 dense")
+    ax2.bar([i + 0.5 * w for i in x], [de[n] for n in names], w, label=f"{who} dense")
     if t:
         cud = valid_tflops("sdpa_cudnn")
         ax2.bar([i + 1.5 * w for i in x], [cud.get(n) or 0 for n in names], w, label="torch SDPA cuDNN dense")
@@ -64,7 +65,8 @@ def main():
     ax2.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
     ax2.set_ylabel("useful TFLOP/s")
     ax2.set_title(f"{b['gpu']}, commit {b['commit']}")
-    ax2.legend(fontsize=8)
+    ax2.set_ylim(0, 1.35 * max(max(sp.values()), max(de.values())))  # room for the legend
+    ax2.legend(fontsize=8, loc="upper left", ncol=2)
     fig.tight_layout()
     fig.savefig(a.out, dpi=110)
 
