@@ -3,7 +3,7 @@
 # machine-to-machine noise): bench_prefill of BIN_DIR against each library directory in
 # turn, ROUNDS times alternating, then the full correctness check on the first one.
 #   BSPA_CUDA_PATH=sm90 bash bench/ab_libs.sh BIN_DIR LIB_DIR... 
-# LIB_DIR holds a libbspa.so.1 (e.g. a copy of an older build's). ONLY picks bench cases
+# LIB_DIR holds a libbspa.so.N of the same ABI (e.g. a copy of an older build's). ONLY picks bench cases
 # (bench_prefill --only); ROUNDS (default 2). Logs go to $OUT (or bench/results/local); one
 # line per run is printed: case, layout, TFLOP/s.
 set -uo pipefail

@@ -70,7 +70,7 @@ extern "C" {
 #define BSPA_VERSION_STRING "0.1.0"
 /* Moves whenever an existing signature or struct layout changes. Bindings refuse to
  * load a library whose bspa_abi_version() differs from the one they were built for. */
-#define BSPA_ABI_VERSION 1
+#define BSPA_ABI_VERSION 2
 
 /* The library's BSPA_VERSION_NUMBER, which may differ from the header's. */
 BSPA_API uint32_t bspa_version_number(void);
