@@ -26,7 +26,10 @@
 enum {
   THREADS = 8,
   PS = 16,
-  POOL_PAGES = 96,
+  /* Smaller than one thread's three longest prompts (3 x 12 pages), so OUT_OF_PAGES
+   * happens however the scheduler interleaves the threads (with 96 a run under ASan on
+   * two cores once let each thread finish before the next started, and saw none). */
+  POOL_PAGES = 32,
   SLOTS = 3,          /* live sequences per thread */
   FAMILIES = 4,       /* system prompts */
   VARIANTS = 6,       /* user prompts per family */
@@ -208,8 +211,11 @@ static void op_info(worker *w, slot *s) {
           (long long)info.num_computed, (long long)s->tokens, (long long)s->computed);
 }
 
+static pthread_barrier_t g_start; /* every worker starts together, so their sequences coexist */
+
 static void *work(void *arg) {
   worker *w = arg;
+  pthread_barrier_wait(&g_start);
   while (w->ops < g_ops_per_thread && atomic_load(&g_failures) == 0) {
     slot *s = &w->slots[test_rng_next(&w->rng) % SLOTS];
     if (!s->seq) {
@@ -283,6 +289,7 @@ Test(stress, eight_threads_share_one_pool, .timeout = 300) {
   const uint64_t seed = test_seed();
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
+  cr_assert_eq(pthread_barrier_init(&g_start, NULL, THREADS), 0);
   cr_assert_eq(pthread_create(&check_thread, NULL, checker, NULL), 0);
   for (int i = 0; i < THREADS; ++i) {
     memset(&workers[i], 0, sizeof workers[i]);
@@ -297,6 +304,7 @@ Test(stress, eight_threads_share_one_pool, .timeout = 300) {
   }
   atomic_store(&g_done, 1);
   pthread_join(check_thread, NULL);
+  pthread_barrier_destroy(&g_start);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 
