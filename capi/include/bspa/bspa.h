@@ -419,7 +419,9 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
  * head_dim 128 on an H200. With it, a CUDA launch whose (query tile, head) items leave
  * its last round on the SMs partly idle splits those items' key ranges across SMs and
  * merges them (e.g. a short query over a long prefix; figures in bench/NOTES.md).
- * Results agree within rounding either way.
+ * Results agree within rounding either way. A launch that splits first clears its
+ * counters (under 1 KB of the workspace) with cudaMemsetAsync on its stream, which a CUDA
+ * graph captures like the kernel. Any thread; the answer is fixed per device and head_dim.
  * Errors: BSPA_ERR_NULL_POINTER (bytes), BSPA_ERR_INVALID_ARGUMENT (head_dim <= 0),
  * BSPA_ERR_NO_DEVICE (no such CUDA device), BSPA_ERR_NOT_SUPPORTED (other device types),
  * BSPA_ERR_CUDA. */
