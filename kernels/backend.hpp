@@ -43,19 +43,23 @@ struct DeviceBatchMetadata {
   const WorkItem *work = nullptr;         // [num_work]
   int32_t num_work = 0;
   SplitWorkspace split;  // empty when no launch of the plan can split
-  void *allocation = nullptr;  // freed by the destructor with bspa::cuda_free
+  void *allocation = nullptr;        // the arrays above; freed by the destructor with bspa::cuda_free
+  void *split_allocation = nullptr;  // split's, when it has one; freed alike
 
   DeviceBatchMetadata() = default;
   DeviceBatchMetadata(const DeviceBatchMetadata &) = delete;
   DeviceBatchMetadata &operator=(const DeviceBatchMetadata &) = delete;
-  ~DeviceBatchMetadata() { cuda_free(device, allocation); }
+  ~DeviceBatchMetadata() {
+    cuda_free(device, split_allocation);
+    cuda_free(device, allocation);
+  }
 };
 
 // Allocates and fills the device copies (asynchronously on `stream`; the plan's host
 // vectors must outlive the copy, i.e. stay in the batch), with a split workspace for
-// head_dim when the plan's launches may split. Throws Error(OutOfMemory / Cuda /
-// NoDevice), or Error(NotSupported) in a build without CUDA.
+// head_dim when the plan's launches may split (none if the device has no room for it).
+// Throws Error(OutOfMemory / Cuda / NoDevice), or Error(NotSupported) in a build without CUDA.
 std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, int32_t device, int32_t head_dim,
-                                                       void *stream);
+                                                       int32_t num_kv_heads, void *stream);
 
 }  // namespace bspa::kernels

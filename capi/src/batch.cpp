@@ -64,7 +64,7 @@ BSPA_API bspa_status bspa_batch_create(bspa_batch **batch, bspa_pool *pool, bspa
     auto b = std::make_unique<bspa_batch>();
     b->pool = pool;
     b->plan = bspa::kernels::plan_batch(in);
-    if (cuda) b->device = bspa::kernels::upload_batch_cuda(b->plan, p.device_id(), p.head_dim(), stream);
+    if (cuda) b->device = bspa::kernels::upload_batch_cuda(b->plan, p.device_id(), p.head_dim(), p.num_kv_heads(), stream);
     *batch = b.release();
   });
 }

@@ -318,10 +318,7 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
           " rows");
     if (args->version >= 2 && args->workspace) {
       const TensorView w = bspa::capi::view_compact(args->workspace, "args->workspace", {-1});
-      const DLDataType wt = args->workspace->dtype;
-      check(wt.code == kDLUInt && wt.bits == 8 && wt.lanes == 1, Errc::DtypeMismatch,
-            "args->workspace.dtype must be uint8 (code ", static_cast<int>(wt.code), ", bits ",
-            static_cast<int>(wt.bits), ", lanes ", wt.lanes, ")");
+      bspa::capi::check_uint8(args->workspace, "args->workspace");
       bspa::capi::check_device(args->workspace, device, "args->workspace", "k_pages");
       check((reinterpret_cast<uintptr_t>(w.data) & 15) == 0, Errc::InvalidArgument, "args->workspace data ",
             static_cast<const void *>(w.data), " is not 16-byte aligned");

@@ -120,6 +120,12 @@ void check_int32(const DLTensor *t, const char *name) {
         dtype_string(d), " but expected int32");
 }
 
+void check_uint8(const DLTensor *t, const char *name) {
+  const DLDataType d = t->dtype;
+  check(d.lanes == 1 && d.code == kDLUInt && d.bits == 8, Errc::DtypeMismatch, name, ".dtype = ",
+        dtype_string(d), " but expected uint8");
+}
+
 const char *device_name(int32_t device_type) {
   switch (device_type) {
     case kDLCPU: return "cpu";

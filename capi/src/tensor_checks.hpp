@@ -30,6 +30,7 @@ kernels::DType attention_dtype(const DLTensor *t, const char *name);
 void check_dtype(const DLTensor *t, kernels::DType want, const char *name);
 void check_float32(const DLTensor *t, const char *name);
 void check_int32(const DLTensor *t, const char *name);
+void check_uint8(const DLTensor *t, const char *name);
 // Error(DeviceMismatch) naming both devices.
 void check_device(const DLTensor *t, DLDevice want, const char *name, const char *want_from);
 

@@ -17,27 +17,16 @@ size_t align_up(size_t v) { return (v + 255) & ~size_t{255}; }
 }  // namespace
 
 std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, int32_t device, int32_t head_dim,
-                                                       void *stream_ptr) {
+                                                       int32_t num_kv_heads, void *stream_ptr) {
   const size_t qs = plan.query_starts.size() * sizeof(int32_t);
   const size_t cl = plan.context_lens.size() * sizeof(int32_t);
   const size_t bt = plan.block_table.size() * sizeof(int32_t);
   const size_t wk = plan.work.size() * sizeof(WorkItem);
   const size_t o_cl = align_up(qs), o_bt = o_cl + align_up(cl), o_wk = o_bt + align_up(bt);
   const size_t copied = o_wk + align_up(wk);
-  // A split workspace only where a launch of the plan may split: the sm90a kernel (GPU,
-  // build, query tiles of 128 rows) and fewer tiles than kSplitMaxRounds rounds of them
-  // for one head (more heads only add items).
-  size_t split = 0;
-  if (plan.max_query_len > 64) {
-    split = prefill_workspace_bytes_cuda(device, head_dim);
-    if (split && static_cast<int64_t>(plan.work.size()) >= sm90::kSplitMaxRounds * cuda::multiprocessor_count(device))
-      split = 0;
-  }
-  const size_t total = copied + split;
-
   auto meta = std::make_unique<DeviceBatchMetadata>();
   meta->device = device;
-  meta->allocation = cuda_malloc(device, total);
+  meta->allocation = cuda_malloc(device, copied);
   char *base = static_cast<char *>(meta->allocation);
   // One host staging buffer so a single copy moves everything.
   std::unique_ptr<char[]> host(new char[copied]());
@@ -57,7 +46,22 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, in
   meta->block_table = reinterpret_cast<const int32_t *>(base + o_bt);
   meta->work = reinterpret_cast<const WorkItem *>(base + o_wk);
   meta->num_work = static_cast<int32_t>(plan.work.size());
-  if (split) meta->split = SplitWorkspace{base + copied, split};
+  // A split workspace only where a launch of the plan may split: the sm90a kernel (GPU,
+  // build, query tiles of 128 rows) and fewer than kSplitMaxRounds rounds of items even
+  // at the fewest query heads a launch can have (one per KV head). It is an optimisation:
+  // when the device has no room for it, the batch goes without (and never splits).
+  if (plan.max_query_len > 64 &&
+      static_cast<int64_t>(plan.work.size()) * num_kv_heads < sm90::kSplitMaxRounds * cuda::multiprocessor_count(device)) {
+    const size_t bytes = prefill_workspace_bytes_cuda(device, head_dim);
+    if (bytes) {
+      try {
+        meta->split_allocation = cuda_malloc(device, bytes);
+        meta->split = SplitWorkspace{meta->split_allocation, bytes};
+      } catch (const Error &e) {
+        if (e.code() != Errc::OutOfMemory) throw;
+      }
+    }
+  }
   return meta;
 }
 

@@ -4,7 +4,7 @@
 // cores are fed.
 //
 // Persistent: one CTA per SM walks the launch's (query head, 128-row query tile) items (the
-// order is below, at `item_of`); each item is one 128-row tile of one head. Three warpgroups:
+// order is below, at `unit_of`); each item is one 128-row tile of one head. Three warpgroups:
 //  - warpgroup 0, the producer, gives most of its registers away (setmaxnreg), lists the
 //    visible 64-token key tiles (skipped / full / masked with the allowed bits of the tile's
 //    at most three query blocks) and gathers K and V of each through the block table with
@@ -12,7 +12,9 @@
 //    wgmma reads through descriptors. A stage carries its tile's list entry. Stages go in
 //    pairs (one consumer step), each pair with four mbarriers: K landed (cp.async.mbarrier
 //    .arrive) with both entries written, V landed, K free (both consumers' S done), V free
-//    (their PV done); K is refilled as soon as it is free, a step before V. It runs into
+//    (their PV done). Stages are filled one at a time, K then V: a pair's first K is
+//    copied once the pair's K is free, before its V is (filling whole pairs, both K
+//    first, measured slower on dense layouts: bench/NOTES.md, v14). It runs into
 //    the next item (list, copies, an L2 prefetch of its Q) while the consumers finish.
 //  - warpgroups 1 and 2, the consumers, own rows 0..63 and 64..127 and never see the list:
 //    they take two stages per step (128 keys; an item with an odd tile count ends on a
@@ -102,8 +104,8 @@ __global__ void __launch_bounds__(384, 1)
   int32_t *sLastIn = sScan + 4;  // per consumer warpgroup: its split unit was the item's last
   int32_t *sEntry = sScan + 8;   // the list entry of each stage's tile
   // Per pair of stages (a step): K landed (+ both entries), V landed; K free (its S is
-  // done), V free (its PV is done). K is freed a step before V, so the producer refills it
-  // that much earlier. Pair q's barriers are at offset 8 * q.
+  // done), V free (its PV is done). K is freed a step before V, so the producer can start
+  // refilling a pair before its V is free. Pair q's barriers are at offset 8 * q.
   constexpr int kPairs = S / 2;
   const uint32_t full_k = smem_addr(sEntry + S + (S & 1));  // 8-byte aligned
   const uint32_t full_v = full_k + kPairs * 8;
@@ -132,7 +134,7 @@ __global__ void __launch_bounds__(384, 1)
   // uniform (a branch around wgmma code on a loaded value makes ptxas serialize them).
   // Units: the whole items before split.first, then chunk 0 of every split item, chunk 1, ...
   const int items = static_cast<int>(work.x * work.y * work.z);
-  const int units = split.ways > 1 ? split.first + split.tail * split.ways : items;
+  const int units = static_cast<int>(split.units(items));
   const int rounds = (units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   auto unit_of = [&](int round) {
     const int pos = (round & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(384, 1)
       const int u = unit_of(round);
       if (u >= units) break;  // only in the last round
       const Unit unit = unit_parts(u);
-      if (!locate(unit.item)) {  // the consumers take the item too: one empty stage
+      if (!locate(unit.item)) {  // the consumers take the item too: one empty step
         fill(kNoTiles);
         fill(kNoTiles);  // and its pair
         continue;
@@ -326,7 +328,6 @@ __global__ void __launch_bounds__(384, 1)
   const uint64_t q_desc = sw128_desc(smem_addr(sQ) + cg * 64 * 128, 1024);
   const uint64_t k_desc = sw128_desc(smem_addr(sK), 1024);
   const uint64_t v_desc = sw128_desc(smem_addr(sV), 1024, kHalfStride);
-  // S of the tiles in stages n (and n + 1 when two).
   // S of the step at stages n, n + 1: one N = 128 operand (a pad's stale keys are masked).
   auto issue_s = [&](int n) {
     wgmma_fence();
@@ -479,7 +480,7 @@ __global__ void __launch_bounds__(384, 1)
   if (u >= units) break;
   const Unit unit = unit_parts(u);
   const int item = unit.item;
-  // No `continue` for items without rows: they arrive as one kNoTiles stage and store
+  // No `continue` for items without rows: they arrive as one empty step and store
   // nothing. (A branch around the wgmma code on a loaded value makes ptxas serialize every
   // wgmma of the kernel: C7520.)
   locate(item);
@@ -663,12 +664,15 @@ void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStr
   const int64_t capacity = workspace.data && workspace.bytes > counter_bytes
                                ? static_cast<int64_t>((workspace.bytes - counter_bytes) / split_unit_bytes(D))
                                : 0;
-  SplitPlan split = plan_split(items, sms, capacity);
-  int *counters = static_cast<int *>(workspace.data);
-  float4 *partials = reinterpret_cast<float4 *>(static_cast<char *>(workspace.data) + counter_bytes);
-  if (split.ways > 1)
+  const SplitPlan split = plan_split(items, sms, capacity);
+  int *counters = nullptr;
+  float4 *partials = nullptr;
+  if (split.ways > 1) {
+    counters = static_cast<int *>(workspace.data);
+    partials = reinterpret_cast<float4 *>(static_cast<char *>(workspace.data) + counter_bytes);
     cuda::check_cuda(cudaMemsetAsync(counters, 0, sizeof(int) * 2 * split.tail, stream), "clearing the split counters");
-  const int64_t units = split.ways > 1 ? split.first + int64_t{split.tail} * split.ways : items;
+  }
+  const int64_t units = split.units(items);
   const int ctas = static_cast<int>(std::min<int64_t>(units, sms));
   if (ctas == 0) return;
   prefill_sm90_kernel<T, D><<<ctas, Config<D>::kThreads, smem, stream>>>(p, grid, split, partials, counters);

@@ -23,8 +23,10 @@ constexpr int kTileRows = 128;
 // the last unit to finish through a workspace (SplitWorkspace). ways == 1: no split.
 struct SplitPlan {
   int32_t ways = 1;
-  int32_t first = 0;  // items before `first` run whole; items first.. are split
-  int32_t tail = 1;   // items - first (1 when ways == 1, so nothing divides by 0)
+  int32_t first = INT32_MAX;  // items before `first` run whole; items first.. are split
+  int32_t tail = 1;           // items - first (1 when ways == 1, so nothing divides by 0)
+  // Units the launch walks: whole items, then `ways` per split item.
+  __host__ __device__ int64_t units(int64_t items) const { return ways > 1 ? first + int64_t{tail} * ways : items; }
 };
 
 // Each split unit stores its 128 x D fp32 partial output and per-row statistics (both

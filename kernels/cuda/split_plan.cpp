@@ -18,8 +18,7 @@ size_t split_workspace_bytes(int head_dim, int sms) {
 }
 
 SplitPlan plan_split(int64_t items, int sms, int64_t capacity_units) {
-  SplitPlan none;
-  none.first = static_cast<int32_t>(items);
+  const SplitPlan none;
   if (sms <= 0 || items <= 0 || items >= kSplitMaxRounds * sms) return none;
   const int64_t tail = items % sms;
   if (tail == 0) return none;

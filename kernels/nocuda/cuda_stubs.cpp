@@ -13,7 +13,7 @@ void kv_write_cuda(const KvWriteProblem &, void *) {
   fail(Errc::NotSupported, "CUDA kv write: bspa was built without CUDA");
 }
 
-std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &, int32_t, int32_t, void *) {
+std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &, int32_t, int32_t, int32_t, void *) {
   fail(Errc::NotSupported, "CUDA batch metadata: bspa was built without CUDA");
 }
 

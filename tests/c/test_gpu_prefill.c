@@ -73,7 +73,7 @@ typedef struct gcase {
   int d, hq, hkv, ps, layout; /* layout: 0 dense, 1 strided, 2 CSR */
   int ns;
   int ctx[8], q[8];
-  int workspace; /* pass bspa_paged_args.workspace on the GPU */
+  int workspace; /* bspa_paged_args.workspace on the GPU: 0 none, 1 full size, 2 a quarter */
 } gcase;
 
 static uint16_t half_of(bspa_dtype dt, float f) { return dt == BSPA_DTYPE_BF16 ? test_f32_to_bf16(f) : test_f32_to_f16(f); }
@@ -138,6 +138,7 @@ static void run_case(const gcase *c, test_rng *rng) {
   const int64_t bshape[2] = {c->ns, max_pages}, sshape[1] = {c->ns + 1}, cshape[1] = {c->ns};
   size_t ws_bytes = 0;
   if (c->workspace) EXPECT_OK(bspa_prefill_workspace_bytes(kDLCUDA, 0, c->d, &ws_bytes));
+  if (c->workspace == 2) ws_bytes = ws_bytes / 4 / 16 * 16; /* room for fewer split units */
   for (int gpu = 0; gpu < 2; ++gpu) {
     void *dk = k, *dv = v, *dq = q, *dout = out, *dlse = lse, *dbt = bt, *dqs = qs, *dcl = (void *)c->ctx;
     void *dws = NULL;
@@ -223,10 +224,21 @@ Test(gpu_prefill, mixed_batch_with_decode_rows) {
   }
 }
 
+/* Few query tiles over a long context: the last round splits, with units that list their
+ * key tiles in two passes (over 512 tiles of 64), from a full and a quarter workspace. */
+Test(gpu_prefill, split_tail_over_a_long_context) {
+  need_gpu();
+  test_rng rng = {test_seed()};
+  for (int ws = 1; ws <= 2; ++ws) {
+    gcase c = {BSPA_DTYPE_BF16, 128, 4, 1, 64, 1, 1, {33000}, {300}, ws};
+    run_case(&c, &rng);
+  }
+}
+
 Test(gpu_prefill, unsupported_head_dim_is_refused) {
   need_gpu();
   /* head_dim 96: the kernel lacks it, so NOT_SUPPORTED (never a wrong answer). */
-  gcase c = {BSPA_DTYPE_BF16, 96, 1, 1, 16, 0, 1, {0}, {8}};
+  gcase c = {BSPA_DTYPE_BF16, 96, 1, 1, 16, 0, 1, {0}, {8}, 0};
   (void)c;
   const int64_t pshape[4] = {1, 1, 16, 96}, qshape[3] = {8, 1, 96}, bshape[2] = {1, 1}, sshape[1] = {2}, cshape[1] = {1};
   void *dk = to_device(NULL, 16 * 96 * 2), *dq = to_device(NULL, 8 * 96 * 2), *dout = to_device(NULL, 8 * 96 * 2);

@@ -370,9 +370,11 @@ typedef struct bspa_batch bspa_batch;
  * page tables: destroy it before any of its sequences is destroyed. For a CUDA pool it
  * uploads its metadata on `stream`; later launches neither allocate nor synchronise,
  * except the first use of a CSR layout on a device (see bspa_prefill). Where a launch
- * of the batch may split its last round (see bspa_prefill_workspace_bytes: a batch of
- * few query tiles on a GPU that has the split), the batch also holds that workspace,
- * which is why its launches must not overlap (one stream at a time).
+ * of the batch may split its last round (see bspa_prefill_workspace_bytes: a GPU that
+ * has the split, and fewer than 8 rounds of (128-row query tile, KV head) items on its
+ * SMs), the batch also allocates that workspace (about 18 MB for head_dim 128 on an
+ * H200; left out, and the launches do not split, when the device has no room for it).
+ * That is one reason its launches must not overlap (one stream at a time).
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT (n < 1, negative query_len,
  * a sequence of another pool, the same sequence twice), BSPA_ERR_OUT_OF_RANGE
  * (computed + query_len past the sequence's tokens), BSPA_ERR_INVALID_STATE (a pool
@@ -419,9 +421,11 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
  * head_dim 128 on an H200. With it, a CUDA launch whose (query tile, head) items leave
  * its last round on the SMs partly idle splits those items' key ranges across SMs and
  * merges them (e.g. a short query over a long prefix; figures in bench/NOTES.md).
- * Results agree within rounding either way. A launch that splits first clears its
- * counters (under 1 KB of the workspace) with cudaMemsetAsync on its stream, which a CUDA
- * graph captures like the kernel. Any thread; the answer is fixed per device and head_dim.
+ * Results agree within rounding either way (BSPA_CUDA_PATH=sm80 launches ignore it). A
+ * launch that splits first clears its counters (under 1 KB of the workspace) with
+ * cudaMemsetAsync on its stream, which a CUDA graph captures like the kernel: replays of
+ * graphs that share a workspace must not overlap either. Any thread; the answer is fixed
+ * per device and head_dim.
  * Errors: BSPA_ERR_NULL_POINTER (bytes), BSPA_ERR_INVALID_ARGUMENT (head_dim <= 0),
  * BSPA_ERR_NO_DEVICE (no such CUDA device), BSPA_ERR_NOT_SUPPORTED (other device types),
  * BSPA_ERR_CUDA. */
@@ -462,7 +466,10 @@ typedef struct bspa_paged_args {
 
 /* Errors: BSPA_ERR_NULL_POINTER. */
 BSPA_API bspa_status bspa_paged_args_init(bspa_paged_args *args);
-/* Errors: as bspa_prefill, plus BSPA_ERR_VERSION; on CPU, out-of-range page ids or
+/* Errors: as bspa_prefill, plus BSPA_ERR_VERSION; for the workspace:
+ * BSPA_ERR_SHAPE_MISMATCH, BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH,
+ * BSPA_ERR_NULL_POINTER (NULL data) and BSPA_ERR_INVALID_ARGUMENT (not 16-byte aligned,
+ * a requirement of the argument, not a kernel limit); on CPU, out-of-range page ids or
  * lengths in the metadata are BSPA_ERR_OUT_OF_RANGE (on CUDA they are the caller's
  * responsibility: the kernel does not read the metadata back to the host). On every
  * device, q rows with no sequence or with max_query_len 0 are BSPA_ERR_OUT_OF_RANGE. */
