@@ -53,8 +53,14 @@ fi
 if has bench; then
   args=(--json "$OUT/bench_prefill$sfx.json" --commit "$COMMIT")
   has sweep || args+=(--no-sweep)
+  # The SM clock and power every 200 ms while the bench runs: sustained clocks differ from
+  # machine to machine (power), which is most of the run-to-run spread of one binary.
+  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 200 >"$OUT/clocks$sfx.csv" 2>/dev/null &
+  smi=$!
   T "$BUILD/bench/bench_prefill" "${args[@]}" >"$OUT/bench$sfx.log" 2>&1; rc=$?
-  summary+=("bench$sfx: rc=$rc")
+  kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+  clocks=$(awk -F', *' '$1 > 1000 { n++; c += $1; p += $2 } END { if (n) printf "%.0f MHz, %.0f W mean over %d busy samples", c / n, p / n, n }' "$OUT/clocks$sfx.csv")
+  summary+=("bench$sfx: rc=$rc (SM clock ${clocks:-not sampled})")
 fi
 done
 unset BSPA_CUDA_PATH
