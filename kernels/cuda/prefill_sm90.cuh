@@ -259,10 +259,9 @@ __global__ void __launch_bounds__(384, 1)
       int lo = 0, hi = kLastTile, kept = -1;
       if (unit.tail >= 0) {
         int n = 0;
-        for (int c0 = 0; c0 < n_kt; c0 += kListCap) {
-          n += list_pass(c0);
-          if (n_kt > kListCap) named_barrier(1, 128);
-        }
+        // No barrier between passes: list_key_tiles meets its callers before it rewrites
+        // sList, and counting reads nothing of it.
+        for (int c0 = 0; c0 < n_kt; c0 += kListCap) n += list_pass(c0);
         if (n_kt <= kListCap) kept = n;
         lo = unit.chunk * n / split.ways;
         hi = (unit.chunk + 1) * n / split.ways;
@@ -547,6 +546,7 @@ __global__ void __launch_bounds__(384, 1)
       asm volatile("" : "+r"(used));
       return false;
     };
+    // Unrolled by two by hand (the P buffers swap); no further unrolling (code size).
 #pragma unroll 1
     while (body(pa, pb) && body(pb, pa)) {
     }
