@@ -4,7 +4,14 @@
 // many; K/V pages and q/out rows rotate over disjoint regions so L2 (60 MB) cannot hold
 // one launch's inputs for the next. Useful FLOPs = 4 * D * visible (q, k) pairs * heads.
 //   bench_prefill [--json FILE] [--commit SHA] [--quick] [--no-sweep] [--only CASE] [--no-workspace]
+//                 [--sync-each | --idle-ms N]
 // Launches pass the split workspace (bspa_prefill_workspace_bytes) unless --no-workspace.
+// Timing (as triton.testing.do_bench, which times the torch baselines): the launches are
+// queued, each between its own pair of events, and the host waits once at the end, so an
+// event pair holds the GPU's time for one launch and not the host's argument checks.
+// --sync-each waits after every launch (the host's time from the first event to the
+// kernel's start is then inside the pair: the method of bench/NOTES.md before 2026-11-29,
+// third session); --idle-ms N also sleeps N ms after each (a cool GPU: power-cap diagnostic).
 // Prints a table (DESIGN.md §9 cases, dense and sparse) and the prefix hit-rate sweep
 // (attention time of the whole 16 sparse + 16 dense layer stack per step).
 #include <bspa/bspa.h>
@@ -22,8 +29,10 @@ int main() {
 }
 #else
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <ctime>
+#include <thread>
 
 #include "gpu_common.hpp"
 
@@ -68,6 +77,8 @@ struct Bench {
   bspa_layout *sparse = nullptr, *dense = nullptr;
   cudaEvent_t e0, e1;
   bool quick = false;
+  enum class Timing { Queued, SyncEach } timing = Timing::Queued;
+  int idle_ms = 0;  // with SyncEach: sleep after every launch
   void *workspace = nullptr;
   size_t workspace_bytes = 0;
 
@@ -151,12 +162,26 @@ struct Bench {
     CUDA_OK(cudaEventElapsedTime(&est, e0, e1));
     const int iters = static_cast<int>(std::clamp((quick ? 300.0 : 1500.0) / std::max(est, 0.001f), 5.0, 50.0));
     std::vector<float> ms(iters);
-    for (int i = 0; i < iters; ++i) {
-      CUDA_OK(cudaEventRecord(e0));
-      launch(i % R);
-      CUDA_OK(cudaEventRecord(e1));
-      CUDA_OK(cudaEventSynchronize(e1));
-      CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
+    if (timing == Timing::Queued) {
+      std::vector<cudaEvent_t> ev(2 * iters);
+      for (auto &e : ev) CUDA_OK(cudaEventCreate(&e));
+      for (int i = 0; i < iters; ++i) {
+        CUDA_OK(cudaEventRecord(ev[2 * i]));
+        launch(i % R);
+        CUDA_OK(cudaEventRecord(ev[2 * i + 1]));
+      }
+      CUDA_OK(cudaEventSynchronize(ev[2 * iters - 1]));
+      for (int i = 0; i < iters; ++i) CUDA_OK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+      for (auto &e : ev) CUDA_OK(cudaEventDestroy(e));
+    } else {
+      for (int i = 0; i < iters; ++i) {
+        CUDA_OK(cudaEventRecord(e0));
+        launch(i % R);
+        CUDA_OK(cudaEventRecord(e1));
+        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
+        if (idle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
+      }
     }
     CUDA_OK(cudaGetLastError());
     for (auto *p : bts) cudaFree(p);
@@ -176,7 +201,8 @@ std::string fmt_tokens(int64_t n) {
 
 int main(int argc, char **argv) {
   std::string json_path, commit = "unknown", only;  // --only NAME: one case, sparse, no sweep (for ncu)
-  bool quick = false, sweep = true, workspace = true;
+  bool quick = false, sweep = true, workspace = true, sync_each = false;
+  int idle_ms = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
@@ -184,6 +210,8 @@ int main(int argc, char **argv) {
     else if (!std::strcmp(argv[i], "--no-sweep")) sweep = false;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--no-workspace")) workspace = false;
+    else if (!std::strcmp(argv[i], "--sync-each")) sync_each = true;
+    else if (!std::strcmp(argv[i], "--idle-ms") && i + 1 < argc) sync_each = true, idle_ms = std::atoi(argv[++i]);
   }
   int32_t n = 0;
   if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
@@ -194,9 +222,12 @@ int main(int argc, char **argv) {
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   Bench b;
   b.quick = quick;
+  b.timing = sync_each ? Bench::Timing::SyncEach : Bench::Timing::Queued;
+  b.idle_ms = idle_ms;
   b.init();
   if (workspace) b.use_workspace();
-  std::printf("split workspace: %zu bytes\n", b.workspace_bytes);
+  const std::string timing = !sync_each ? "queued" : idle_ms > 0 ? "sync-each, idle " + std::to_string(idle_ms) + " ms" : "sync-each";
+  std::printf("split workspace: %zu bytes; timing: %s\n", b.workspace_bytes, timing.c_str());
 
   struct Row {
     std::string name, layout;
@@ -274,8 +305,8 @@ int main(int argc, char **argv) {
     // The kernel family: BSPA_CUDA_PATH (sm80 | sm90 | auto = by compute capability).
     const char *path = std::getenv("BSPA_CUDA_PATH");
     std::fprintf(f, "{\n  \"gpu\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n  \"backend\": \"bspa %s\",\n"
-                    "  \"workspace_bytes\": %zu,\n",
-                 prop.name, commit.c_str(), date, path && *path ? path : "auto", b.workspace_bytes);
+                    "  \"workspace_bytes\": %zu,\n  \"timing\": \"%s\",\n",
+                 prop.name, commit.c_str(), date, path && *path ? path : "auto", b.workspace_bytes, timing.c_str());
     std::fprintf(f, "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
                     "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"scale\": 0.0078125},\n",
                  kHq, kHkv, kD, kPs, kB, kLb, kV);

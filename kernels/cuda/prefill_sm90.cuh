@@ -193,24 +193,36 @@ __global__ void __launch_bounds__(384, 1)
       const uint32_t parity = ((filled / S) - 1) & 1;
       const int k0 = (entry & kTileIndexMask) * kKeyTile;
       const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
+      // A whole tile in one page (tiles are 64-aligned) takes one block-table read, shared
+      // by K and V and issued before the waits below, which hide its latency.
+      const bool one_page = entry != kNoTiles && p.page_shift >= 6 && k0 + kKeyTile <= kv_len;
+      const int64_t page = one_page ? bt[k0 >> p.page_shift] : 0;
       // One tensor's tile: rows past the sequence are zero-filled.
       auto copy = [&](uint32_t dst, const void *base_v, int64_t head_stride, int64_t page_stride, int64_t tok_stride) {
         const T *base = static_cast<const T *>(base_v) + static_cast<int64_t>(kvh) * head_stride;
-        if (p.page_shift >= 6 && k0 + kKeyTile <= kv_len) {
-          // The whole tile lies in one page (tiles are 64-aligned): one block-table read.
-          const int64_t page = bt[k0 >> p.page_shift];
+        if (one_page) {
           const T *src = base + page * page_stride + static_cast<int64_t>((k0 & page_mask) + r0) * tok_stride + c * 8;
+          // Rows r0 + i * kRowStep share r0's swizzle phase, so each copy is a constant
+          // offset from the first; with the pool's own layout (token rows of D elements)
+          // the source is too, and a copy is one instruction.
+          static_assert(kRowStep % 8 == 0, "rows of one thread must share the swizzle phase");
+          const uint32_t d = dst + kv_off(r0, c);
+          if (tok_stride == D) {
 #pragma unroll
-          for (int i = 0; i < kKeyTile / kRowStep; ++i)
-            cp_async_16(dst + kv_off(r0 + i * kRowStep, c), src + static_cast<int64_t>(i * kRowStep) * tok_stride, true);
+            for (int i = 0; i < kKeyTile / kRowStep; ++i) cp_async_16(d + i * kRowStep * 128, src + i * kRowStep * D);
+          } else {
+#pragma unroll
+            for (int i = 0; i < kKeyTile / kRowStep; ++i)
+              cp_async_16(d + i * kRowStep * 128, src + static_cast<int64_t>(i * kRowStep) * tok_stride);
+          }
         } else {
 #pragma unroll 2
           for (int i = 0; i < kKeyTile / kRowStep; ++i) {
             const int r = r0 + i * kRowStep;
             const int j = k0 + r;
             const bool valid = j < kv_len;
-            const int64_t page = valid ? bt[j >> p.page_shift] : 0;
-            const T *src = base + page * page_stride + static_cast<int64_t>(j & page_mask) * tok_stride + c * 8;
+            const int64_t pg = valid ? bt[j >> p.page_shift] : 0;
+            const T *src = base + pg * page_stride + static_cast<int64_t>(j & page_mask) * tok_stride + c * 8;
             cp_async_16(dst + kv_off(r, c), valid ? src : base, valid);
           }
         }
