@@ -316,6 +316,9 @@ __global__ void __launch_bounds__(384, 1)
 
   // Accumulator element i of this thread: row wrow + (i/2 % 2) * 8, column 8*(i/4) + 2*(lane%4) + i%2.
   const int wrow = cg * 64 + (warp & 3) * 16 + (lane >> 2);
+  // The query blocks of this thread's two rows, relative to the item's first (qb0), one
+  // byte each: set per item, so the masked softmax divides by nothing.
+  int row_blocks = 0;
   float o[NH][32];
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float s[2][32];  // S of a step's two tiles; written only by wgmma
@@ -375,26 +378,26 @@ __global__ void __launch_bounds__(384, 1)
   // scaled by alpha.
   auto softmax = [&](auto masked, int e0, int e1, uint32_t(&P)[8][4], float(&alpha)[2]) -> bool {
     constexpr bool kMasked = decltype(masked)::value;
-    int k0[2] = {0, 0};
-    bool ok[2][2] = {{true, true}, {true, true}};  // [tile][row half]: the tile's block is visible to the row
-    int pr[2] = {0, 0};
+    // [tile][row half]: the last key column (within the thread's columns, nt * 8 + e) the
+    // row may see; -1 when the tile's block is not visible to the row at all.
+    int lim[2][2] = {{0, 0}, {0, 0}};
     if constexpr (kMasked) {
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) pr[rr] = p0 + wrow + rr * 8;
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
         const int e = t == 0 ? e0 : e1;
-        k0[t] = (e & kTileIndexMask) * kKeyTile;
+        const int k0 = (e & kTileIndexMask) * kKeyTile;
         const unsigned bits = static_cast<unsigned>(e) >> cuda::kKeyTileBlockShift;
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) ok[t][rr] = e != kNoTiles && ((bits >> (pr[rr] / B - qb0)) & 1u);
+        for (int rr = 0; rr < 2; ++rr) {
+          const bool ok = e != kNoTiles && ((bits >> ((row_blocks >> (8 * rr)) & 0xff)) & 1u);
+          lim[t][rr] = ok ? p0 + wrow + rr * 8 - k0 - 2 * (lane & 3) : -1;
+        }
       }
     }
     auto logit = [&](int t, int rr, int nt, int e) {
       float v = s[t][nt * 4 + rr * 2 + e];
       if constexpr (kMasked) {
-        const int j = k0[t] + nt * 8 + 2 * (lane & 3) + e;
-        if (!ok[t][rr] || j > pr[rr]) v = -INFINITY;
+        if (nt * 8 + e > lim[t][rr]) v = -INFINITY;
       }
       return v;
     };
@@ -495,6 +498,7 @@ __global__ void __launch_bounds__(384, 1)
   // nothing. (A branch around the wgmma code on a loaded value makes ptxas serialize every
   // wgmma of the kernel: C7520.)
   locate(item);
+  row_blocks = ((p0 + wrow) / B - qb0) | (((p0 + wrow + 8) / B - qb0) << 8);
   named_barrier(2 + cg, 128);  // the previous item's epilogue has read its rows of sQ back
   load_q();
   // Q landed: every thread waits for its own copies, then the warpgroup meets.
