@@ -376,8 +376,9 @@ __global__ void __launch_bounds__(384, 1)
   // warp grew past m + kSlack; otherwise the exponentials use the stale m and stay below
   // 2^kSlack, exact in fp32 and representable in bf16/f16. Returns whether O must be
   // scaled by alpha.
-  auto softmax = [&](auto masked, int e0, int e1, uint32_t(&P)[8][4], float(&alpha)[2]) -> bool {
+  auto softmax = [&](auto masked, auto speculate, int e0, int e1, uint32_t(&P)[8][4], float(&alpha)[2]) -> bool {
     constexpr bool kMasked = decltype(masked)::value;
+    constexpr bool kSpeculate = decltype(speculate)::value;
     // [tile][row half]: the last key column (within the thread's columns, nt * 8 + e) the
     // row may see; -1 when the tile's block is not visible to the row at all.
     int lim[2][2] = {{0, 0}, {0, 0}};
@@ -401,6 +402,30 @@ __global__ void __launch_bounds__(384, 1)
       }
       return v;
     };
+    // P and the row sums against row maxima -m (0 for a row that has seen nothing yet).
+    auto exponentials = [&](const float(&m_use)[2], float(&sum)[2]) {
+      const float neg_m[2] = {m_use[0] == -INFINITY ? 0.f : -m_use[0], m_use[1] == -INFINITY ? 0.f : -m_use[1]};
+      sum[0] = sum[1] = 0.f;
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            const float x0 = fast_exp2(fmaf(logit(t, rr, nt, 0), p.scale_log2, neg_m[rr]));
+            const float x1 = fast_exp2(fmaf(logit(t, rr, nt, 1), p.scale_log2, neg_m[rr]));
+            sum[rr] += x0 + x1;
+            // A fragment of k-step nt/2: registers (rows lane/4, +8) x (keys of n-tile nt).
+            P[4 * t + nt / 2][(nt & 1) * 2 + rr] = pack2<T>(x0, x1);
+          }
+    };
+    // Speculation: the exponentials against the current m do not depend on this step's
+    // row maxima, so they issue alongside the max reduction (its shuffles and vote are
+    // the softmax's longest chain). The lazy rescale keeps m in most steps; in a step that
+    // moves it (every exponent the speculation could get wrong, including overflows, is
+    // one that moves it) they are computed again. Results are the same either way.
+    float sum[2];
+    if constexpr (kSpeculate) exponentials(m, sum);
     float mx[2];
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
@@ -428,21 +453,9 @@ __global__ void __launch_bounds__(384, 1)
         m[rr] = m_new;
         l[rr] *= alpha[rr];
       }
+      if constexpr (kSpeculate) exponentials(m, sum);
     }
-    float sum[2] = {0.f, 0.f};
-    const float neg_m[2] = {m[0] == -INFINITY ? 0.f : -m[0], m[1] == -INFINITY ? 0.f : -m[1]};
-#pragma unroll
-    for (int t = 0; t < 2; ++t)
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          const float x0 = fast_exp2(fmaf(logit(t, rr, nt, 0), p.scale_log2, neg_m[rr]));
-          const float x1 = fast_exp2(fmaf(logit(t, rr, nt, 1), p.scale_log2, neg_m[rr]));
-          sum[rr] += x0 + x1;
-          // A fragment of k-step nt/2: registers (rows lane/4, +8) x (keys of n-tile nt).
-          P[4 * t + nt / 2][(nt & 1) * 2 + rr] = pack2<T>(x0, x1);
-        }
+    if constexpr (!kSpeculate) exponentials(m, sum);
     l[0] += sum[0];
     l[1] += sum[1];
     return rescale;
@@ -483,9 +496,10 @@ __global__ void __launch_bounds__(384, 1)
     if (st.e0 & kLastTile) st.e1 = kNoTiles;
     return st;
   };
-  auto run_softmax = [&](const Step &st, uint32_t(&P)[8][4], float(&alpha)[2]) {
-    return any_masked(st.e0, st.e1) ? softmax(std::true_type{}, st.e0, st.e1, P, alpha)
-                                    : softmax(std::false_type{}, st.e0, st.e1, P, alpha);
+  // speculate: see softmax (an item's first step always moves m: no speculation there).
+  auto run_softmax = [&](auto speculate, const Step &st, uint32_t(&P)[8][4], float(&alpha)[2]) {
+    return any_masked(st.e0, st.e1) ? softmax(std::true_type{}, std::false_type{}, st.e0, st.e1, P, alpha)
+                                    : softmax(std::false_type{}, speculate, st.e0, st.e1, P, alpha);
   };
 
   int used = 0;  // stages consumed so far (ring position and phase)
@@ -524,7 +538,7 @@ __global__ void __launch_bounds__(384, 1)
     wgmma_wait<0>();
     fence_s();
     release(empty_k, cur.n);
-    rescale_o(run_softmax(cur, pa, alpha), alpha);
+    rescale_o(run_softmax(std::false_type{}, cur, pa, alpha), alpha);
     // One step: S(next) and PV(cur) in flight, softmax(next) into the other P buffer.
     // Returns false after the last step.
     auto body = [&](uint32_t(&Pcur)[8][4], uint32_t(&Pnext)[8][4]) -> bool {
@@ -545,7 +559,7 @@ __global__ void __launch_bounds__(384, 1)
         wgmma_wait<1>();
         fence_s();
         release(empty_k, n_next);
-        const bool rescale = run_softmax(next, Pnext, alpha);
+        const bool rescale = run_softmax(std::true_type{}, next, Pnext, alpha);
         wgmma_wait<0>();
         fence_o();
         fence_p(Pcur);
