@@ -10,8 +10,8 @@
 // queued, each between its own pair of events, and the host waits once at the end, so an
 // event pair holds the GPU's time for one launch and not the host's argument checks.
 // --sync-each waits after every launch (the host's time from the first event to the
-// kernel's start is then inside the pair: the method of bench/NOTES.md before 2026-11-29,
-// third session); --idle-ms N also sleeps N ms after each (a cool GPU: power-cap diagnostic).
+// kernel's start is then inside the pair: bench/NOTES.md's method until its fourth-session
+// section); --idle-ms N also sleeps N ms after each (a cool GPU: power-cap diagnostic).
 // Prints a table (DESIGN.md §9 cases, dense and sparse) and the prefix hit-rate sweep
 // (attention time of the whole 16 sparse + 16 dense layer stack per step).
 #include <bspa/bspa.h>
