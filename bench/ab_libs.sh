@@ -4,8 +4,9 @@
 # turn, ROUNDS times alternating, then the full correctness check on the first one.
 #   BSPA_CUDA_PATH=sm90 bash bench/ab_libs.sh BIN_DIR LIB_DIR... 
 # LIB_DIR holds a libbspa.so.N of the same ABI (e.g. a copy of an older build's). ONLY picks bench cases
-# (bench_prefill --only); ROUNDS (default 2). Logs go to $OUT (or bench/results/local); one
-# line per run is printed: case, layout, TFLOP/s.
+# (bench_prefill --only); ROUNDS (default 2); BENCH_ARGS adds bench_prefill options (e.g.
+# --quick); CHECK_ALL=1 runs the correctness check on every library, not just the first.
+# Logs go to $OUT (or bench/results/local); one line per run is printed: case, layout, TFLOP/s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=$1; shift
@@ -15,10 +16,14 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 for round in $(seq "${ROUNDS:-2}"); do
   for lib in "$@"; do
     log="$OUT/ab_$(basename "$lib")_$round.log"
-    LD_LIBRARY_PATH="$PWD/$lib" timeout 120 "$BIN/bench/bench_prefill" --no-sweep ${ONLY:+--only "$ONLY"} >"$log" 2>&1
+    LD_LIBRARY_PATH="$PWD/$lib" timeout 120 "$BIN/bench/bench_prefill" --no-sweep ${BENCH_ARGS:-} ${ONLY:+--only "$ONLY"} >"$log" 2>&1
     echo "== $lib round $round rc=$?"
     grep -E "(sparse|dense) +S=" "$log" | awk '{printf "%s %s %s %s | ", $1, $2, $3, $(NF-1)} END {print ""}'
   done
 done
-LD_LIBRARY_PATH="$PWD/$1" timeout 200 "$BIN/bench/bench_gpu_check" >"$OUT/check.log" 2>&1
-echo "check ($1) rc=$? $(tail -1 "$OUT/check.log")"
+for lib in "$@"; do
+  log="$OUT/check_$(basename "$lib").log"
+  LD_LIBRARY_PATH="$PWD/$lib" timeout 200 "$BIN/bench/bench_gpu_check" >"$log" 2>&1
+  echo "check ($lib) rc=$? $(tail -1 "$log")"
+  [ "${CHECK_ALL:-0}" = 1 ] || break
+done

@@ -419,33 +419,38 @@ __global__ void __launch_bounds__(384, 1)
             P[4 * t + nt / 2][(nt & 1) * 2 + rr] = pack2<T>(x0, x1);
           }
     };
-    // Speculation: the exponentials against the current m do not depend on this step's
-    // row maxima, so they issue alongside the max reduction (its shuffles and vote are
-    // the softmax's longest chain). The lazy rescale keeps m in most steps; in a step that
-    // moves it (every exponent the speculation could get wrong, including overflows, is
-    // one that moves it) they are computed again. Results are the same either way.
-    float sum[2];
-    if constexpr (kSpeculate) exponentials(m, sum);
-    float mx[2];
+    // Speculation: the exponentials against the current m are issued before anything
+    // else, and their row sums decide the lazy rescale: every value exp2(x - m) of a
+    // thread's partial sum is at most the sum, so partial sums <= 2^kSlack mean no logit
+    // passed m + kSlack, the lazy test, without the max tree, its shuffles and their
+    // latency (the max is only needed when m moves). A step that fails the test
+    // (overflow and NaN included, and a row that has seen nothing yet, whose m is -inf)
+    // takes the exact path below and computes them again. The bound is looser than the
+    // max test, so m moves in a few more steps; either way the results are exact in the
+    // same sense.
+    constexpr float kSlack = 8.f, kSlackBound = 256.f;  // 2^kSlack
+    static_assert(kSlackBound == float(1 << int(kSlack)), "kSlackBound is 2^kSlack");
+    // The row maxima of this step's logits (quad-reduced, in exp2 units).
+    auto row_max = [&](float(&mx)[2]) {
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      float v[16];
+      for (int rr = 0; rr < 2; ++rr) {
+        float v[16];
 #pragma unroll
-      for (int t = 0; t < 2; ++t)
+        for (int t = 0; t < 2; ++t)
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) v[t * 8 + nt] = fmaxf(logit(t, rr, nt, 0), logit(t, rr, nt, 1));
+          for (int nt = 0; nt < 8; ++nt) v[t * 8 + nt] = fmaxf(logit(t, rr, nt, 0), logit(t, rr, nt, 1));
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = fmaxf(v[i], v[i + 8]);
+        for (int i = 0; i < 8; ++i) v[i] = fmaxf(v[i], v[i + 8]);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) v[i] = fmaxf(v[i], v[i + 4]);
-      float x = fmaxf(fmaxf(v[0], v[2]), fmaxf(v[1], v[3]));
-      x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-      x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-      mx[rr] = x * p.scale_log2;
-    }
-    constexpr float kSlack = 8.f;
-    const bool rescale = __any_sync(0xffffffffu, mx[0] > m[0] + kSlack || mx[1] > m[1] + kSlack);
-    if (rescale) {
+        for (int i = 0; i < 4; ++i) v[i] = fmaxf(v[i], v[i + 4]);
+        float x = fmaxf(fmaxf(v[0], v[2]), fmaxf(v[1], v[3]));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+        mx[rr] = x * p.scale_log2;
+      }
+    };
+    // Moves m to max(m, mx) (every row of the warp) and scales l to match.
+    auto move_max = [&](const float(&mx)[2]) {
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
         const float m_new = fmaxf(m[rr], mx[rr]);
@@ -453,9 +458,24 @@ __global__ void __launch_bounds__(384, 1)
         m[rr] = m_new;
         l[rr] *= alpha[rr];
       }
-      if constexpr (kSpeculate) exponentials(m, sum);
+    };
+    float sum[2], mx[2];
+    bool rescale;
+    if constexpr (kSpeculate) {
+      exponentials(m, sum);
+      rescale = __any_sync(0xffffffffu, !(sum[0] <= kSlackBound) || !(sum[1] <= kSlackBound) || m[0] == -INFINITY ||
+                                            m[1] == -INFINITY);
+      if (rescale) {
+        row_max(mx);
+        move_max(mx);
+        exponentials(m, sum);
+      }
+    } else {  // the lazy test on the maxima themselves
+      row_max(mx);
+      rescale = __any_sync(0xffffffffu, mx[0] > m[0] + kSlack || mx[1] > m[1] + kSlack);
+      if (rescale) move_max(mx);
+      exponentials(m, sum);
     }
-    if constexpr (!kSpeculate) exponentials(m, sum);
     l[0] += sum[0];
     l[1] += sum[1];
     return rescale;
