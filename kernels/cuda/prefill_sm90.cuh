@@ -112,6 +112,15 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t empty_k = full_v + kPairs * 8;
   const uint32_t empty_v = empty_k + kPairs * 8;
   auto pair_bar = [](uint32_t bars, int n) { return bars + 8 * ((n % S) >> 1); };
+  // A consumer's ring position, kept as stage and phase rather than a stage count (n % S
+  // and n / S cost five instructions each, several times per step).
+  struct Ring {
+    int stage, phase;
+    __device__ Ring advanced(int k) const {  // k <= S
+      return stage + k >= S ? Ring{stage + k - S, phase ^ 1} : Ring{stage + k, phase};
+    }
+    __device__ uint32_t bar() const { return 8 * (stage >> 1); }  // its pair's barrier offset
+  };
   // K and V of a stage: 64 rows of each 64-column half, half-major across the stages
   // (half h of stage st at h * S + st halves), so the K or V of a step's two stages
   // (n even, n + 1) is one 128-row wgmma operand.
@@ -343,9 +352,9 @@ __global__ void __launch_bounds__(384, 1)
   const uint64_t k_desc = sw128_desc(smem_addr(sK), 1024);
   const uint64_t v_desc = sw128_desc(smem_addr(sV), 1024, kHalfStride);
   // S of the step at stages n, n + 1: one N = 128 operand (a pad's stale keys are masked).
-  auto issue_s = [&](int n) {
+  auto issue_s = [&](Ring n) {
     wgmma_fence();
-    const uint64_t k_stage = desc_advance(k_desc, stage_off(n % S));
+    const uint64_t k_stage = desc_advance(k_desc, stage_off(n.stage));
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off = (kk & 3) * 32;  // 16 columns = 32 bytes into the 128-byte row
@@ -354,12 +363,12 @@ __global__ void __launch_bounds__(384, 1)
     }
     wgmma_commit();
   };
-  auto issue_pv = [&](int n, bool two, const uint32_t(&P)[8][4]) {
+  auto issue_pv = [&](Ring n, bool two, const uint32_t(&P)[8][4]) {
     wgmma_fence();
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       if (t == 1 && !two) break;
-      const uint64_t v_stage = desc_advance(v_desc, stage_off((n + t) % S));
+      const uint64_t v_stage = desc_advance(v_desc, stage_off(n.stage + t));  // steps start on even stages
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         if constexpr (NH == 2)  // both 64-column halves of V at once (LBO apart)
@@ -487,14 +496,14 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
       for (int i = 0; i < 32; ++i) o[hh][i] *= alpha[(i >> 1) & 1];
   };
-  auto wait_v = [&](int n) {  // V of the step at stages n, n + 1 landed
-    mbar_wait(pair_bar(full_v, n), (n / S) & 1);
+  auto wait_v = [&](Ring n) {  // V of the step at stages n, n + 1 landed
+    mbar_wait(full_v + n.bar(), n.phase);
     fence_proxy_async();
   };
   // This warp is done with the K (or V) of the step at stages n, n + 1.
-  auto release = [&](uint32_t empty, int n) {
+  auto release = [&](uint32_t empty, Ring n) {
     __syncwarp();
-    if (lane == 0) mbar_arrive(pair_bar(empty, n));
+    if (lane == 0) mbar_arrive(empty + n.bar());
   };
   auto any_masked = [](int e0, int e1) {
     return e1 == kNoTiles || ((e0 | e1) & cuda::kKeyTileMasked);
@@ -502,16 +511,17 @@ __global__ void __launch_bounds__(384, 1)
   // The step at stages n, n + 1 once their K landed: its entries (e1 = kNoTiles when the
   // second stage is a pad).
   struct Step {
-    int n, e0, e1;
+    Ring n;
+    int e0, e1;
   };
-  auto take_step = [&](int n) {
-    mbar_wait(pair_bar(full_k, n), (n / S) & 1);
+  auto take_step = [&](Ring n) {
+    mbar_wait(full_k + n.bar(), n.phase);
     fence_proxy_async();  // the copies landed through the generic proxy; wgmma reads through the async one
     // Lane 0 reads the entries for its warp: it alone arrives on the empty barrier that
     // lets the producer rewrite them, so the reads are ordered before that arrival in its
     // own program order (compute-sanitizer racecheck reports the other lanes' reads otherwise).
     int e0 = 0, e1 = 0;
-    if (lane == 0) e0 = sEntry[n % S], e1 = sEntry[(n + 1) % S];
+    if (lane == 0) e0 = sEntry[n.stage], e1 = sEntry[n.stage + 1];
     Step st{n, __shfl_sync(0xffffffffu, e0, 0), __shfl_sync(0xffffffffu, e1, 0)};
     if (st.e0 & kLastTile) st.e1 = kNoTiles;
     return st;
@@ -523,7 +533,7 @@ __global__ void __launch_bounds__(384, 1)
                                     : softmax(std::false_type{}, speculate, st.e0, st.e1, P, alpha);
   };
 
-  int used = 0;  // stages consumed so far (ring position and phase)
+  Ring used{0, 0};  // the ring position after the stages consumed so far
   for (int round = 0; round < rounds; ++round) {
   const int u = unit_of(round);
   if (u >= units) break;
@@ -552,8 +562,8 @@ __global__ void __launch_bounds__(384, 1)
   if (cur.e0 == kNoTiles) {
     release(empty_k, used);  // no visible key: O = 0, lse = -inf
     release(empty_v, used);
-    used += 2;
-    asm volatile("" : "+r"(used));
+    used = used.advanced(2);
+    asm volatile("" : "+r"(used.stage), "+r"(used.phase));
   } else {
     issue_s(cur.n);
     wgmma_wait<0>();
@@ -568,7 +578,7 @@ __global__ void __launch_bounds__(384, 1)
       // Only an item's last step may have one tile, so this is n + 2 wherever it is waited
       // on. Written so, and with `used` opaque below: once the compiler can tell that every
       // step starts on an even stage, ptxas serializes every wgmma (C7520; not understood).
-      const int n_next = cur.n + (two ? 2 : 1);
+      const Ring n_next = cur.n.advanced(two ? 2 : 1);
       Step next{};
       if (!last) next = take_step(n_next);
       fence_o();
@@ -593,8 +603,8 @@ __global__ void __launch_bounds__(384, 1)
       fence_o();
       fence_p(Pcur);
       release(empty_v, cur.n);
-      used = cur.n + 2;
-      asm volatile("" : "+r"(used));
+      used = cur.n.advanced(2);
+      asm volatile("" : "+r"(used.stage), "+r"(used.phase));
       return false;
     };
     // Unrolled by two by hand (the P buffers swap); no further unrolling (code size).
