@@ -446,6 +446,18 @@ int main(int argc, char **argv) {
     cases.push_back(c);
   }
   {
+    // Wide logits (scale far above 1/sqrt(D)): row maxima keep growing from step to step,
+    // so the sm90a softmax's speculative exponentials fail their test (sums past 2^8,
+    // overflow to inf at scale 4) and its exact path runs, in unmasked and masked steps.
+    Case c;
+    c.hq = 32, c.hkv = 8, c.ps = 64, c.scale = 1.0f;
+    c.seqs = {{1537, 1200}};
+    cases.push_back(c);
+    c.hq = 8, c.hkv = 2, c.layout = 0, c.dt = BSPA_DTYPE_F16, c.scale = 4.0f;
+    c.seqs = {{300, 900}, {0, 257}};
+    cases.push_back(c);
+  }
+  {
     Case c;  // a split tail whose key tiles take two listing passes (over 512 tiles of 64)
     c.hq = 4, c.hkv = 1, c.ps = 64;
     c.seqs = {{33000, 300}};
