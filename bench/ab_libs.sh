@@ -5,7 +5,8 @@
 #   BSPA_CUDA_PATH=sm90 bash bench/ab_libs.sh BIN_DIR LIB_DIR... 
 # LIB_DIR holds a libbspa.so.N of the same ABI (e.g. a copy of an older build's). ONLY picks bench cases
 # (bench_prefill --only); ROUNDS (default 2); BENCH_ARGS adds bench_prefill options (e.g.
-# --quick); CHECK_ALL=1 runs the correctness check on every library, not just the first.
+# --quick); CHECK=all runs the correctness check on every library, CHECK=none on none
+# (default: the first).
 # Logs go to $OUT (or bench/results/local); one line per run is printed: case, layout, TFLOP/s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,9 +22,10 @@ for round in $(seq "${ROUNDS:-2}"); do
     grep -E "(sparse|dense) +S=" "$log" | awk '{printf "%s %s %s %s | ", $1, $2, $3, $(NF-1)} END {print ""}'
   done
 done
+[ "${CHECK:-first}" = none ] && exit 0
 for lib in "$@"; do
   log="$OUT/check_$(basename "$lib").log"
   LD_LIBRARY_PATH="$PWD/$lib" timeout 200 "$BIN/bench/bench_gpu_check" >"$log" 2>&1
   echo "check ($lib) rc=$? $(tail -1 "$log")"
-  [ "${CHECK_ALL:-0}" = 1 ] || break
+  [ "${CHECK:-first}" = all ] || break
 done
