@@ -527,7 +527,8 @@ __global__ void __launch_bounds__(384, 1)
     return st;
   };
   // speculate: see softmax. Not for an item's first step (it always moves m) nor for masked
-  // steps (speculating there spilled 272 bytes in the key loop: bench/NOTES.md, v19).
+  // steps: their masked copy of S does not fit beside the speculation (272 bytes of spill in
+  // the key loop at v19, 200 with the sum test; bench/NOTES.md, v19 and fifth session).
   auto run_softmax = [&](auto speculate, const Step &st, uint32_t(&P)[8][4], float(&alpha)[2]) {
     return any_masked(st.e0, st.e1) ? softmax(std::true_type{}, std::false_type{}, st.e0, st.e1, P, alpha)
                                     : softmax(std::false_type{}, speculate, st.e0, st.e1, P, alpha);
