@@ -1,5 +1,6 @@
 """CPU prefill through the pool against the float64 reference with an explicit mask."""
 
+import contextlib
 import functools
 
 import numpy as np
@@ -97,13 +98,19 @@ def test_mixed_batch_with_unaligned_context_and_decode():
             check_against_reference(conv, ctx, q, out, lse, allowed)
 
 
-def test_prefill_paged_over_the_pools_pages_matches_prefill():
-    rng = np.random.default_rng(3)
+@contextlib.contextmanager
+def one_conversation_pool(seed, tokens):
+    """A strided layout, a conversation of `tokens` tokens and an f32 pool whose one sequence holds them."""
     layout, _ = make_layout("strided")
-    conv = Conversation(rng, 90)
+    conv = Conversation(np.random.default_rng(seed), tokens)
     with bspa.Pool(num_kv_heads=HKV, head_dim=D, page_size=PAGE, num_pages=16, dtype="f32") as pool:
         seq = pool.sequence()
         seq.append(conv.tokens)
+        yield layout, conv, pool, seq
+
+
+def test_prefill_paged_over_the_pools_pages_matches_prefill():
+    with one_conversation_pool(3, 90) as (layout, conv, pool, seq):
         step(pool, layout, [(seq, conv, 0, 41)])
         seq.commit(41)
         [(expected, _)] = step(pool, layout, [(seq, conv, 41, 49)])
@@ -133,12 +140,7 @@ def test_prefill_workspace_bytes_rejects_head_dim_0():
 
 
 def test_prefill_paged_with_a_cpu_workspace_matches_without():
-    rng = np.random.default_rng(5)
-    layout, _ = make_layout("strided")
-    conv = Conversation(rng, 75)
-    with bspa.Pool(num_kv_heads=HKV, head_dim=D, page_size=PAGE, num_pages=16, dtype="f32") as pool:
-        seq = pool.sequence()
-        seq.append(conv.tokens)
+    with one_conversation_pool(5, 75) as (layout, conv, pool, seq):
         step(pool, layout, [(seq, conv, 0, 75)])
         k_pages, v_pages = pool.kv(0)
         metadata = (seq.pages()[None, :], np.array([0, 30], dtype=np.int32), np.array([45], dtype=np.int32))
