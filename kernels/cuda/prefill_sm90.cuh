@@ -381,10 +381,10 @@ __global__ void __launch_bounds__(384, 1)
   };
   // Softmax of a step (entries e0, e1; e1 = kNoTiles when the step has one tile): reads S
   // (never writes it: registers wgmma writes stay untouched between its groups), moves m
-  // and l, writes P. Lazy rescale (as the sm80 kernel): m only moves when some row of the
-  // warp grew past m + kSlack; otherwise the exponentials use the stale m and stay below
-  // 2^kSlack, exact in fp32 and representable in bf16/f16. Returns whether O must be
-  // scaled by alpha.
+  // and l, writes P. Lazy rescale (as the sm80 kernel): m only moves in a step where some
+  // row of the warp may have grown past m + kSlack (the test differs with speculation,
+  // below); otherwise the exponentials use the stale m and stay below 2^kSlack, exact in
+  // fp32 and representable in bf16/f16. Returns whether O must be scaled by alpha.
   auto softmax = [&](auto masked, auto speculate, int e0, int e1, uint32_t(&P)[8][4], float(&alpha)[2]) -> bool {
     constexpr bool kMasked = decltype(masked)::value;
     constexpr bool kSpeculate = decltype(speculate)::value;
@@ -429,14 +429,13 @@ __global__ void __launch_bounds__(384, 1)
           }
     };
     // Speculation: the exponentials against the current m are issued before anything
-    // else, and their row sums decide the lazy rescale: every value exp2(x - m) of a
-    // thread's partial sum is at most the sum, so partial sums <= 2^kSlack mean no logit
-    // passed m + kSlack, the lazy test, without the max tree, its shuffles and their
-    // latency (the max is only needed when m moves). A step that fails the test
-    // (overflow and NaN included, and a row that has seen nothing yet, whose m is -inf)
-    // takes the exact path below and computes them again. The bound is looser than the
-    // max test, so m moves in a few more steps; either way the results are exact in the
-    // same sense.
+    // else, and their row sums decide the lazy rescale: every value exp2(x - m) in a
+    // thread's partial sum is at most that sum, so partial sums <= 2^kSlack mean no logit
+    // passed m + kSlack. That test needs no max tree, shuffles or their latency (the max
+    // is computed only when m moves: bench/NOTES.md, v21). A step that fails it (overflow
+    // and NaN included, and a row that has seen nothing yet, whose m is -inf) computes the
+    // maxima and the exponentials again. The sum test is looser than the max test, so m
+    // may move in a few more steps; either way every value stays within 2^kSlack.
     constexpr float kSlack = 8.f, kSlackBound = 256.f;  // 2^kSlack
     static_assert(kSlackBound == float(1 << int(kSlack)), "kSlackBound is 2^kSlack");
     // The row maxima of this step's logits (quad-reduced, in exp2 units).
