@@ -12,18 +12,14 @@
 #include "kernels/cuda/prefill_sm90.hpp"
 
 namespace bspa::kernels {
-namespace {
-size_t align_up(size_t v) { return (v + 255) & ~size_t{255}; }
-}  // namespace
-
 std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, int32_t device, int32_t head_dim,
                                                        int32_t num_kv_heads, void *stream_ptr) {
   const size_t qs = plan.query_starts.size() * sizeof(int32_t);
   const size_t cl = plan.context_lens.size() * sizeof(int32_t);
   const size_t bt = plan.block_table.size() * sizeof(int32_t);
   const size_t wk = plan.work.size() * sizeof(WorkItem);
-  const size_t o_cl = align_up(qs), o_bt = o_cl + align_up(cl), o_wk = o_bt + align_up(bt);
-  const size_t copied = o_wk + align_up(wk);
+  const size_t o_cl = cuda::align_to_256(qs), o_bt = o_cl + cuda::align_to_256(cl), o_wk = o_bt + cuda::align_to_256(bt);
+  const size_t copied = o_wk + cuda::align_to_256(wk);
   auto meta = std::make_unique<DeviceBatchMetadata>();
   meta->device = device;
   meta->allocation = cuda_malloc(device, copied);

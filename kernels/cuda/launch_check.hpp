@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+
 #include "common/error.hpp"
 
 namespace bspa::kernels::cuda {
@@ -17,6 +19,10 @@ inline void check_cuda(cudaError_t e, const char *what) {
 
 // Call right after a <<<...>>> launch.
 void check_launch(const char *kernel, cudaStream_t stream);
+
+// Offsets of arrays packed into one device allocation, rounded up so each keeps the 256-byte
+// alignment cudaMalloc gives the allocation.
+constexpr size_t align_to_256(size_t v) { return (v + 255) & ~size_t{255}; }
 
 // Streaming multiprocessors of `device` (sizes persistent grids and their workspaces;
 // cached per device after the first query); -1 = the current device.

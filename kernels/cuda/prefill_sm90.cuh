@@ -111,9 +111,9 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t full_v = full_k + kPairs * 8;
   const uint32_t empty_k = full_v + kPairs * 8;
   const uint32_t empty_v = empty_k + kPairs * 8;
-  auto pair_bar = [](uint32_t bars, int n) { return bars + 8 * ((n % S) >> 1); };
-  // A consumer's ring position, kept as stage and phase rather than a stage count (n % S
-  // and n / S cost five instructions each, several times per step).
+  // A ring position (the producer's after the stages it filled, a consumer's after those
+  // it took), kept as stage and phase rather than a stage count (n % S and n / S cost
+  // five instructions each, several times per step).
   struct Ring {
     int stage, phase;
     __device__ Ring advanced(int k) const {  // k <= S
@@ -127,9 +127,8 @@ __global__ void __launch_bounds__(384, 1)
   constexpr uint32_t kHalf = kKeyTile * 128;
   constexpr uint32_t kHalfStride = S * kHalf;
   auto stage_off = [](int stage) { return static_cast<uint32_t>(stage) * kHalf; };
-  auto kv_off = [](int r, int c) {
-    return static_cast<uint32_t>((c >> 3) * kHalfStride + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-  };
+  // Chunk c of row r of stage 0: the ring's K (or V) is one swizzled operand of S * 64 rows.
+  auto kv_off = [](int r, int c) { return swz<S * kKeyTile>(r, c); };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int B = p.layout.block_size;
@@ -194,12 +193,13 @@ __global__ void __launch_bounds__(384, 1)
     // Thread tid copies 16-byte chunk tid % kChunks of rows tid / kChunks + i * kRowStep.
     constexpr int kRowStep = C::kProducers / C::kChunks;
     const int c = tid % C::kChunks, r0 = tid / C::kChunks;
-    int filled = 0;  // stages filled so far (ring position and phase)
+    Ring filled{0, 0};  // after the stages filled so far
+    bool lapped = false;  // the ring is full once: each stage waits for its release first
     // Hands one stage to the consumers: K once its K is free (then the entry), V once its
     // V is free; copies nothing for kNoTiles.
     auto fill = [&](int entry) {
-      const int stage = filled % S;
-      const uint32_t parity = ((filled / S) - 1) & 1;
+      const int stage = filled.stage;
+      const uint32_t parity = filled.phase ^ 1;  // the consumers' release of the previous lap
       const int k0 = (entry & kTileIndexMask) * kKeyTile;
       const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
       // A whole tile in one page (tiles are 64-aligned) takes one block-table read, shared
@@ -237,17 +237,18 @@ __global__ void __launch_bounds__(384, 1)
         }
       };
       const bool second = stage & 1;  // of its pair: the pair's barriers were waited for
-      if (filled >= S && !second) mbar_wait(pair_bar(empty_k, stage), parity);
+      if (lapped && !second) mbar_wait(empty_k + filled.bar(), parity);
       if (entry != kNoTiles) copy(smem_addr(sK) + stage_off(stage), p.k, p.k_head, p.k_page, p.k_tok);
-      cp_async_arrive(pair_bar(full_k, stage));
+      cp_async_arrive(full_k + filled.bar());
       if (tid == 0) {
         sEntry[stage] = entry;
-        if (second) mbar_arrive(pair_bar(full_k, stage));  // release: both entries are visible with the phase
+        if (second) mbar_arrive(full_k + filled.bar());  // release: both entries are visible with the phase
       }
-      if (filled >= S && !second) mbar_wait(pair_bar(empty_v, stage), parity);
+      if (lapped && !second) mbar_wait(empty_v + filled.bar(), parity);
       if (entry != kNoTiles) copy(smem_addr(sV) + stage_off(stage), p.v, p.v_head, p.v_page, p.v_tok);
-      cp_async_arrive(pair_bar(full_v, stage));
-      ++filled;
+      cp_async_arrive(full_v + filled.bar());
+      filled = filled.advanced(1);
+      lapped |= filled.stage == 0;
     };
     for (int round = 0; round < rounds; ++round) {
       const int u = unit_of(round);
@@ -299,7 +300,7 @@ __global__ void __launch_bounds__(384, 1)
         named_barrier(1, 128);  // sList is rewritten by the next pass
       }
       fill(held == kNoTiles ? kNoTiles : held | kLastTile);
-      if (filled & 1) fill(kNoTiles);  // steps start on even stages: pad the pair
+      if (filled.stage & 1) fill(kNoTiles);  // steps start on even stages: pad the pair
     }
     cp_async_wait<0>();
     return;

@@ -3,15 +3,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/prefill_sm90.hpp"
 
 namespace bspa::kernels::sm90 {
 namespace {
-constexpr size_t align256(size_t v) { return (v + 255) & ~size_t{255}; }
 constexpr int kMaxWays = 4;
 }  // namespace
 
-size_t split_counter_bytes(int sms) { return align256(sizeof(int32_t) * 2 * static_cast<size_t>(sms)); }
+size_t split_counter_bytes(int sms) { return cuda::align_to_256(sizeof(int32_t) * 2 * static_cast<size_t>(sms)); }
 
 size_t split_workspace_bytes(int head_dim, int sms) {
   return split_counter_bytes(sms) + split_unit_bytes(head_dim) * 2 * static_cast<size_t>(sms);
