@@ -111,9 +111,12 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t full_v = full_k + kPairs * 8;
   const uint32_t empty_k = full_v + kPairs * 8;
   const uint32_t empty_v = empty_k + kPairs * 8;
-  // A ring position (the producer's after the stages it filled, a consumer's after those
-  // it took), kept as stage and phase rather than a stage count (n % S and n / S cost
-  // five instructions each, several times per step).
+  // The producer's stage count n: stage n % S, pair barrier at 8 * (stage / 2).
+  auto pair_bar = [](uint32_t bars, int n) { return bars + 8 * ((n % S) >> 1); };
+  // A consumer's ring position, kept as stage and phase rather than a stage count (n % S
+  // and n / S cost five instructions each, several times per step). The producer keeps
+  // its count: walking the ring with this measured 1% slower at 32k sparse (its divisions
+  // are off the consumers' chain; bench/NOTES.md, fifth session).
   struct Ring {
     int stage, phase;
     __device__ Ring advanced(int k) const {  // k <= S
@@ -193,13 +196,12 @@ __global__ void __launch_bounds__(384, 1)
     // Thread tid copies 16-byte chunk tid % kChunks of rows tid / kChunks + i * kRowStep.
     constexpr int kRowStep = C::kProducers / C::kChunks;
     const int c = tid % C::kChunks, r0 = tid / C::kChunks;
-    Ring filled{0, 0};  // after the stages filled so far
-    bool lapped = false;  // the ring is full once: each stage waits for its release first
+    int filled = 0;  // stages filled so far (ring position and phase)
     // Hands one stage to the consumers: K once its K is free (then the entry), V once its
     // V is free; copies nothing for kNoTiles.
     auto fill = [&](int entry) {
-      const int stage = filled.stage;
-      const uint32_t parity = filled.phase ^ 1;  // the consumers' release of the previous lap
+      const int stage = filled % S;
+      const uint32_t parity = ((filled / S) - 1) & 1;
       const int k0 = (entry & kTileIndexMask) * kKeyTile;
       const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
       // A whole tile in one page (tiles are 64-aligned) takes one block-table read, shared
@@ -237,18 +239,17 @@ __global__ void __launch_bounds__(384, 1)
         }
       };
       const bool second = stage & 1;  // of its pair: the pair's barriers were waited for
-      if (lapped && !second) mbar_wait(empty_k + filled.bar(), parity);
+      if (filled >= S && !second) mbar_wait(pair_bar(empty_k, stage), parity);
       if (entry != kNoTiles) copy(smem_addr(sK) + stage_off(stage), p.k, p.k_head, p.k_page, p.k_tok);
-      cp_async_arrive(full_k + filled.bar());
+      cp_async_arrive(pair_bar(full_k, stage));
       if (tid == 0) {
         sEntry[stage] = entry;
-        if (second) mbar_arrive(full_k + filled.bar());  // release: both entries are visible with the phase
+        if (second) mbar_arrive(pair_bar(full_k, stage));  // release: both entries are visible with the phase
       }
-      if (lapped && !second) mbar_wait(empty_v + filled.bar(), parity);
+      if (filled >= S && !second) mbar_wait(pair_bar(empty_v, stage), parity);
       if (entry != kNoTiles) copy(smem_addr(sV) + stage_off(stage), p.v, p.v_head, p.v_page, p.v_tok);
-      cp_async_arrive(full_v + filled.bar());
-      filled = filled.advanced(1);
-      lapped |= filled.stage == 0;
+      cp_async_arrive(pair_bar(full_v, stage));
+      ++filled;
     };
     for (int round = 0; round < rounds; ++round) {
       const int u = unit_of(round);
@@ -300,7 +301,7 @@ __global__ void __launch_bounds__(384, 1)
         named_barrier(1, 128);  // sList is rewritten by the next pass
       }
       fill(held == kNoTiles ? kNoTiles : held | kLastTile);
-      if (filled.stage & 1) fill(kNoTiles);  // steps start on even stages: pad the pair
+      if (filled & 1) fill(kNoTiles);  // steps start on even stages: pad the pair
     }
     cp_async_wait<0>();
     return;
