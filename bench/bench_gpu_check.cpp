@@ -465,6 +465,14 @@ int main(int argc, char **argv) {
     c.layout = 0, c.seqs = {{32800, 200}, {0, 130}};
     cases.push_back(c);
   }
+  {
+    // Whole rounds, then a stream-K tail: 512 items on 132 SMs leave 116, spread over
+    // 132 spans (fragments of two items per span, two or three per item).
+    Case c;
+    c.hq = 32, c.hkv = 8, c.ps = 64, c.scale = 1.0f / 128;
+    c.seqs = {{600, 2048}};
+    cases.push_back(c);
+  }
   if (!quick) {
     for (int i = 0; i < 40; ++i) {  // random cases
       Case c;
