@@ -163,9 +163,16 @@ __global__ void __launch_bounds__(384, 1)
       const int u = unit_of(round);
       return Unit{u < items ? u : -1, -1, 0, 0, 0};
     }
-    const int b = static_cast<int>(blockIdx.x), k = round - whole_rounds, len = split.spans;
-    const int start = b * split.tail, end = start + split.tail;
-    const int t = start / len + k;  // the span's first item, or the next one
+    // A span of two fragments takes its second first: the start of the next item (its
+    // keys from the first tile on), as the spans of one fragment do, so every CTA's key
+    // position stays within 1 - tail / spans of an item of the others' and they share the
+    // K/V they read through L2 (in span order, DRAM reads of 32k C = 30k grew by 40% and
+    // the launch was 7% slower; bench/NOTES.md, sixth session).
+    const int b = static_cast<int>(blockIdx.x), len = split.spans;
+    const int start = b * split.tail, end = start + split.tail, t0 = start / len;
+    const bool two = end > (t0 + 1) * len;
+    const int k = two ? 1 - (round - whole_rounds) : round - whole_rounds;
+    const int t = t0 + k;
     const int lo = max(start, t * len), hi = min(end, (t + 1) * len);
     if (b >= len || lo >= hi) return Unit{-1, -1, 0, 0, 0};
     return Unit{split.first + t, t, lo - t * len, hi - t * len, 2 * b + k};
