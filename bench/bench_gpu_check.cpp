@@ -466,8 +466,8 @@ int main(int argc, char **argv) {
     cases.push_back(c);
   }
   {
-    // Whole rounds, then a stream-K tail: 512 items on 132 SMs leave 116, spread over
-    // 132 spans (fragments of two items per span, two or three per item).
+    // The shape of 32k with C = 30k at a shorter prefix: 512 items, so a persistent launch
+    // on 132 SMs walks three whole rounds and a partial one.
     Case c;
     c.hq = 32, c.hkv = 8, c.ps = 64, c.scale = 1.0f / 128;
     c.seqs = {{600, 2048}};

@@ -25,13 +25,12 @@
 //    i+1's softmax runs (FlashAttention-3's intra-warpgroup overlap); P is double-buffered.
 // No CTA-wide barrier after the set-up: the consumers drift relative to each other, so
 // one's softmax overlaps the other's GEMMs.
-// Split tail (SplitPlan, stream-K style): when the last round would leave SMs idle, its
-// items are laid end to end and cut into one span per CTA, each span at most two
-// fragments (key-tile ranges) of consecutive items. Every fragment stores its
-// unnormalised O, row max and row sum (fp32, in the accumulators' own register order, so
-// no shuffle is needed) to the workspace and counts itself in on the item's counter; the
-// last one in merges the others into its registers and runs the normal epilogue. No
-// fragment waits for another, so no co-residency is assumed.
+// Split tail (SplitPlan): when the last round would leave SMs idle, its items run as
+// `ways` units each, unit c taking the c-th share of the item's visible key tiles. Every
+// unit stores its unnormalised O, row max and row sum (fp32, in the accumulators' own
+// register order, so no shuffle is needed) to the workspace and counts itself in on the
+// item's counter; the last one in merges the others into its registers and runs the
+// normal epilogue. No unit waits for another, so no co-residency is assumed.
 // Layout block sizes must be multiples of 64 (checked on the host).
 #pragma once
 
@@ -144,38 +143,21 @@ __global__ void __launch_bounds__(384, 1)
   // so the stages they exchange line up; the producer starts the next item's list and
   // copies while the consumers finish the current one. Everything the walk depends on is
   // uniform (a branch around wgmma code on a loaded value makes ptxas serialize them).
-  // Whole items in rounds, then (split) the CTA's span of the tail as up to two fragments.
+  // Units: the whole items before split.first, then chunk 0 of every split item, chunk 1, ...
   const int items = static_cast<int>(work.x * work.y * work.z);
-  const int grid = static_cast<int>(gridDim.x);
-  const int whole_rounds = split.active() ? split.first / grid : (items + grid - 1) / grid;
-  const int rounds = whole_rounds + (split.active() ? 2 : 0);
+  const int units = static_cast<int>(split.units(items));
+  const int rounds = (units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   auto unit_of = [&](int round) {
     const int pos = (round & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
-    return round * grid + pos;
+    return round * static_cast<int>(gridDim.x) + pos;
   };
-  // A round's unit: a whole item (tail = -1), or the fragment [a, e) (of split.spans) of
-  // split item `tail`, stored in partial slot `slot`; item = -1: none (the walk ends).
   struct Unit {
-    int item, tail, a, e, slot;
+    int item, chunk, tail;  // tail: the item's index among the split ones (-1: whole)
   };
-  auto unit_at = [&](int round) {
-    if (round < whole_rounds) {
-      const int u = unit_of(round);
-      return Unit{u < items ? u : -1, -1, 0, 0, 0};
-    }
-    // A span of two fragments takes its second first: the start of the next item (its
-    // keys from the first tile on), as the spans of one fragment do, so every CTA's key
-    // position stays within 1 - tail / spans of an item of the others' and they share the
-    // K/V they read through L2 (in span order, DRAM reads of 32k C = 30k grew by 40% and
-    // the launch was 7% slower; bench/NOTES.md, sixth session).
-    const int b = static_cast<int>(blockIdx.x), len = split.spans;
-    const int start = b * split.tail, end = start + split.tail, t0 = start / len;
-    const bool two = end > (t0 + 1) * len;
-    const int k = two ? 1 - (round - whole_rounds) : round - whole_rounds;
-    const int t = t0 + k;
-    const int lo = max(start, t * len), hi = min(end, (t + 1) * len);
-    if (b >= len || lo >= hi) return Unit{-1, -1, 0, 0, 0};
-    return Unit{split.first + t, t, lo - t * len, hi - t * len, 2 * b + k};
+  auto unit_parts = [&](int u) {
+    if (u < split.first) return Unit{u, 0, -1};
+    const int v = u - split.first;
+    return Unit{split.first + v % split.tail, v / split.tail, v % split.tail};
   };
   int h = 0, seq = 0, qs = 0, q_len = 0, ctx = 0, t0 = 0, t1 = 0, p0 = 0, p1 = 0, qb0 = 0, qb1 = 0;
   // Sets the item's tile; false (and no rows: t0 = t1) when the item has none.
@@ -270,8 +252,9 @@ __global__ void __launch_bounds__(384, 1)
       ++filled;
     };
     for (int round = 0; round < rounds; ++round) {
-      const Unit unit = unit_at(round);
-      if (unit.item < 0) break;
+      const int u = unit_of(round);
+      if (u >= units) break;  // only in the last round
+      const Unit unit = unit_parts(u);
       if (!locate(unit.item)) {  // the consumers take the item too: one empty step
         fill(kNoTiles);
         fill(kNoTiles);  // and its pair
@@ -296,7 +279,6 @@ __global__ void __launch_bounds__(384, 1)
       };
       // The unit's share [lo, hi) of the item's visible tiles: all of them unless split,
       // which needs their count first (one pass usually lists them all: kept, not redone).
-      // Fragments of an item meet exactly: the same rounding at the shared end.
       int lo = 0, hi = kLastTile, kept = -1;
       if (unit.tail >= 0) {
         int n = 0;
@@ -304,8 +286,8 @@ __global__ void __launch_bounds__(384, 1)
         // sList, and counting reads nothing of it.
         for (int c0 = 0; c0 < n_kt; c0 += kListCap) n += list_pass(c0);
         if (n_kt <= kListCap) kept = n;
-        lo = static_cast<int>(static_cast<int64_t>(unit.a) * n / split.spans);
-        hi = static_cast<int>(static_cast<int64_t>(unit.e) * n / split.spans);
+        lo = unit.chunk * n / split.ways;
+        hi = (unit.chunk + 1) * n / split.ways;
       }
       // One tile is held back per pass so the last one can carry kLastTile.
       int held = kNoTiles;
@@ -555,8 +537,9 @@ __global__ void __launch_bounds__(384, 1)
 
   Ring used{0, 0};  // the ring position after the stages consumed so far
   for (int round = 0; round < rounds; ++round) {
-  const Unit unit = unit_at(round);
-  if (unit.item < 0) break;
+  const int u = unit_of(round);
+  if (u >= units) break;
+  const Unit unit = unit_parts(u);
   const int item = unit.item;
   // No `continue` for items without rows: they arrive as one empty step and store
   // nothing. (A branch around the wgmma code on a loaded value makes ptxas serialize every
@@ -639,30 +622,28 @@ __global__ void __launch_bounds__(384, 1)
   if (unit.tail >= 0) {
     const int ctid = tid & 127;
     constexpr int kVecs = NH * 8 + 1;  // float4s per thread: O, then (m0, m1, l0, l1)
-    auto slot = [&](int index) { return partials + (static_cast<int64_t>(index) * 2 + cg) * (kVecs * 128) + ctid; };
-    float4 *mine = slot(unit.slot);
+    auto slot = [&](int chunk) {
+      return partials + (static_cast<int64_t>(chunk * split.tail + unit.tail) * 2 + cg) * (kVecs * 128) + ctid;
+    };
+    float4 *mine = slot(unit.chunk);
 #pragma unroll
     for (int hh = 0; hh < NH; ++hh)
 #pragma unroll
       for (int q = 0; q < 8; ++q)
         mine[(hh * 8 + q) * 128] = make_float4(o[hh][4 * q], o[hh][4 * q + 1], o[hh][4 * q + 2], o[hh][4 * q + 3]);
     mine[NH * 8 * 128] = make_float4(m[0], m[1], l[0], l[1]);
-    // The spans that hold a fragment of this item.
-    const int len = split.spans;
-    const int b_first = unit.tail * len / split.tail, b_last = ((unit.tail + 1) * len - 1) / split.tail;
     // Release (every thread's stores, then the warpgroup's one count) and, for the
     // last unit in, acquire: the pattern of CUDA's threadFenceReduction sample.
     __threadfence();
     named_barrier(2 + cg, 128);
-    if (ctid == 0) sLastIn[cg] = atomicAdd(counters + 2 * unit.tail + cg, 1) == b_last - b_first;
+    if (ctid == 0) sLastIn[cg] = atomicAdd(counters + 2 * unit.tail + cg, 1) == split.ways - 1;
     named_barrier(2 + cg, 128);
     last_in = sLastIn[cg] != 0;
     if (last_in) {
       __threadfence();
-      for (int b = b_first; b <= b_last; ++b) {
-        const int index = 2 * b + (b * split.tail / len == unit.tail ? 0 : 1);  // the item is b's first or second
-        if (index == unit.slot) continue;
-        const float4 *other = slot(index);
+      for (int c = 0; c < split.ways; ++c) {
+        if (c == unit.chunk) continue;
+        const float4 *other = slot(c);
         const float4 st = __ldcg(other + NH * 8 * 128);
         const float ms[2] = {st.x, st.y}, ls[2] = {st.z, st.w};
         float wa[2], wb[2];  // weights of this unit's and the other's partial sums
@@ -749,13 +730,13 @@ void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStr
   const SplitPlan split = plan_split(items, sms, capacity);
   int *counters = nullptr;
   float4 *partials = nullptr;
-  if (split.active()) {
+  if (split.ways > 1) {
     counters = static_cast<int *>(workspace.data);
     partials = reinterpret_cast<float4 *>(static_cast<char *>(workspace.data) + counter_bytes);
     cuda::check_cuda(cudaMemsetAsync(counters, 0, sizeof(int) * 2 * split.tail, stream), "clearing the split counters");
   }
-  // Whole rounds take every SM; a launch that is all tail takes its spans.
-  const int ctas = static_cast<int>(split.active() ? (split.first > 0 ? sms : split.spans) : std::min<int64_t>(items, sms));
+  const int64_t units = split.units(items);
+  const int ctas = static_cast<int>(std::min<int64_t>(units, sms));
   if (ctas == 0) return;
   prefill_sm90_kernel<T, D><<<ctas, Config<D>::kThreads, smem, stream>>>(p, grid, split, partials, counters);
   cuda::check_launch("prefill_sm90_kernel", stream);
