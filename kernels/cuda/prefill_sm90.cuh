@@ -50,14 +50,9 @@ namespace bspa::kernels::sm90 {
 
 constexpr int kKeyTile = cuda::kKeyTileTokens;
 constexpr int kListCap = 512;          // key tiles classified per producer pass
-// A stage's entry is its list entry (key_tile_list.cuh) with three flags in bits the tile
-// index never reaches (positions are ints, so tiles of 64 tokens stay below 2^25):
-// kMaskedForWg << cg: consumer warpgroup cg's rows need the masked softmax for this tile
-// (some of them may not see all of its keys); kLastTile: no tile of this item follows.
-constexpr int kMaskedForWg = 1 << 25;
-constexpr int kLastTile = 1 << 27;
+constexpr int kLastTile = 1 << 27;     // stage entry flag: no tile of this query tile follows
 constexpr int kNoTiles = -1;           // stage entry of a query tile that sees no key tile
-constexpr int kTileIndexMask = kMaskedForWg - 1;
+constexpr int kTileIndexMask = kLastTile - 1;
 
 template <int D>
 struct Config {
@@ -202,9 +197,6 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int kRowStep = C::kProducers / C::kChunks;
     const int c = tid % C::kChunks, r0 = tid / C::kChunks;
     int filled = 0;  // stages filled so far (ring position and phase)
-    // Per item: which of the entry's allowed-block bits (qb0, qb0 + 1, qb0 + 2) each consumer
-    // warpgroup's rows fall in, three bits per warpgroup (none for rows past the item's).
-    int wg_blocks = 0;
     // Hands one stage to the consumers: K once its K is free (then the entry), V once its
     // V is free; copies nothing for kNoTiles.
     auto fill = [&](int entry) {
@@ -246,16 +238,6 @@ __global__ void __launch_bounds__(384, 1)
           }
         }
       };
-      // A warpgroup takes the unmasked softmax for a tile that all of its rows' blocks see
-      // and that ends before its first row: with block-aligned tiles (query_tile.cuh) that
-      // is one warpgroup of a window-edge step, so half the work of such steps is unmasked.
-      if (entry != kNoTiles) {
-        const unsigned seen = static_cast<unsigned>(entry) >> cuda::kKeyTileBlockShift;
-        const unsigned need0 = wg_blocks & 7, need1 = wg_blocks >> 3;
-        const int k_last = k0 + kKeyTile - 1;
-        if ((seen & need0) != need0 || k_last > p0) entry |= kMaskedForWg;
-        if ((seen & need1) != need1 || k_last > p0 + 64) entry |= kMaskedForWg << 1;
-      }
       const bool second = stage & 1;  // of its pair: the pair's barriers were waited for
       if (filled >= S && !second) mbar_wait(pair_bar(empty_k, stage), parity);
       if (entry != kNoTiles) copy(smem_addr(sK) + stage_off(stage), p.k, p.k_head, p.k_page, p.k_tok);
@@ -280,14 +262,6 @@ __global__ void __launch_bounds__(384, 1)
       }
       kv_len = ctx + q_len;
       kvh = h / p.group;
-      {
-        auto blocks_of = [&](int first_row) {  // first_row: a consumer warpgroup's, absolute
-          if (first_row > p1) return 0;
-          const int lo = first_row / B - qb0, hi = min(p1, first_row + 63) / B - qb0;
-          return (2 << hi) - (1 << lo);
-        };
-        wg_blocks = blocks_of(p0) | blocks_of(p0 + 64) << 3;
-      }
       {  // the consumers load this item's Q after the current item: bring it to L2 now
         const int r = tid;  // one row per thread, 128-byte lines
         if (r < t1 - t0) {
@@ -532,11 +506,9 @@ __global__ void __launch_bounds__(384, 1)
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + n.bar());
   };
-  auto any_masked = [](int e0, int e1) { return e1 == kNoTiles || ((e0 | e1) & kMaskedForWg); };
-  // An entry with this warpgroup's masked flag moved to kMaskedForWg, read by lane 0 before
-  // its broadcast: the flag then tests warp-uniform (testing kMaskedForWg << cg instead
-  // makes ptxas serialize every wgmma: C7520).
-  auto own_flag = [cg](int e) { return cg == 0 ? e : (e & ~kMaskedForWg) | ((e >> 1) & kMaskedForWg); };
+  auto any_masked = [](int e0, int e1) {
+    return e1 == kNoTiles || ((e0 | e1) & cuda::kKeyTileMasked);
+  };
   // The step at stages n, n + 1 once their K landed: its entries (e1 = kNoTiles when the
   // second stage is a pad).
   struct Step {
@@ -550,7 +522,7 @@ __global__ void __launch_bounds__(384, 1)
     // lets the producer rewrite them, so the reads are ordered before that arrival in its
     // own program order (compute-sanitizer racecheck reports the other lanes' reads otherwise).
     int e0 = 0, e1 = 0;
-    if (lane == 0) e0 = own_flag(sEntry[n.stage]), e1 = own_flag(sEntry[n.stage + 1]);
+    if (lane == 0) e0 = sEntry[n.stage], e1 = sEntry[n.stage + 1];
     Step st{n, __shfl_sync(0xffffffffu, e0, 0), __shfl_sync(0xffffffffu, e1, 0)};
     if (st.e0 & kLastTile) st.e1 = kNoTiles;
     return st;
