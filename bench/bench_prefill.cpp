@@ -4,7 +4,7 @@
 // many; K/V pages and q/out rows rotate over disjoint regions so L2 (60 MB) cannot hold
 // one launch's inputs for the next. Useful FLOPs = 4 * D * visible (q, k) pairs * heads.
 //   bench_prefill [--json FILE] [--commit SHA] [--quick] [--no-sweep] [--only CASE] [--no-workspace]
-//                 [--sync-each | --idle-ms N] [--scale S]
+//                 [--sync-each | --idle-ms N | --graph] [--scale S]
 // Launches pass the split workspace (bspa_prefill_workspace_bytes) unless --no-workspace.
 // Timing (as triton.testing.do_bench, which times the torch baselines): the launches are
 // queued, each between its own pair of events, and the host waits once at the end, so an
@@ -12,6 +12,9 @@
 // --sync-each waits after every launch (the host's time from the first event to the
 // kernel's start is then inside the pair: bench/NOTES.md's method until its fourth-session
 // section); --idle-ms N also sleeps N ms after each (a cool GPU: power-cap diagnostic).
+// --graph replays launches captured in a CUDA graph (about 2 ms of them per replay, one
+// event pair per replay): the kernels' own time, without the per-launch gap that the
+// queued events hold (a diagnostic; the torch baselines are timed queued).
 // --scale S replaces the softmax scale (default 1/128: logits of N(0,1) inputs have a
 // standard deviation of 0.09, so row maxima barely move; 1/sqrt(128) gives 1, nearer real
 // attention). The sm90a softmax's lazy rescale fires more often on wide logits; the rate
@@ -81,11 +84,12 @@ struct Bench {
   bspa_layout *sparse = nullptr, *dense = nullptr;
   cudaEvent_t e0, e1;
   bool quick = false;
-  enum class Timing { Queued, SyncEach } timing = Timing::Queued;
+  enum class Timing { Queued, SyncEach, Graph } timing = Timing::Queued;
   int idle_ms = 0;  // with SyncEach: sleep after every launch
   float scale = 1.0f / 128;
   void *workspace = nullptr;
   size_t workspace_bytes = 0;
+  cudaStream_t stream = nullptr;  // a stream of its own for --graph (capture needs one)
 
   void init() {
     const size_t page_elems = static_cast<size_t>(num_pages) * kHkv * kPs * kD;
@@ -112,6 +116,7 @@ struct Bench {
     BSPA_OK_OR_DIE(bspa_layout_create_dense(&dense, kHq));
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
+    if (timing == Timing::Graph) CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   }
 
   void use_workspace() {
@@ -156,33 +161,54 @@ struct Bench {
       a.block_table = tbt.dl(), a.query_starts = tqs.dl(), a.context_lens = tcl.dl();
       a.max_query_len = max_q, a.layout = use_sparse ? sparse : dense, a.scale = scale;
       a.workspace = workspace ? tws.dl() : nullptr;
-      BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
+      BSPA_OK_OR_DIE(bspa_prefill_paged(&a, stream));
     };
     for (int i = 0; i < 2; ++i) launch(i % R);
-    CUDA_OK(cudaEventRecord(e0));
+    CUDA_OK(cudaEventRecord(e0, stream));
     launch(0);
-    CUDA_OK(cudaEventRecord(e1));
+    CUDA_OK(cudaEventRecord(e1, stream));
     CUDA_OK(cudaEventSynchronize(e1));
     float est = 0;
     CUDA_OK(cudaEventElapsedTime(&est, e0, e1));
     const int iters = static_cast<int>(std::clamp((quick ? 300.0 : 1500.0) / std::max(est, 0.001f), 5.0, 50.0));
     std::vector<float> ms(iters);
-    if (timing == Timing::Queued) {
+    if (timing == Timing::Graph) {
+      // G launches captured in one graph, each replay between one pair of events: the
+      // launch gaps shrink to the graph's (kernel time with no per-launch event or host work).
+      const int G = static_cast<int>(std::clamp(2.0 / std::max(est, 0.001f), 1.0, 64.0));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < G; ++i) launch(i % R);
+      CUDA_OK(cudaStreamEndCapture(stream, &graph));
+      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      for (int i = 0; i < iters; ++i) {
+        CUDA_OK(cudaEventRecord(e0, stream));
+        CUDA_OK(cudaGraphLaunch(exec, stream));
+        CUDA_OK(cudaEventRecord(e1, stream));
+        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
+        ms[i] /= static_cast<float>(G);
+      }
+      CUDA_OK(cudaGraphExecDestroy(exec));
+      CUDA_OK(cudaGraphDestroy(graph));
+    } else if (timing == Timing::Queued) {
       std::vector<cudaEvent_t> ev(2 * iters);
       for (auto &e : ev) CUDA_OK(cudaEventCreate(&e));
       for (int i = 0; i < iters; ++i) {
-        CUDA_OK(cudaEventRecord(ev[2 * i]));
+        CUDA_OK(cudaEventRecord(ev[2 * i], stream));
         launch(i % R);
-        CUDA_OK(cudaEventRecord(ev[2 * i + 1]));
+        CUDA_OK(cudaEventRecord(ev[2 * i + 1], stream));
       }
       CUDA_OK(cudaEventSynchronize(ev[2 * iters - 1]));
       for (int i = 0; i < iters; ++i) CUDA_OK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
       for (auto &e : ev) CUDA_OK(cudaEventDestroy(e));
     } else {
       for (int i = 0; i < iters; ++i) {
-        CUDA_OK(cudaEventRecord(e0));
+        CUDA_OK(cudaEventRecord(e0, stream));
         launch(i % R);
-        CUDA_OK(cudaEventRecord(e1));
+        CUDA_OK(cudaEventRecord(e1, stream));
         CUDA_OK(cudaEventSynchronize(e1));
         CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
         if (idle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
@@ -206,7 +232,7 @@ std::string fmt_tokens(int64_t n) {
 
 int main(int argc, char **argv) {
   std::string json_path, commit = "unknown", only;  // --only NAME: one case, sparse, no sweep (for ncu)
-  bool quick = false, sweep = true, workspace = true, sync_each = false;
+  bool quick = false, sweep = true, workspace = true, sync_each = false, graph = false;
   int idle_ms = 0;
   float scale = 1.0f / 128;
   for (int i = 1; i < argc; ++i) {
@@ -217,6 +243,7 @@ int main(int argc, char **argv) {
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--no-workspace")) workspace = false;
     else if (!std::strcmp(argv[i], "--sync-each")) sync_each = true;
+    else if (!std::strcmp(argv[i], "--graph")) graph = true;
     else if (!std::strcmp(argv[i], "--idle-ms") && i + 1 < argc) sync_each = true, idle_ms = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--scale") && i + 1 < argc) scale = static_cast<float>(std::atof(argv[++i]));
   }
@@ -229,12 +256,12 @@ int main(int argc, char **argv) {
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   Bench b;
   b.quick = quick;
-  b.timing = sync_each ? Bench::Timing::SyncEach : Bench::Timing::Queued;
+  b.timing = graph ? Bench::Timing::Graph : sync_each ? Bench::Timing::SyncEach : Bench::Timing::Queued;
   b.idle_ms = idle_ms;
   b.scale = scale;
   b.init();
   if (workspace) b.use_workspace();
-  const std::string timing = !sync_each ? "queued" : idle_ms > 0 ? "sync-each, idle " + std::to_string(idle_ms) + " ms" : "sync-each";
+  const std::string timing = graph ? "graph" : !sync_each ? "queued" : idle_ms > 0 ? "sync-each, idle " + std::to_string(idle_ms) + " ms" : "sync-each";
   std::printf("split workspace: %zu bytes; timing: %s\n", b.workspace_bytes, timing.c_str());
 
   struct Row {
