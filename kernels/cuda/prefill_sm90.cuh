@@ -87,8 +87,8 @@ struct ProducerBarrier {
 
 template <class T, int D>
 __global__ void __launch_bounds__(384, 1)
-    prefill_sm90_kernel(const __grid_constant__ Params p, const dim3 work, const SplitPlan split, float4 *partials,
-                        int *counters) {
+    prefill_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ KvTensorMaps maps, const dim3 work,
+                        const SplitPlan split, float4 *partials, int *counters) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Config<D>;
   constexpr int BM = C::BM, NH = C::NH, S = C::kStages;
@@ -238,17 +238,39 @@ __global__ void __launch_bounds__(384, 1)
           }
         }
       };
+      // A whole-page tile goes by TMA: thread 0 expects its bytes and issues a box per
+      // 64-column half, the others only arrive (so each stage has the same arrivals).
+      const bool tma = one_page && maps.valid;
+      auto load_boxes = [&](uint32_t dst, const CUtensorMap &map, uint32_t bar) {
+        if (tid == 0) {
+          mbar_arrive_expect_tx(bar, C::kTileBytes);
+          const int slot = k0 & page_mask, pg = static_cast<int>(page);
+          auto coord = [&](int dim) { return maps.dim_tok == dim ? slot : maps.dim_head == dim ? kvh : pg; };
+#pragma unroll
+          for (int hh = 0; hh < NH; ++hh) tma_load_4d(dst + hh * kHalfStride, &map, hh * 64, coord(1), coord(2), coord(3), bar);
+        } else {
+          mbar_arrive(bar);
+        }
+      };
       const bool second = stage & 1;  // of its pair: the pair's barriers were waited for
       if (filled >= S && !second) mbar_wait(pair_bar(empty_k, stage), parity);
-      if (entry != kNoTiles) copy(smem_addr(sK) + stage_off(stage), p.k, p.k_head, p.k_page, p.k_tok);
-      cp_async_arrive(pair_bar(full_k, stage));
+      if (tma) {
+        load_boxes(smem_addr(sK) + stage_off(stage), maps.k, pair_bar(full_k, stage));
+      } else {
+        if (entry != kNoTiles) copy(smem_addr(sK) + stage_off(stage), p.k, p.k_head, p.k_page, p.k_tok);
+        cp_async_arrive(pair_bar(full_k, stage));
+      }
       if (tid == 0) {
         sEntry[stage] = entry;
         if (second) mbar_arrive(pair_bar(full_k, stage));  // release: both entries are visible with the phase
       }
       if (filled >= S && !second) mbar_wait(pair_bar(empty_v, stage), parity);
-      if (entry != kNoTiles) copy(smem_addr(sV) + stage_off(stage), p.v, p.v_head, p.v_page, p.v_tok);
-      cp_async_arrive(pair_bar(full_v, stage));
+      if (tma) {
+        load_boxes(smem_addr(sV) + stage_off(stage), maps.v, pair_bar(full_v, stage));
+      } else {
+        if (entry != kNoTiles) copy(smem_addr(sV) + stage_off(stage), p.v, p.v_head, p.v_page, p.v_tok);
+        cp_async_arrive(pair_bar(full_v, stage));
+      }
       ++filled;
     };
     for (int round = 0; round < rounds; ++round) {
@@ -738,7 +760,8 @@ void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStr
   const int64_t units = split.units(items);
   const int ctas = static_cast<int>(std::min<int64_t>(units, sms));
   if (ctas == 0) return;
-  prefill_sm90_kernel<T, D><<<ctas, Config<D>::kThreads, smem, stream>>>(p, grid, split, partials, counters);
+  const KvTensorMaps maps = encode_kv_maps(p, std::is_same_v<T, __nv_bfloat16>, D, static_cast<int>(grid.x) / p.group);
+  prefill_sm90_kernel<T, D><<<ctas, Config<D>::kThreads, smem, stream>>>(p, maps, grid, split, partials, counters);
   cuda::check_launch("prefill_sm90_kernel", stream);
 }
 

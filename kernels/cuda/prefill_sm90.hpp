@@ -3,6 +3,7 @@
 // (element type, head dim), defined in prefill_sm90_<dtype>.cu. Query tiles are 128 rows.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -43,6 +44,17 @@ size_t split_workspace_bytes(int head_dim, int sms);
 // units fitting in `capacity_units`), or none. Heavy-first order puts the lightest items
 // last, so a split is never worse than the unsplit tail by this measure.
 SplitPlan plan_split(int64_t items, int sms, int64_t capacity_units);
+
+// TMA descriptors of the paged K and V (dimension 0 the head dim, then token-in-page, KV
+// head and page in the order of their strides), for the producer to copy a whole-page
+// 64-token tile as two 64-column boxes. valid = 0 (and cp.async gathers instead) where the
+// pages are shorter than a tile or the driver cannot describe them.
+struct KvTensorMaps {
+  CUtensorMap k, v;
+  int32_t valid = 0;
+  int32_t dim_tok = 1, dim_head = 2, dim_page = 3;  // where each lives among dimensions 1..3
+};
+KvTensorMaps encode_kv_maps(const Params &p, bool bf16, int head_dim, int num_kv_heads);
 
 template <class T, int D>
 void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStream_t stream);

@@ -1,8 +1,8 @@
 // Thin wrappers over the sm90a instructions the Hopper prefill kernel is built from:
 // wgmma.mma_async (m64n128k16 with A and B from shared memory; m64n128k16 and m64n64k16
 // with A from registers and B N-major; fp32 accumulators), its fences and groups, shared-memory matrix descriptors for the
-// 128-byte swizzle, the generic->async proxy fence, mbarriers, register reallocation and
-// named barriers.
+// 128-byte swizzle, the generic->async proxy fence, mbarriers, TMA tensor loads, register
+// reallocation and named barriers.
 // Only meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); the kernel that
 // uses them compiles to an empty body for other targets.
 #pragma once
@@ -152,6 +152,22 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra wait_%=;\n}\n" ::"r"(bar),
       "r"(parity)
+      : "memory");
+}
+// One arrival on `bar` that also expects `bytes` of TMA writes (complete_tx) in its
+// current phase; issued before the copies it expects.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// TMA: the box of a 4-D tensor map at coordinates (c0..c3) into shared memory at `dst`,
+// through the async proxy (wgmma reads it without a proxy fence); counts its bytes on
+// `bar` when it lands. `map`: the generic address of a __grid_constant__ CUtensorMap.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *map, int c0, int c1, int c2, int c3,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {

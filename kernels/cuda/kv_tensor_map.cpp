@@ -1,0 +1,76 @@
+// encode_kv_maps: the TMA descriptors of the K and V pages for the sm90a producer, made
+// by the driver's cuTensorMapEncodeTiled (looked up at run time, so the library does not
+// link libcuda). Host only, once per launch (a pool's pointers and strides may change
+// from one call to the next).
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+#include "kernels/cuda/prefill_sm90.hpp"
+
+namespace bspa::kernels::sm90 {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+KvTensorMaps encode_kv_maps(const Params &p, bool bf16, int head_dim, int num_kv_heads) {
+  KvTensorMaps m{};
+  constexpr int kBoxTokens = 64;  // one key tile
+  const int page_size = 1 << p.page_shift;
+  if (page_size < kBoxTokens) return m;
+  PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
+  if (!encode) return m;
+  const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  int order[3] = {1, 2, 3};  // dimension of token, head, page
+  auto one = [&](CUtensorMap &map, const void *base, int64_t tok, int64_t head, int64_t page) {
+    struct Dim {
+      int64_t stride;  // elements
+      uint64_t extent;
+      uint32_t box;
+      int which;  // 0 token, 1 head, 2 page
+    };
+    // Page ids come from the block table and are trusted (as by the cp.async path): any
+    // extent that holds them will do.
+    std::array<Dim, 3> d = {Dim{tok, static_cast<uint64_t>(page_size), kBoxTokens, 0},
+                            Dim{head, static_cast<uint64_t>(num_kv_heads), 1, 1},
+                            Dim{page, uint64_t{1} << 31, 1, 2}};
+    std::stable_sort(d.begin(), d.end(), [](const Dim &a, const Dim &b) { return a.stride < b.stride; });
+    cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), d[0].extent, d[1].extent, d[2].extent};
+    cuuint64_t strides[3] = {static_cast<cuuint64_t>(d[0].stride) * 2, static_cast<cuuint64_t>(d[1].stride) * 2,
+                             static_cast<cuuint64_t>(d[2].stride) * 2};
+    cuuint32_t box[4] = {64, d[0].box, d[1].box, d[2].box};
+    cuuint32_t step[4] = {1, 1, 1, 1};
+    for (int i = 0; i < 3; ++i) order[d[i].which] = 1 + i;
+    return encode(&map, type, 4, const_cast<void *>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  };
+  const bool ok_k = one(m.k, p.k, p.k_tok, p.k_head, p.k_page);
+  const int k_order[3] = {order[0], order[1], order[2]};
+  const bool ok_v = one(m.v, p.v, p.v_tok, p.v_head, p.v_page);
+  // The kernel builds one coordinate list for both: their dimensions must be in one order.
+  m.valid = ok_k && ok_v && std::equal(k_order, k_order + 3, order);
+  m.dim_tok = order[0], m.dim_head = order[1], m.dim_page = order[2];
+  return m;
+}
+
+}  // namespace bspa::kernels::sm90
