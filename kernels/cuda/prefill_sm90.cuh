@@ -50,12 +50,9 @@ namespace bspa::kernels::sm90 {
 
 constexpr int kKeyTile = cuda::kKeyTileTokens;
 constexpr int kListCap = 512;          // key tiles classified per producer pass
-// Stage entries are list entries (key_tile_list.cuh) with two flags in bits the tile index
-// never reaches (positions are ints, so 64-token tiles stay below 2^25):
-constexpr int kGathered = 1 << 26;     // copied by cp.async (generic proxy): readers fence first
-constexpr int kLastTile = 1 << 27;     // no tile of this query tile follows
+constexpr int kLastTile = 1 << 27;     // stage entry flag: no tile of this query tile follows
 constexpr int kNoTiles = -1;           // stage entry of a query tile that sees no key tile
-constexpr int kTileIndexMask = kGathered - 1;
+constexpr int kTileIndexMask = kLastTile - 1;
 
 template <int D>
 struct Config {
@@ -244,7 +241,6 @@ __global__ void __launch_bounds__(384, 1)
       // A whole-page tile goes by TMA: thread 0 expects its bytes and issues a box per
       // 64-column half, the others only arrive (so each stage has the same arrivals).
       const bool tma = one_page && maps.valid;
-      if (!tma && entry != kNoTiles) entry |= kGathered;
       auto load_boxes = [&](uint32_t dst, const CUtensorMap &map, uint32_t bar) {
         if (tid == 0) {
           mbar_arrive_expect_tx(bar, C::kTileBytes);
@@ -523,12 +519,9 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
       for (int i = 0; i < 32; ++i) o[hh][i] *= alpha[(i >> 1) & 1];
   };
-  // Stages written by cp.async (generic proxy) need a proxy fence before wgmma reads them
-  // (async proxy); TMA writes through the async proxy and its barrier suffices.
-  auto gathered = [](int e0, int e1) { return ((e0 | e1) & kGathered) != 0; };
-  auto wait_v = [&](Ring n, bool fence) {  // V of the step at stages n, n + 1 landed
+  auto wait_v = [&](Ring n) {  // V of the step at stages n, n + 1 landed
     mbar_wait(full_v + n.bar(), n.phase);
-    if (fence) fence_proxy_async();
+    fence_proxy_async();
   };
   // This warp is done with the K (or V) of the step at stages n, n + 1.
   auto release = [&](uint32_t empty, Ring n) {
@@ -546,6 +539,7 @@ __global__ void __launch_bounds__(384, 1)
   };
   auto take_step = [&](Ring n) {
     mbar_wait(full_k + n.bar(), n.phase);
+    fence_proxy_async();  // the copies landed through the generic proxy; wgmma reads through the async one
     // Lane 0 reads the entries for its warp: it alone arrives on the empty barrier that
     // lets the producer rewrite them, so the reads are ordered before that arrival in its
     // own program order (compute-sanitizer racecheck reports the other lanes' reads otherwise).
@@ -553,7 +547,6 @@ __global__ void __launch_bounds__(384, 1)
     if (lane == 0) e0 = sEntry[n.stage], e1 = sEntry[n.stage + 1];
     Step st{n, __shfl_sync(0xffffffffu, e0, 0), __shfl_sync(0xffffffffu, e1, 0)};
     if (st.e0 & kLastTile) st.e1 = kNoTiles;
-    if (gathered(st.e0, st.e1)) fence_proxy_async();
     return st;
   };
   // speculate: see softmax. Not for an item's first step (it always moves m) nor for masked
@@ -615,7 +608,7 @@ __global__ void __launch_bounds__(384, 1)
       fence_o();
       fence_p(Pcur);
       if (!last) issue_s(n_next);
-      wait_v(cur.n, gathered(cur.e0, cur.e1));
+      wait_v(cur.n);
       issue_pv(cur.n, two, Pcur);
       if (!last) {
         wgmma_wait<1>();
