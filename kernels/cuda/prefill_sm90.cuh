@@ -7,11 +7,14 @@
 // order is below, at `unit_of`); each item is one 128-row tile of one head. Three warpgroups:
 //  - warpgroup 0, the producer, gives most of its registers away (setmaxnreg), lists the
 //    visible 64-token key tiles (skipped / full / masked with the allowed bits of the tile's
-//    at most three query blocks) and gathers K and V of each through the block table with
-//    cp.async into a ring of stages, stored as 128-byte-swizzled 64-column halves that
-//    wgmma reads through descriptors. A stage carries its tile's list entry. Stages go in
-//    pairs (one consumer step), each pair with four mbarriers: K landed (cp.async.mbarrier
-//    .arrive) with both entries written, V landed, K free (both consumers' S done), V free
+//    at most three query blocks) and fetches K and V of each through the block table into
+//    a ring of stages, stored as 128-byte-swizzled 64-column halves that wgmma reads
+//    through descriptors: a tile inside one page by TMA (one 64 x 64 box per half, from
+//    descriptors of the pool made per launch: kv_tensor_map.cpp), any other (pages under
+//    64 tokens, a sequence's partial last tile, zero-filled past its end) by cp.async
+//    gathers. A stage carries its tile's list entry. Stages go in pairs (one consumer
+//    step), each pair with four mbarriers: K landed (cp.async.mbarrier.arrive, or the TMA
+//    bytes) with both entries written, V landed, K free (both consumers' S done), V free
 //    (their PV done). Stages are filled one at a time, K then V: a pair's first K is
 //    copied once the pair's K is free, before its V is (filling whole pairs, both K
 //    first, measured slower on dense layouts: bench/NOTES.md, v14). It runs into
