@@ -6,6 +6,10 @@
 // Thread safety follows the C header: a Pool and its Sequences may be used from any
 // goroutine; a Layout is immutable; a Batch is used by one goroutine at a time.
 //
+// Bring-your-own cache: PrefillPaged (Tensors) and PrefillPagedF32 (host slices) run the
+// same attention over caller-owned pages; PrefillWorkspaceBytes sizes their optional
+// workspace.
+//
 // Build: the package links libbspa through pkg-config (PKG_CONFIG_PATH=<prefix>/lib/pkgconfig)
 // and needs it at run time (LD_LIBRARY_PATH=<prefix>/lib, or a system install).
 package bspa

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"bspa"
 )
@@ -258,8 +259,8 @@ type work struct {
 	ctx, nq int
 }
 
-// stepAndCheck runs one batch (kv write then prefill) and checks every sequence's rows.
-func stepAndCheck(t *testing.T, pool *bspa.Pool, layout *bspa.Layout, items []work, allowed func(h, qb, kb int) bool) {
+// step runs one batch (kv write then prefill) and returns out and lse.
+func step(t *testing.T, pool *bspa.Pool, layout *bspa.Layout, items []work) (out, lse []float32) {
 	t.Helper()
 	var seqs []*bspa.Sequence
 	var lens []int32
@@ -275,11 +276,18 @@ func stepAndCheck(t *testing.T, pool *bspa.Pool, layout *bspa.Layout, items []wo
 	defer batch.Close()
 	total := batch.NumTokens()
 	must(t, pool.KVWriteF32(batch, 0, k, v))
-	out, lse := make([]float32, len(q)), make([]float32, hq*total)
+	out, lse = make([]float32, len(q)), make([]float32, hq*total)
 	for i := range out {
 		out[i] = float32(math.NaN()) // poisoned: unwritten rows fail
 	}
 	must(t, pool.PrefillF32(batch, 0, layout, q, out, scale, lse))
+	return out, lse
+}
+
+// checkRows checks the rows of out and lse of a launch over items against the reference.
+func checkRows(t *testing.T, out, lse []float32, items []work, allowed func(h, qb, kb int) bool) {
+	t.Helper()
+	total := len(lse) / hq
 	row := 0
 	for _, w := range items {
 		refOut, refLSE := reference(w.conv, w.ctx, w.nq, allowed)
@@ -295,6 +303,16 @@ func stepAndCheck(t *testing.T, pool *bspa.Pool, layout *bspa.Layout, items []wo
 		}
 		row += w.nq
 	}
+	if row != total {
+		t.Fatalf("%d rows checked of %d", row, total)
+	}
+}
+
+// stepAndCheck runs one batch (kv write then prefill) and checks every sequence's rows.
+func stepAndCheck(t *testing.T, pool *bspa.Pool, layout *bspa.Layout, items []work, allowed func(h, qb, kb int) bool) {
+	t.Helper()
+	out, lse := step(t, pool, layout, items)
+	checkRows(t, out, lse, items, allowed)
 }
 
 func TestTwoTurnsWithAPrefixHitMatchTheReference(t *testing.T) {
@@ -375,5 +393,252 @@ func TestConcurrentSequences(t *testing.T) {
 		if info, _ := s.Info(); info.NumTokens != 30 {
 			t.Fatalf("info %+v", info)
 		}
+	}
+}
+
+// ---- Bring-your-own cache: PrefillPaged, PrefillPagedF32, PrefillWorkspaceBytes ----
+
+// ownPages are caller-owned host pages and the metadata of one launch over items.
+type ownPages struct {
+	k, v                                 []float32
+	q                                    []float32
+	blockTable, queryStarts, contextLens []int32
+}
+
+// newOwnPages scatters each item's K/V, positions [0, ctx+nq), into the pages tables[i] of
+// numPages fresh pages. The other slots hold large values: reading one spoils the result.
+func newOwnPages(rng *rand.Rand, numPages int, tables [][]int32, items []work) *ownPages {
+	large := func(n int) []float32 {
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = float32(100 * rng.NormFloat64())
+		}
+		return out
+	}
+	o := &ownPages{k: large(numPages * hkv * page * dim), v: large(numPages * hkv * page * dim), queryStarts: []int32{0}}
+	maxPages := 0
+	for _, table := range tables {
+		if len(table) > maxPages {
+			maxPages = len(table)
+		}
+	}
+	for i, w := range items {
+		row := make([]int32, maxPages) // padded with page 0, never read
+		copy(row, tables[i])
+		o.blockTable = append(o.blockTable, row...)
+		for pos := 0; pos < w.ctx+w.nq; pos++ {
+			pg := int(row[pos/page])
+			for h := 0; h < hkv; h++ {
+				dst := ((pg*hkv+h)*page + pos%page) * dim
+				src := (pos*hkv + h) * dim
+				copy(o.k[dst:dst+dim], w.conv.k[src:src+dim])
+				copy(o.v[dst:dst+dim], w.conv.v[src:src+dim])
+			}
+		}
+		o.q = append(o.q, w.conv.q[w.ctx*hq*dim:(w.ctx+w.nq)*hq*dim]...)
+		o.queryStarts = append(o.queryStarts, o.queryStarts[i]+int32(w.nq))
+		o.contextLens = append(o.contextLens, int32(w.ctx))
+	}
+	return o
+}
+
+// args are PrefillPagedF32's arguments over the pages, with fresh poisoned out and lse.
+func (o *ownPages) args(l *bspa.Layout) bspa.PagedArgsF32 {
+	out, lse := make([]float32, len(o.q)), make([]float32, len(o.q)/dim)
+	for i := range out {
+		out[i] = float32(math.NaN())
+	}
+	for i := range lse {
+		lse[i] = float32(math.NaN())
+	}
+	return bspa.PagedArgsF32{Q: o.q, Out: out, LSE: lse, KPages: o.k, VPages: o.v, NumKVHeads: hkv, PageSize: page,
+		HeadDim: dim, BlockTable: o.blockTable, QueryStarts: o.queryStarts, ContextLens: o.contextLens, Layout: l,
+		Scale: scale}
+}
+
+func TestPrefillPagedOverThePoolsPageIdsMatchesPrefill(t *testing.T) {
+	// The Go binding exposes no view of a pool's storage: the pages here are the test's
+	// own, laid out under the pool sequence's page ids.
+	rng := rand.New(rand.NewSource(3))
+	conv := newConversation(rng, 90)
+	pool := newPool(t, 32)
+	layout := stridedLayout(t)
+	seq, err := pool.NewSequence()
+	must(t, err)
+	must(t, seq.Append(conv.tokens))
+	step(t, pool, layout, []work{{seq, conv, 0, 41}})
+	must(t, seq.Commit(41))
+	items := []work{{seq, conv, 41, 49}}
+	expected, expectedLSE := step(t, pool, layout, items)
+	ids, err := seq.Pages()
+	must(t, err)
+	if len(ids) != 6 {
+		t.Fatalf("%d pages for 90 tokens", len(ids))
+	}
+	own := newOwnPages(rng, 32, [][]int32{ids}, items)
+	args := own.args(layout)
+	must(t, bspa.PrefillPagedF32(args))
+	if e := relL2(args.Out, float64s(expected)); !(e <= 1e-6) {
+		t.Fatalf("out: relative L2 error %g against the pool's prefill", e)
+	}
+	if e := relL2(args.LSE, float64s(expectedLSE)); !(e <= 1e-6) {
+		t.Fatalf("lse: relative L2 error %g against the pool's prefill", e)
+	}
+	checkRows(t, args.Out, args.LSE, items, stridedAllowed)
+
+	// The Tensor form over the same memory.
+	out := make([]float32, len(own.q))
+	shape := []int64{49, hq, dim}
+	pages := []int64{32, hkv, page, dim}
+	must(t, bspa.PrefillPaged(bspa.PagedArgs{
+		Q: bspa.HostF32(own.q, shape...), Out: bspa.HostF32(out, shape...),
+		KPages: bspa.HostF32(own.k, pages...), VPages: bspa.HostF32(own.v, pages...),
+		BlockTable: bspa.HostI32(own.blockTable, 1, 6), QueryStarts: bspa.HostI32(own.queryStarts, 2),
+		ContextLens: bspa.HostI32(own.contextLens, 1), MaxQueryLen: 49, Layout: layout, Scale: scale,
+	}, 0))
+	if e := relL2(out, float64s(expected)); !(e <= 1e-6) {
+		t.Fatalf("Tensor form: relative L2 error %g", e)
+	}
+}
+
+func float64s(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, e := range x {
+		out[i] = float64(e)
+	}
+	return out
+}
+
+func TestPrefillPagedOverOwnPagesWithAShuffledBlockTableMatchesTheReference(t *testing.T) {
+	rng := rand.New(rand.NewSource(21))
+	// A chunk after an unaligned prefix, a whole prompt, a decode row.
+	items := []work{
+		{nil, newConversation(rng, 60), 37, 23},
+		{nil, newConversation(rng, 50), 0, 50},
+		{nil, newConversation(rng, 34), 33, 1},
+	}
+	const numPages = 16
+	perm := rng.Perm(numPages)
+	var tables [][]int32
+	for _, w := range items {
+		var table []int32
+		for j := 0; j < (w.ctx+w.nq+page-1)/page; j++ {
+			table, perm = append(table, int32(perm[0])), perm[1:]
+		}
+		tables = append(tables, table)
+	}
+	args := newOwnPages(rng, numPages, tables, items).args(stridedLayout(t))
+	must(t, bspa.PrefillPagedF32(args))
+	checkRows(t, args.Out, args.LSE, items, stridedAllowed)
+}
+
+func TestPrefillWorkspaceBytesOnCPUIsZero(t *testing.T) {
+	for _, d := range []int{dim, 128} {
+		if n, err := bspa.PrefillWorkspaceBytes(bspa.Device{Type: bspa.CPU}, d); err != nil || n != 0 {
+			t.Fatalf("head_dim %d: %d bytes, %v", d, n, err)
+		}
+	}
+	_, err := bspa.PrefillWorkspaceBytes(bspa.Device{Type: bspa.CPU}, 0)
+	var e *bspa.Error
+	if !errors.Is(err, bspa.ErrInvalidArgument) || !errors.As(err, &e) ||
+		!strings.HasPrefix(e.Message, "bspa_prefill_workspace_bytes: ") || !strings.Contains(e.Message, "head_dim = 0") {
+		t.Fatalf("head_dim 0: %v", err)
+	}
+	if n, _ := bspa.CUDADeviceCount(); n == 0 {
+		if _, err := bspa.PrefillWorkspaceBytes(bspa.Device{Type: bspa.CUDA}, 128); !errors.Is(err, bspa.ErrNoDevice) {
+			t.Fatalf("CUDA without a GPU: %v", err)
+		}
+	}
+}
+
+// alignedBytes is n bytes starting offset bytes past a 16-byte boundary.
+func alignedBytes(n, offset int) []byte {
+	raw := make([]byte, n+32)
+	start := (16-int(uintptr(unsafe.Pointer(&raw[0]))%16))%16 + offset
+	return raw[start : start+n]
+}
+
+func TestPrefillPagedWithACPUWorkspaceMatchesWithout(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	items := []work{{nil, newConversation(rng, 75), 45, 30}}
+	own := newOwnPages(rng, 8, [][]int32{{6, 2, 7, 0, 5}}, items)
+	layout := stridedLayout(t)
+	expected := own.args(layout)
+	must(t, bspa.PrefillPagedF32(expected))
+	checkRows(t, expected.Out, expected.LSE, items, stridedAllowed)
+	for _, ws := range [][]byte{alignedBytes(4096, 0), {}} {
+		args := own.args(layout)
+		args.Workspace = ws
+		must(t, bspa.PrefillPagedF32(args))
+		for i := range args.Out {
+			if args.Out[i] != expected.Out[i] {
+				t.Fatalf("workspace of %d bytes: out[%d] = %g, without %g", len(ws), i, args.Out[i], expected.Out[i])
+			}
+		}
+	}
+	// The workspace reaches the library: a misaligned one is refused.
+	args := own.args(layout)
+	args.Workspace = alignedBytes(4096, 1)
+	if err := bspa.PrefillPagedF32(args); !errors.Is(err, bspa.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "workspace") || !strings.Contains(err.Error(), "16-byte aligned") {
+		t.Fatalf("misaligned workspace: %v", err)
+	}
+}
+
+func TestPrefillPagedErrorsCarryTheLibrarysMessage(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	layout, err := bspa.NewDenseLayout(hq)
+	must(t, err)
+	defer layout.Close()
+	items := []work{{nil, newConversation(rng, 20), 0, 20}}
+	own := newOwnPages(rng, 4, [][]int32{{0, 1}}, items)
+	must(t, bspa.PrefillPagedF32(own.args(layout)))
+
+	// A page id past the pages: checked by the library on the CPU.
+	args := own.args(layout)
+	args.BlockTable = []int32{0, 4}
+	err = bspa.PrefillPagedF32(args)
+	var e *bspa.Error
+	if !errors.Is(err, bspa.ErrOutOfRange) || !errors.As(err, &e) || e.Status.Category() != 1 ||
+		!strings.HasPrefix(e.Message, "bspa_prefill_paged: ") || !strings.Contains(e.Message, "block_table[0][1] = 4") ||
+		!strings.HasPrefix(err.Error(), "BSPA_ERR_OUT_OF_RANGE: ") {
+		t.Fatalf("page id 4 of 4 pages: %#v", err)
+	}
+	// q rows that no sequence owns.
+	args = own.args(layout)
+	args.QueryStarts = []int32{0, 19}
+	if err := bspa.PrefillPagedF32(args); !errors.Is(err, bspa.ErrOutOfRange) ||
+		!strings.Contains(err.Error(), "query_starts[1] = 19") {
+		t.Fatalf("19 of 20 rows owned: %v", err)
+	}
+	// Slices that do not fit the shapes are refused before the call.
+	args = own.args(layout)
+	args.VPages = args.VPages[1:]
+	if err := bspa.PrefillPagedF32(args); !errors.Is(err, bspa.ErrShapeMismatch) || !strings.Contains(err.Error(), "v_pages") {
+		t.Fatalf("short v_pages: %v", err)
+	}
+	args.Layout = nil
+	if err := bspa.PrefillPagedF32(args); !errors.Is(err, bspa.ErrNullPointer) {
+		t.Fatalf("nil layout: %v", err)
+	}
+
+	// Tensors: mismatched K and V shapes; float metadata.
+	shape := []int64{20, hq, dim}
+	tensors := bspa.PagedArgs{
+		Q: bspa.HostF32(own.q, shape...), Out: bspa.HostF32(make([]float32, len(own.q)), shape...),
+		KPages: bspa.HostF32(own.k, 4, hkv, page, dim), VPages: bspa.HostF32(own.v, 2, hkv, page, 2*dim),
+		BlockTable: bspa.HostI32(own.blockTable, 1, 2), QueryStarts: bspa.HostI32(own.queryStarts, 2),
+		ContextLens: bspa.HostI32(own.contextLens, 1), MaxQueryLen: 20, Layout: layout, Scale: scale,
+	}
+	err = bspa.PrefillPaged(tensors, 0)
+	if !errors.Is(err, bspa.ErrShapeMismatch) || !errors.As(err, &e) ||
+		!strings.HasPrefix(e.Message, "bspa_prefill_paged: v_pages.shape = [2, 2, 16, 32]") {
+		t.Fatalf("v_pages of another shape: %v", err)
+	}
+	tensors.VPages = bspa.HostF32(own.v, 4, hkv, page, dim)
+	tensors.BlockTable = bspa.HostF32([]float32{0, 1}, 1, 2)
+	if err := bspa.PrefillPaged(tensors, 0); !errors.Is(err, bspa.ErrDtypeMismatch) ||
+		!strings.Contains(err.Error(), "block_table.dtype = float32") {
+		t.Fatalf("float32 block_table: %v", err)
 	}
 }

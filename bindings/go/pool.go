@@ -38,6 +38,13 @@ const (
 	BF16 DType = C.BSPA_DTYPE_BF16
 )
 
+// Element types of tensors only, not of pools (NewPool refuses them): PagedArgs' integer
+// metadata (I32) and workspace (U8). Negative, so no library dtype ever takes their values.
+const (
+	I32 DType = -1 - iota // int32
+	U8                    // uint8
+)
+
 // PoolOptions configure NewPool; start from DefaultPoolOptions.
 type PoolOptions struct {
 	Device      Device

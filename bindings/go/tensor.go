@@ -41,11 +41,46 @@ static bspa_status go_prefill(bspa_pool *pool, const bspa_batch *batch, int32_t 
   if (has_lse) go_fill(&tlse, lse, desc);
   return bspa_prefill(pool, batch, layer, layout, &tq, &tout, scale, has_lse ? &tlse : NULL, (bspa_stream)stream);
 }
+
+// desc: q, out, k_pages, v_pages, block_table, query_starts, context_lens, then lse and
+// workspace where given.
+static bspa_status go_prefill_paged(void *q, void *out, void *k, void *v, void *block_table, void *query_starts,
+                                    void *context_lens, void *lse, int has_lse, void *workspace, int has_workspace,
+                                    const int64_t *desc, int32_t max_query_len, const bspa_layout *layout,
+                                    float scale, uintptr_t stream) {
+  DLTensor tq, tout, tk, tv, tbt, tqs, tcl, tlse, tws;
+  desc = go_fill(&tq, q, desc);
+  desc = go_fill(&tout, out, desc);
+  desc = go_fill(&tk, k, desc);
+  desc = go_fill(&tv, v, desc);
+  desc = go_fill(&tbt, block_table, desc);
+  desc = go_fill(&tqs, query_starts, desc);
+  desc = go_fill(&tcl, context_lens, desc);
+  if (has_lse) desc = go_fill(&tlse, lse, desc);
+  if (has_workspace) go_fill(&tws, workspace, desc);
+  bspa_paged_args args;
+  bspa_status status = bspa_paged_args_init(&args);
+  if (status != BSPA_OK) return status;
+  args.q = &tq;
+  args.out = &tout;
+  args.lse = has_lse ? &tlse : NULL;
+  args.k_pages = &tk;
+  args.v_pages = &tv;
+  args.block_table = &tbt;
+  args.query_starts = &tqs;
+  args.context_lens = &tcl;
+  args.max_query_len = max_query_len;
+  args.layout = layout;
+  args.scale = scale;
+  args.workspace = has_workspace ? &tws : NULL;
+  return bspa_prefill_paged(&args, (bspa_stream)stream);
+}
 */
 import "C"
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 )
 
@@ -76,6 +111,18 @@ func Host16(data []uint16, dtype DType, shape ...int64) Tensor {
 	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: dtype, Shape: shape}
 }
 
+// HostI32 describes an int32 slice (PrefillPaged's metadata); it panics like HostF32.
+func HostI32(data []int32, shape ...int64) Tensor {
+	checkLen(len(data), shape)
+	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: I32, Shape: shape}
+}
+
+// HostU8 describes a byte slice (PrefillPaged's workspace); it panics like HostF32.
+func HostU8(data []byte, shape ...int64) Tensor {
+	checkLen(len(data), shape)
+	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: U8, Shape: shape}
+}
+
 func checkLen(n int, shape []int64) {
 	want := int64(1)
 	for _, s := range shape {
@@ -93,6 +140,10 @@ func (t *Tensor) appendDesc(desc []int64) []int64 {
 		bits = 16
 	case BF16:
 		code, bits = int64(C.kDLBfloat), 16
+	case I32:
+		code = int64(C.kDLInt)
+	case U8:
+		code, bits = int64(C.kDLUInt), 8
 	}
 	hasStrides := int64(0)
 	if t.Strides != nil {
@@ -203,4 +254,182 @@ func (p *Pool) PrefillF32(b *Batch, layer int, l *Layout, q, out []float32, scal
 		lseTensor = &t
 	}
 	return p.Prefill(b, layer, l, HostF32(q, shape...), HostF32(out, shape...), scale, lseTensor, 0)
+}
+
+// PrefillWorkspaceBytes is the size of PagedArgs.Workspace for launches on dev with
+// headDim: 0 where no launch uses one (the CPU; a GPU, build or head_dim without the
+// Hopper kernel), about 18 MB for head_dim 128 on an H200. Safe for concurrent use; the
+// answer is fixed per device and head_dim. Errors: ErrInvalidArgument (headDim <= 0),
+// ErrNoDevice (no such CUDA device), ErrNotSupported (other device types), ErrCUDA.
+func PrefillWorkspaceBytes(dev Device, headDim int) (int, error) {
+	var bytes C.size_t
+	err := call(func() C.bspa_status {
+		return C.bspa_prefill_workspace_bytes(C.int32_t(dev.Type), C.int32_t(dev.ID), C.int32_t(headDim), &bytes)
+	})
+	return int(bytes), err
+}
+
+// PagedArgs are the arguments of PrefillPaged (bspa_paged_args): bring-your-own cache,
+// the attention of Pool.Prefill over caller-owned pages. All tensors live on one device,
+// the integer metadata included.
+type PagedArgs struct {
+	Q   Tensor  // [T_new, Hq, head_dim] of the pages' dtype; Hq = Layout.NumHeads(), a multiple of num_kv_heads
+	Out Tensor  // like Q; written
+	LSE *Tensor // optional [Hq, T_new] F32: the natural log of each row's softmax denominator; written
+
+	// [num_pages, num_kv_heads, page_size, head_dim], last dimension contiguous.
+	KPages, VPages Tensor
+	// I32 [num_seqs, max_pages_per_seq]: sequence i's token t lives in page
+	// BlockTable[i][t/page_size] at slot t%page_size.
+	BlockTable Tensor
+	// I32 [num_seqs+1], compact: rows of Q/Out, QueryStarts[0] == 0.
+	QueryStarts Tensor
+	// I32 [num_seqs], compact: tokens before the new ones. Sequence i has
+	// ContextLens[i] + its query length tokens in its pages, the new tokens' K/V included.
+	ContextLens Tensor
+	MaxQueryLen int // an upper bound of the query lengths (sizes the CUDA grid)
+	Layout      *Layout
+	Scale       float32 // multiplies the logits (Phi-3-small: 1/128)
+	// Optional U8 [n] scratch on the tensors' device, 16-byte aligned,
+	// n >= PrefillWorkspaceBytes (a smaller one splits less or not at all). Needs no
+	// initialisation; launches that share it must not overlap.
+	Workspace *Tensor
+}
+
+// PrefillPaged runs block-sparse causal attention of the new tokens over caller-owned
+// pages (bspa_prefill_paged) on stream. The library keeps no pointer past the call.
+//
+// The tensors' memory must be valid for their shapes, and stay alive until the launch
+// completes on the stream: the library cannot check either. On CUDA the metadata's page
+// ids and lengths must be in range too (the kernel does not read them back); on the CPU
+// they are checked (ErrOutOfRange). Errors: as Prefill, plus ErrVersion, and for the
+// workspace ErrShapeMismatch, ErrDtypeMismatch, ErrDeviceMismatch, ErrNullPointer and
+// ErrInvalidArgument (not 16-byte aligned); q rows with no sequence, or MaxQueryLen 0,
+// are ErrOutOfRange.
+func PrefillPaged(args PagedArgs, stream Stream) error {
+	l := args.Layout
+	if l == nil {
+		return argError(StatusNullPointer, "PrefillPaged: Layout is nil")
+	}
+	desc := args.Q.appendDesc(nil)
+	for _, t := range []*Tensor{&args.Out, &args.KPages, &args.VPages, &args.BlockTable, &args.QueryStarts,
+		&args.ContextLens} {
+		desc = t.appendDesc(desc)
+	}
+	var lseData, wsData unsafe.Pointer
+	hasLSE, hasWS := C.int(0), C.int(0)
+	if args.LSE != nil {
+		desc = args.LSE.appendDesc(desc)
+		lseData, hasLSE = args.LSE.Data, 1
+	}
+	if args.Workspace != nil {
+		desc = args.Workspace.appendDesc(desc)
+		wsData, hasWS = args.Workspace.Data, 1
+	}
+	return l.use(func() error {
+		return call(func() C.bspa_status {
+			return C.go_prefill_paged(args.Q.Data, args.Out.Data, args.KPages.Data, args.VPages.Data,
+				args.BlockTable.Data, args.QueryStarts.Data, args.ContextLens.Data, lseData, hasLSE, wsData, hasWS,
+				(*C.int64_t)(unsafe.Pointer(&desc[0])), C.int32_t(args.MaxQueryLen), l.l, C.float(args.Scale),
+				C.uintptr_t(stream))
+		})
+	})
+}
+
+// PagedArgsF32 are the arguments of PrefillPagedF32: PagedArgs over float32 and int32
+// host slices, all row-major. num_pages is len(KPages) / (NumKVHeads*PageSize*HeadDim),
+// num_seqs is len(ContextLens) (at least 1), T_new is len(Q) / (Hq*HeadDim) with
+// Hq = Layout.NumHeads(), and MaxQueryLen is the largest query length of QueryStarts.
+type PagedArgsF32 struct {
+	Q, Out []float32 // [T_new, Hq, HeadDim]; Out is written
+	LSE    []float32 // [Hq, T_new] or nil; written
+
+	KPages, VPages                []float32 // [num_pages, NumKVHeads, PageSize, HeadDim]
+	NumKVHeads, PageSize, HeadDim int
+	BlockTable                    []int32 // [num_seqs, max_pages_per_seq]
+	QueryStarts                   []int32 // [num_seqs+1], QueryStarts[0] == 0
+	ContextLens                   []int32 // [num_seqs]
+	Layout                        *Layout
+	Scale                         float32
+	// Optional, 16-byte aligned: the CPU uses none (PrefillWorkspaceBytes is 0) but checks
+	// one it is given. nil or empty: none.
+	Workspace []byte
+}
+
+// PrefillPagedF32 is PrefillPaged on host slices (the CPU backend, which checks every page
+// id and length of the metadata). Slices whose lengths do not fit the shapes described in
+// PagedArgsF32 are ErrShapeMismatch before the library is called; the library's errors
+// otherwise (e.g. ErrOutOfRange for a page id past num_pages). Safe for concurrent use
+// with distinct Out, LSE and Workspace slices.
+func PrefillPagedF32(a PagedArgsF32) error {
+	if a.Layout == nil {
+		return argError(StatusNullPointer, "PrefillPagedF32: Layout is nil")
+	}
+	hkv, ps, dim := a.NumKVHeads, a.PageSize, a.HeadDim
+	if hkv < 1 || ps < 1 || dim < 1 {
+		return argError(StatusShapeMismatch, fmt.Sprintf(
+			"PrefillPagedF32: NumKVHeads = %d, PageSize = %d, HeadDim = %d: each must be at least 1", hkv, ps, dim))
+	}
+	pageElems := hkv * ps * dim
+	if len(a.KPages) == 0 || len(a.KPages)%pageElems != 0 || len(a.VPages) != len(a.KPages) {
+		return argError(StatusShapeMismatch, fmt.Sprintf(
+			"k_pages has %d and v_pages %d elements, expected the same positive multiple of [%d, %d, %d]",
+			len(a.KPages), len(a.VPages), hkv, ps, dim))
+	}
+	numPages := len(a.KPages) / pageElems
+	heads := a.Layout.NumHeads()
+	if heads < 1 || len(a.Q) == 0 || len(a.Q)%(heads*dim) != 0 {
+		return argError(StatusShapeMismatch, fmt.Sprintf(
+			"q has %d elements, not a positive multiple of [Hq, HeadDim] = [%d, %d]", len(a.Q), heads, dim))
+	}
+	rows := len(a.Q) / (heads * dim)
+	if err := checkRows("out", len(a.Out), rows, heads, dim); err != nil {
+		return err
+	}
+	numSeqs := len(a.ContextLens)
+	if numSeqs == 0 || len(a.QueryStarts) != numSeqs+1 {
+		return argError(StatusShapeMismatch, fmt.Sprintf(
+			"%d context lengths and %d query starts: need at least one sequence and one more start",
+			numSeqs, len(a.QueryStarts)))
+	}
+	maxPages := len(a.BlockTable) / numSeqs
+	if maxPages == 0 || len(a.BlockTable) != numSeqs*maxPages {
+		return argError(StatusShapeMismatch, fmt.Sprintf(
+			"block_table has %d entries, not a positive multiple of the %d sequences", len(a.BlockTable), numSeqs))
+	}
+	maxQueryLen := int64(0)
+	for i := 1; i < len(a.QueryStarts); i++ {
+		if n := int64(a.QueryStarts[i]) - int64(a.QueryStarts[i-1]); n > maxQueryLen {
+			maxQueryLen = n
+		}
+	}
+	if maxQueryLen > math.MaxInt32 {
+		maxQueryLen = math.MaxInt32
+	}
+	pages := []int64{int64(numPages), int64(hkv), int64(ps), int64(dim)}
+	shape := []int64{int64(rows), int64(heads), int64(dim)}
+	args := PagedArgs{
+		Q:           HostF32(a.Q, shape...),
+		Out:         HostF32(a.Out, shape...),
+		KPages:      HostF32(a.KPages, pages...),
+		VPages:      HostF32(a.VPages, pages...),
+		BlockTable:  HostI32(a.BlockTable, int64(numSeqs), int64(maxPages)),
+		QueryStarts: HostI32(a.QueryStarts, int64(numSeqs+1)),
+		ContextLens: HostI32(a.ContextLens, int64(numSeqs)),
+		MaxQueryLen: int(maxQueryLen),
+		Layout:      a.Layout,
+		Scale:       a.Scale,
+	}
+	if a.LSE != nil {
+		if err := checkRows("lse", len(a.LSE), heads, rows, 1); err != nil {
+			return err
+		}
+		t := HostF32(a.LSE, int64(heads), int64(rows))
+		args.LSE = &t
+	}
+	if len(a.Workspace) > 0 {
+		t := HostU8(a.Workspace, int64(len(a.Workspace)))
+		args.Workspace = &t
+	}
+	return PrefillPaged(args, 0)
 }

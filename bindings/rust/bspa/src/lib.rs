@@ -8,6 +8,11 @@
 //! a time (`Send`). Launches on host slices of a CPU pool are safe; launches on raw
 //! DLTensors (device memory) are `unsafe`.
 //!
+//! Bring-your-own cache: [`prefill_paged`] (raw DLTensors, `unsafe`) and
+//! [`prefill_paged_host`] (host slices, safe) run the same attention over caller-owned
+//! pages, a block table and per-sequence lengths; [`prefill_workspace_bytes`] sizes their
+//! optional workspace.
+//!
 //! ```no_run
 //! # fn main() -> bspa::Result<()> {
 //! use bspa::{DType, Layout, Pool, PoolOptions};
@@ -33,11 +38,13 @@ pub use bspa_sys as sys;
 
 mod error;
 mod layout;
+mod paged;
 mod pool;
 mod tensor;
 
 pub use error::{Error, ErrorKind, Result};
 pub use layout::{Layout, StridedOptions};
+pub use paged::{prefill_paged, prefill_paged_host, prefill_workspace_bytes, HostPagedArgs, PagedArgs};
 pub use pool::{Batch, Device, Pool, PoolOptions, PoolStats, SeqInfo, Sequence};
 pub use tensor::{BF16Bits, DType, Element, F16Bits};
 

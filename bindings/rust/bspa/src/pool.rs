@@ -7,11 +7,21 @@ use crate::layout::Layout;
 use crate::sys;
 use crate::tensor::{host_tensor, DType, Element};
 
-/// Where a pool's storage lives.
+/// Where a pool's storage (or a launch of [`prefill_paged`](crate::prefill_paged)) lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Device {
     Cpu,
     Cuda(i32),
+}
+
+impl Device {
+    /// The DLPack device type and id.
+    pub(crate) fn raw(self) -> (i32, i32) {
+        match self {
+            Device::Cpu => (sys::kDLCPU as i32, 0),
+            Device::Cuda(id) => (sys::kDLCUDA as i32, id),
+        }
+    }
 }
 
 /// Options of [`Pool::new`]; `Default` gives the library's defaults (CPU, bf16, one
@@ -82,10 +92,7 @@ impl Pool {
         check_abi()?;
         let mut raw = unsafe { std::mem::zeroed::<sys::bspa_pool_options>() };
         check(unsafe { sys::bspa_pool_options_init(&mut raw) })?;
-        let (device_type, device_id) = match options.device {
-            Device::Cpu => (sys::kDLCPU as i32, 0),
-            Device::Cuda(id) => (sys::kDLCUDA as i32, id),
-        };
+        let (device_type, device_id) = options.device.raw();
         raw.device_type = device_type;
         raw.device_id = device_id;
         raw.dtype = options.dtype.raw();

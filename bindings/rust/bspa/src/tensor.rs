@@ -90,6 +90,11 @@ impl Element for BF16Bits {
     }
 }
 
+/// int32, the dtype of [`prefill_paged`](crate::prefill_paged)'s integer metadata.
+pub(crate) const DL_INT32: sys::DLDataType = sys::DLDataType { code: sys::kDLInt as u8, bits: 32, lanes: 1 };
+/// uint8, the dtype of [`prefill_paged`](crate::prefill_paged)'s workspace.
+pub(crate) const DL_UINT8: sys::DLDataType = sys::DLDataType { code: sys::kDLUInt as u8, bits: 8, lanes: 1 };
+
 /// A compact row-major host DLTensor. `shape` must outlive every use of the result.
 pub(crate) fn host_tensor(data: *mut c_void, dtype: sys::DLDataType, shape: &mut [i64]) -> sys::DLTensor {
     sys::DLTensor {

@@ -1,5 +1,6 @@
-//! The safe crate on the CPU backend: prefix hits, errors, and the prefill against a
-//! float64 reference built from the token-level mask (DESIGN.md §2).
+//! The safe crate on the CPU backend: prefix hits, errors, and the prefill (from the pool,
+//! and over caller-owned pages with prefill_paged) against a float64 reference built from
+//! the token-level mask (DESIGN.md §2).
 
 use bspa::{DType, ErrorKind, Layout, Pool, PoolOptions, StridedOptions};
 
@@ -105,10 +106,9 @@ fn rel_l2(actual: &[f32], expected: &[f64]) -> f64 {
     (num / den).sqrt()
 }
 
-/// One batch over `work` = [(sequence, conversation, ctx, q)]: kv_write, prefill, check
-/// every sequence's rows against the reference.
-fn step_and_check(pool: &Pool, layout: &Layout, work: &[(&bspa::Sequence, &Conversation, usize, usize)],
-                  allowed: &dyn Fn(i64, i64, i64) -> bool) {
+/// One batch over `work` = [(sequence, conversation, ctx, q)]: kv_write, then prefill;
+/// returns out and lse.
+fn step(pool: &Pool, layout: &Layout, work: &[(&bspa::Sequence, &Conversation, usize, usize)]) -> (Vec<f32>, Vec<f32>) {
     let seqs: Vec<&bspa::Sequence> = work.iter().map(|w| w.0).collect();
     let lens: Vec<i32> = work.iter().map(|w| w.3 as i32).collect();
     let batch = pool.batch(&seqs, &lens).expect("batch");
@@ -123,8 +123,15 @@ fn step_and_check(pool: &Pool, layout: &Layout, work: &[(&bspa::Sequence, &Conve
     let mut out = vec![f32::NAN; q.len()]; // poisoned: unwritten rows fail
     let mut lse = vec![f32::NAN; HQ * total];
     pool.prefill_host(&batch, 0, layout, &q, &mut out, SCALE, Some(&mut lse)).expect("prefill");
+    (out, lse)
+}
+
+/// Checks the rows of `out`/`lse` of a launch over `work` = [(conversation, ctx, q)]
+/// against the reference.
+fn check_rows(out: &[f32], lse: &[f32], work: &[(&Conversation, usize, usize)], allowed: &dyn Fn(i64, i64, i64) -> bool) {
+    let total = lse.len() / HQ;
     let mut row = 0;
-    for &(_, c, ctx, n) in work {
+    for &(c, ctx, n) in work {
         let (ref_out, ref_lse) = reference(c, ctx, n, allowed);
         let got = &out[row * HQ * D..(row + n) * HQ * D];
         let err = rel_l2(got, &ref_out);
@@ -133,6 +140,16 @@ fn step_and_check(pool: &Pool, layout: &Layout, work: &[(&bspa::Sequence, &Conve
         assert!(rel_l2(&got_lse, &ref_lse) <= 1e-5, "lse of ctx {} q {}", ctx, n);
         row += n;
     }
+    assert_eq!(row, total);
+}
+
+/// One batch over `work` = [(sequence, conversation, ctx, q)]: kv_write, prefill, check
+/// every sequence's rows against the reference.
+fn step_and_check(pool: &Pool, layout: &Layout, work: &[(&bspa::Sequence, &Conversation, usize, usize)],
+                  allowed: &dyn Fn(i64, i64, i64) -> bool) {
+    let (out, lse) = step(pool, layout, work);
+    let rows: Vec<(&Conversation, usize, usize)> = work.iter().map(|&(_, c, ctx, n)| (c, ctx, n)).collect();
+    check_rows(&out, &lse, &rows, allowed);
 }
 
 fn strided_layout() -> Layout {
@@ -301,4 +318,298 @@ fn thread_safety_follows_the_header() {
     });
     pool.check().unwrap();
     assert!(seqs.iter().all(|s| s.info().unwrap().num_tokens == 70));
+}
+
+// ---- Bring-your-own cache: prefill_paged / prefill_paged_host / prefill_workspace_bytes ----
+
+/// A host DLTensor over `data` (compact row-major); `shape` must outlive it, and an
+/// output's `data` must come from a mutable borrow.
+fn host_tensor<T>(data: *const T, code: u32, bits: u8, shape: &mut [i64]) -> bspa::sys::DLTensor {
+    use bspa::sys;
+    sys::DLTensor {
+        data: data as *mut std::os::raw::c_void,
+        device: sys::DLDevice { device_type: sys::kDLCPU, device_id: 0 },
+        ndim: shape.len() as i32,
+        dtype: sys::DLDataType { code: code as u8, bits, lanes: 1 },
+        shape: shape.as_mut_ptr(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    }
+}
+
+/// The pool's K and V pages of `layer` as slices. The test runs no launch while it reads them.
+fn pool_pages(pool: &Pool, layer: i32) -> (&[f32], &[f32], usize) {
+    let (k, v) = unsafe { pool.kv(layer) }.expect("pool.kv");
+    let shape = unsafe { std::slice::from_raw_parts(k.shape, k.ndim as usize) };
+    assert_eq!(shape[1..], [HKV as i64, PAGE as i64, D as i64]);
+    let numel = shape.iter().product::<i64>() as usize;
+    let slices = unsafe {
+        (std::slice::from_raw_parts(k.data as *const f32, numel), std::slice::from_raw_parts(v.data as *const f32, numel))
+    };
+    (slices.0, slices.1, shape[0] as usize)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn paged_args<'a>(q: &'a [f32], out: &'a mut [f32], lse: Option<&'a mut [f32]>, k: &'a [f32], v: &'a [f32],
+                  block_table: &'a [i32], query_starts: &'a [i32], context_lens: &'a [i32], layout: &'a Layout)
+                  -> bspa::HostPagedArgs<'a, f32> {
+    bspa::HostPagedArgs {
+        q,
+        out,
+        lse,
+        k_pages: k,
+        v_pages: v,
+        num_kv_heads: HKV,
+        page_size: PAGE as usize,
+        head_dim: D,
+        block_table,
+        query_starts,
+        context_lens,
+        layout,
+        scale: SCALE,
+        workspace: None,
+    }
+}
+
+#[test]
+fn prefill_paged_over_the_pools_pages_matches_prefill() {
+    let mut rng = Rng(3);
+    let conv = Conversation::new(&mut rng, 90);
+    let pool = pool(32);
+    let layout = strided_layout();
+    let seq = pool.sequence().unwrap();
+    seq.append(&conv.tokens).unwrap();
+    step(&pool, &layout, &[(&seq, &conv, 0, 41)]);
+    seq.commit(41).unwrap();
+    let (expected, expected_lse) = step(&pool, &layout, &[(&seq, &conv, 41, 49)]);
+    let q = &conv.q[41 * HQ * D..];
+    let (block_table, query_starts, context_lens) = (seq.pages().unwrap(), [0, 49], [41]);
+    assert_eq!(block_table.len(), 6);
+
+    // Safe form over slices of the pool's pages.
+    let (k, v, _) = pool_pages(&pool, 0);
+    let mut out = vec![f32::NAN; q.len()];
+    let mut lse = vec![f32::NAN; HQ * 49];
+    bspa::prefill_paged_host(paged_args(q, &mut out, Some(&mut lse), k, v, &block_table, &query_starts,
+                                        &context_lens, &layout))
+    .unwrap();
+    let as_f64 = |x: &[f32]| x.iter().map(|&e| e as f64).collect::<Vec<f64>>();
+    assert!(rel_l2(&out, &as_f64(&expected)) <= 1e-6, "{:e}", rel_l2(&out, &as_f64(&expected)));
+    assert!(rel_l2(&lse, &as_f64(&expected_lse)) <= 1e-6);
+    check_rows(&out, &lse, &[(&conv, 41, 49)], &strided_allowed);
+
+    // Raw form over the pool's own DLTensor views.
+    let (tk, tv) = unsafe { pool.kv(0) }.unwrap();
+    let mut raw_out = vec![f32::NAN; q.len()];
+    let (mut sq, mut sout, mut sbt, mut sqs, mut scl) =
+        ([49, HQ as i64, D as i64], [49, HQ as i64, D as i64], [1, block_table.len() as i64], [2], [1]);
+    let tq = host_tensor(q.as_ptr(), bspa::sys::kDLFloat, 32, &mut sq);
+    let mut tout = host_tensor(raw_out.as_mut_ptr(), bspa::sys::kDLFloat, 32, &mut sout);
+    let tbt = host_tensor(block_table.as_ptr(), bspa::sys::kDLInt, 32, &mut sbt);
+    let tqs = host_tensor(query_starts.as_ptr(), bspa::sys::kDLInt, 32, &mut sqs);
+    let tcl = host_tensor(context_lens.as_ptr(), bspa::sys::kDLInt, 32, &mut scl);
+    let args = bspa::PagedArgs {
+        q: &tq,
+        out: &mut tout,
+        lse: None,
+        k_pages: &tk,
+        v_pages: &tv,
+        block_table: &tbt,
+        query_starts: &tqs,
+        context_lens: &tcl,
+        max_query_len: 49,
+        layout: &layout,
+        scale: SCALE,
+        workspace: None,
+    };
+    unsafe { bspa::prefill_paged(args, std::ptr::null_mut()) }.unwrap();
+    assert!(rel_l2(&raw_out, &as_f64(&expected)) <= 1e-6);
+}
+
+#[test]
+fn prefill_paged_over_own_pages_with_a_shuffled_block_table_matches_the_reference() {
+    let mut rng = Rng(21);
+    let convs = [Conversation::new(&mut rng, 60), Conversation::new(&mut rng, 50), Conversation::new(&mut rng, 34)];
+    // (context, query rows) per sequence: a chunk after an unaligned prefix, a whole
+    // prompt, a decode row.
+    let work = [(37usize, 23usize), (0, 50), (33, 1)];
+    let (num_pages, max_pages) = (16usize, 4usize);
+    // Pages in a shuffled order (Fisher-Yates), handed out to the sequences in turn.
+    let mut order: Vec<i32> = (0..num_pages as i32).collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let page_elems = HKV * PAGE as usize * D;
+    // Unused slots hold large values: reading one would spoil the result.
+    let mut k: Vec<f32> = rng.normals(num_pages * page_elems).iter().map(|x| x * 100.0).collect();
+    let mut v: Vec<f32> = rng.normals(num_pages * page_elems).iter().map(|x| x * 100.0).collect();
+    let mut block_table = vec![0i32; work.len() * max_pages];
+    let (mut query_starts, mut context_lens, mut q) = (vec![0i32], Vec::new(), Vec::new());
+    let mut next = order.into_iter();
+    for (s, (c, &(ctx, n))) in convs.iter().zip(&work).enumerate() {
+        let tokens = ctx + n;
+        for j in 0..(tokens + PAGE as usize - 1) / PAGE as usize {
+            block_table[s * max_pages + j] = next.next().unwrap();
+        }
+        for t in 0..tokens {
+            let page = block_table[s * max_pages + t / PAGE as usize] as usize;
+            for h in 0..HKV {
+                let dst = ((page * HKV + h) * PAGE as usize + t % PAGE as usize) * D;
+                k[dst..dst + D].copy_from_slice(&c.k[(t * HKV + h) * D..(t * HKV + h + 1) * D]);
+                v[dst..dst + D].copy_from_slice(&c.v[(t * HKV + h) * D..(t * HKV + h + 1) * D]);
+            }
+        }
+        q.extend_from_slice(&c.q[ctx * HQ * D..(ctx + n) * HQ * D]);
+        query_starts.push(query_starts.last().unwrap() + n as i32);
+        context_lens.push(ctx as i32);
+    }
+    let layout = strided_layout();
+    let mut out = vec![f32::NAN; q.len()];
+    let mut lse = vec![f32::NAN; HQ * 74];
+    bspa::prefill_paged_host(paged_args(&q, &mut out, Some(&mut lse), &k, &v, &block_table, &query_starts,
+                                        &context_lens, &layout))
+    .unwrap();
+    let rows: Vec<(&Conversation, usize, usize)> = convs.iter().zip(&work).map(|(c, &(ctx, n))| (c, ctx, n)).collect();
+    check_rows(&out, &lse, &rows, &strided_allowed);
+}
+
+#[test]
+fn prefill_workspace_bytes_on_cpu_is_zero() {
+    assert_eq!(bspa::prefill_workspace_bytes(bspa::Device::Cpu, D as i32).unwrap(), 0);
+    assert_eq!(bspa::prefill_workspace_bytes(bspa::Device::Cpu, 128).unwrap(), 0);
+    let err = bspa::prefill_workspace_bytes(bspa::Device::Cpu, 0).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("bspa_prefill_workspace_bytes") && err.message().contains("head_dim = 0"), "{}", err);
+    if bspa::cuda_device_count().unwrap() == 0 {
+        let err = bspa::prefill_workspace_bytes(bspa::Device::Cuda(0), 128).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NoDevice, "{}", err);
+    }
+}
+
+/// `n` bytes starting `offset` bytes past a 16-byte boundary, within `buf`.
+fn aligned_bytes(buf: &mut [u8], n: usize, offset: usize) -> &mut [u8] {
+    let start = (16 - buf.as_ptr() as usize % 16) % 16 + offset;
+    &mut buf[start..start + n]
+}
+
+#[test]
+fn prefill_paged_with_a_cpu_workspace_matches_without() {
+    let mut rng = Rng(5);
+    let conv = Conversation::new(&mut rng, 75);
+    let pool = pool(32);
+    let layout = strided_layout();
+    let seq = pool.sequence().unwrap();
+    seq.append(&conv.tokens).unwrap();
+    step(&pool, &layout, &[(&seq, &conv, 0, 75)]);
+    let (k, v, _) = pool_pages(&pool, 0);
+    let (block_table, query_starts, context_lens) = (seq.pages().unwrap(), [0, 30], [45]);
+    let q = &conv.q[45 * HQ * D..];
+    let run = |workspace: Option<&mut [u8]>| {
+        let mut out = vec![f32::NAN; q.len()];
+        let mut args = paged_args(q, &mut out, None, k, v, &block_table, &query_starts, &context_lens, &layout);
+        args.workspace = workspace;
+        bspa::prefill_paged_host(args).map(|()| out)
+    };
+    let expected = run(None).unwrap();
+    let (ref_out, _) = reference(&conv, 45, 30, &strided_allowed);
+    assert!(rel_l2(&expected, &ref_out) <= 1e-5);
+    let mut buf = vec![0u8; 4096 + 32];
+    assert_eq!(run(Some(aligned_bytes(&mut buf, 4096, 0))).unwrap(), expected);
+    assert_eq!(run(Some(&mut [])).unwrap(), expected); // empty: no workspace
+    // The workspace reaches the library: a misaligned one is refused.
+    let err = run(Some(aligned_bytes(&mut buf, 4096, 1))).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("workspace") && err.message().contains("16-byte aligned"), "{}", err);
+}
+
+#[test]
+fn prefill_paged_errors_carry_the_librarys_message() {
+    let mut rng = Rng(9);
+    let layout = Layout::dense(HQ as i32).unwrap();
+    let (k, v) = (rng.normals(4 * HKV * PAGE as usize * D), rng.normals(4 * HKV * PAGE as usize * D));
+    let q = rng.normals(20 * HQ * D);
+    let mut out = vec![0f32; q.len()];
+
+    // A page id past the pages: checked by the library on the CPU.
+    let err = bspa::prefill_paged_host(paged_args(&q, &mut out, None, &k, &v, &[0, 4], &[0, 20], &[0], &layout))
+        .unwrap_err();
+    assert_eq!((err.kind(), err.category()), (ErrorKind::OutOfRange, 1));
+    assert!(err.message().starts_with("bspa_prefill_paged: ") && err.message().contains("block_table[0][1] = 4"),
+            "{}", err);
+    assert!(err.to_string().starts_with("BSPA_ERR_OUT_OF_RANGE: "));
+    // q rows that no sequence owns.
+    let err = bspa::prefill_paged_host(paged_args(&q, &mut out, None, &k, &v, &[0, 1], &[0, 19], &[0], &layout))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutOfRange);
+    assert!(err.message().contains("query_starts[1] = 19"), "{}", err);
+    // Slices that do not fit the shapes are refused before the call.
+    let err = bspa::prefill_paged_host(paged_args(&q, &mut out, None, &k, &v[1..], &[0, 1], &[0, 20], &[0], &layout))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShapeMismatch);
+    assert!(err.message().contains("v_pages"), "{}", err);
+
+    // Raw tensors: mismatched K and V shapes, an int32 tensor of the wrong dtype.
+    let (mut sq, mut sout, mut sk, mut sv, mut sbt, mut sqs, mut scl) = (
+        [20, HQ as i64, D as i64],
+        [20, HQ as i64, D as i64],
+        [4, HKV as i64, PAGE as i64, D as i64],
+        [2, HKV as i64, PAGE as i64, 2 * D as i64],
+        [1i64, 2],
+        [2i64],
+        [1i64],
+    );
+    let (bt, qs, cl) = ([0i32, 1], [0i32, 20], [0i32]);
+    let tq = host_tensor(q.as_ptr(), bspa::sys::kDLFloat, 32, &mut sq);
+    let mut tout = host_tensor(out.as_mut_ptr(), bspa::sys::kDLFloat, 32, &mut sout);
+    let tk = host_tensor(k.as_ptr(), bspa::sys::kDLFloat, 32, &mut sk);
+    let tv = host_tensor(v.as_ptr(), bspa::sys::kDLFloat, 32, &mut sv);
+    let tbt = host_tensor(bt.as_ptr(), bspa::sys::kDLInt, 32, &mut sbt);
+    let tqs = host_tensor(qs.as_ptr(), bspa::sys::kDLInt, 32, &mut sqs);
+    let tcl = host_tensor(cl.as_ptr(), bspa::sys::kDLInt, 32, &mut scl);
+    let err = unsafe {
+        bspa::prefill_paged(
+            bspa::PagedArgs {
+                q: &tq,
+                out: &mut tout,
+                lse: None,
+                k_pages: &tk,
+                v_pages: &tv,
+                block_table: &tbt,
+                query_starts: &tqs,
+                context_lens: &tcl,
+                max_query_len: 20,
+                layout: &layout,
+                scale: SCALE,
+                workspace: None,
+            },
+            std::ptr::null_mut(),
+        )
+    }
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShapeMismatch);
+    assert!(err.message().starts_with("bspa_prefill_paged: v_pages.shape = [2, 2, 16, 32]"), "{}", err);
+    let tv = host_tensor(v.as_ptr(), bspa::sys::kDLFloat, 32, &mut sk);
+    let tbt = host_tensor(bt.as_ptr(), bspa::sys::kDLUInt, 32, &mut sbt);
+    let err = unsafe {
+        bspa::prefill_paged(
+            bspa::PagedArgs {
+                q: &tq,
+                out: &mut tout,
+                lse: None,
+                k_pages: &tk,
+                v_pages: &tv,
+                block_table: &tbt,
+                query_starts: &tqs,
+                context_lens: &tcl,
+                max_query_len: 20,
+                layout: &layout,
+                scale: SCALE,
+                workspace: None,
+            },
+            std::ptr::null_mut(),
+        )
+    }
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::DtypeMismatch);
+    assert!(err.message().contains("block_table.dtype = uint32"), "{}", err);
 }
