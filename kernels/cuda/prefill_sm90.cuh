@@ -110,7 +110,6 @@ __global__ void __launch_bounds__(384, 1)
   // done), V free (its PV is done). K is freed a step before V, so the producer can start
   // refilling a pair before its V is free. Pair q's barriers are at offset 8 * q.
   constexpr int kPairs = S / 2;
-  constexpr int kProducerWarps = C::kProducers / 32;
   const uint32_t full_k = smem_addr(sEntry + S + (S & 1));  // 8-byte aligned
   const uint32_t full_v = full_k + kPairs * 8;
   const uint32_t empty_k = full_v + kPairs * 8;
@@ -181,8 +180,8 @@ __global__ void __launch_bounds__(384, 1)
 
   if (tid == 0) {
     for (int q = 0; q < kPairs; ++q) {
-      mbar_init(full_k + 8 * q, 2 * kProducerWarps + 1);  // each producer warp, for both stages, + the entries
-      mbar_init(full_v + 8 * q, 2 * kProducerWarps);      // each producer warp, for both stages
+      mbar_init(full_k + 8 * q, 2 * C::kProducers + 1);  // each producer's copies of both + the entries
+      mbar_init(full_v + 8 * q, 2 * C::kProducers);      // each producer's copies of both
       mbar_init(empty_k + 8 * q, 8);                     // one arrival per consumer warp
       mbar_init(empty_v + 8 * q, 8);
     }
@@ -243,25 +242,18 @@ __global__ void __launch_bounds__(384, 1)
         }
       };
       // A whole-page tile goes by TMA: thread 0 expects its bytes and issues a box per
-      // 64-column half, and lane 0 of each other producer warp arrives (as for cp.async stages).
+      // 64-column half, the others only arrive (so each stage has the same arrivals).
       const bool tma = one_page && maps.valid;
       auto load_boxes = [&](uint32_t dst, const CUtensorMap &map, uint32_t bar) {
-        if (tid == 0) {  // warp 0's arrival
+        if (tid == 0) {
           mbar_arrive_expect_tx(bar, C::kTileBytes);
           const int slot = k0 & page_mask, pg = static_cast<int>(page);
           auto coord = [&](int dim) { return maps.dim_tok == dim ? slot : maps.dim_head == dim ? kvh : pg; };
 #pragma unroll
           for (int hh = 0; hh < NH; ++hh) tma_load_4d(dst + hh * kHalfStride, &map, hh * 64, coord(1), coord(2), coord(3), bar);
-        } else if (lane == 0) {
+        } else {
           mbar_arrive(bar);
         }
-      };
-      // cp.async stages: every thread holds the phase until its copies land, then its warp
-      // arrives once (4 arrivals a stage, not 128: shared-memory atomics on the barrier).
-      auto arrive_gathered = [&](uint32_t bar) {
-        cp_async_hold(bar);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar);
       };
       const bool second = stage & 1;  // of its pair: the pair's barriers were waited for
       if (filled >= S && !second) mbar_wait(pair_bar(empty_k, stage), parity);
@@ -269,7 +261,7 @@ __global__ void __launch_bounds__(384, 1)
         load_boxes(smem_addr(sK) + stage_off(stage), maps.k, pair_bar(full_k, stage));
       } else {
         if (entry != kNoTiles) copy(smem_addr(sK) + stage_off(stage), p.k, p.k_head, p.k_page, p.k_tok);
-        arrive_gathered(pair_bar(full_k, stage));
+        cp_async_arrive(pair_bar(full_k, stage));
       }
       if (tid == 0) {
         sEntry[stage] = entry;
@@ -280,7 +272,7 @@ __global__ void __launch_bounds__(384, 1)
         load_boxes(smem_addr(sV) + stage_off(stage), maps.v, pair_bar(full_v, stage));
       } else {
         if (entry != kNoTiles) copy(smem_addr(sV) + stage_off(stage), p.v, p.v_head, p.v_page, p.v_tok);
-        arrive_gathered(pair_bar(full_v, stage));
+        cp_async_arrive(pair_bar(full_v, stage));
       }
       ++filled;
     };

@@ -175,12 +175,6 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 }
 // One arrival on `bar`, made when every cp.async this thread issued before it has landed
 // (noinc: the arrival is one of the barrier's expected count).
-// Holds `bar`'s current phase open until every cp.async this thread issued before it has
-// landed, without counting as an arrival (the pending count goes up now and down then):
-// a warp then arrives once for all of its lanes.
-__device__ __forceinline__ void cp_async_hold(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
 __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
