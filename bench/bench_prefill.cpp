@@ -247,6 +247,10 @@ int main(int argc, char **argv) {
     else if (!std::strcmp(argv[i], "--idle-ms") && i + 1 < argc) sync_each = true, idle_ms = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--scale") && i + 1 < argc) scale = static_cast<float>(std::atof(argv[++i]));
   }
+  if (graph && sync_each) {
+    std::fprintf(stderr, "bench_prefill: --graph times replays of captured launches; it does not go with --sync-each or --idle-ms\n");
+    return 2;
+  }
   int32_t n = 0;
   if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
     std::printf("SKIP: no CUDA device\n");

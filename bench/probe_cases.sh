@@ -8,9 +8,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=$1; LIB=$2; shift 2
+case $LIB in /*) ;; *) LIB=$PWD/$LIB ;; esac
 OUT=${OUT:-bench/results/local}; mkdir -p "$OUT"
 M=gpu__time_duration.sum,sm__cycles_active.avg,sm__cycles_active.max,smsp__inst_executed.sum,dram__bytes_read.sum,sm__cycles_elapsed.avg.per_second
-export LD_LIBRARY_PATH="$PWD/$LIB"
+export LD_LIBRARY_PATH="$LIB"
 IFS='|' read -r -a variants <<< "${VARIANTS:-}"
 for c in "$@"; do
   for v in "" "${variants[@]}"; do

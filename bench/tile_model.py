@@ -7,7 +7,7 @@ block of the item may see its block; it needs the per-token mask unless every qu
 sees it and it ends before the item's first row) and pairs them into steps of 128 keys as
 the sm90a consumers do (an odd count ends on a padding stage, which takes the masked path).
 Prints items, steps, masked steps and a cost with masked steps weighted, with the query
-tiles as the kernels place them (aligned_tile_shift in query_tile.cuh) and unshifted.
+tiles as the kernels place them (aligned_tile_shift in kernels/tile_alignment.hpp) and unshifted.
 
     python3 bench/tile_model.py [CTX Q ...]     (default: the bench's 32k C=30k and 32768 C=30000)
 """
@@ -21,14 +21,9 @@ def allowed(h, qb, kb):
     return kb <= qb and (qb - kb < LOCAL or (kb + h + 1) % STRIDE == 0)
 
 
-def aligned_shift(start, length):
-    align, tiles = min(BM, BLOCK), (length + BM - 1) // BM
-    shift = start % align
-    while shift < BM:
-        if (length + shift + BM - 1) // BM == tiles:
-            return shift
-        shift += align
-    return 0
+def aligned_shift(start, length):  # kernels/tile_alignment.hpp
+    shift = start % min(BM, BLOCK)
+    return shift if (length + shift + BM - 1) // BM == (length + BM - 1) // BM else 0
 
 
 def count(ctx, q, shift):

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/error.hpp"
+#include "kernels/tile_alignment.hpp"
 
 namespace bspa::kernels {
 
@@ -12,9 +13,10 @@ std::vector<WorkItem> plan_work(int32_t num_seqs, const int32_t *query_starts, c
   std::vector<WorkItem> work;
   for (int32_t s = 0; s < num_seqs; ++s) {
     const int32_t q = query_starts[s + 1] - query_starts[s];
-    for (int32_t b = 0; b < q; b += tile_rows) {
+    const int32_t shift = aligned_tile_shift(context_lens[s], q, tile_rows, std::min(tile_rows, kAlignRows));
+    for (int32_t b = -shift; b < q; b += tile_rows) {
       const int32_t e = std::min(q, b + tile_rows);
-      work.push_back(WorkItem{s, b, e, context_lens[s] + e});
+      work.push_back(WorkItem{s, std::max(b, 0), e, context_lens[s] + e});
     }
   }
   // Late tiles see the most keys: starting them first keeps the tail of the step short.

@@ -23,6 +23,7 @@ struct PagedKV {
   const void *v = nullptr;
   int64_t k_page_stride = 0, k_head_stride = 0, k_token_stride = 0;
   int64_t v_page_stride = 0, v_head_stride = 0, v_token_stride = 0;
+  int64_t num_pages = 0;  // pages both pointers cover (bounds the Hopper kernel's TMA descriptors)
 };
 
 // Device scratch a CUDA launch may use to split the key range of its last round's

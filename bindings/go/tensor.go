@@ -147,6 +147,9 @@ func (t *Tensor) appendDesc(desc []int64) []int64 {
 	}
 	hasStrides := int64(0)
 	if t.Strides != nil {
+		if len(t.Strides) != len(t.Shape) {
+			panic(fmt.Sprintf("bspa: a tensor of shape %v with %d strides", t.Shape, len(t.Strides)))
+		}
 		hasStrides = 1
 	}
 	desc = append(desc, int64(t.Device.Type), int64(t.Device.ID), code, bits, int64(len(t.Shape)), hasStrides)
@@ -310,6 +313,10 @@ func PrefillPaged(args PagedArgs, stream Stream) error {
 	l := args.Layout
 	if l == nil {
 		return argError(StatusNullPointer, "PrefillPaged: Layout is nil")
+	}
+	if args.MaxQueryLen < 0 || args.MaxQueryLen > math.MaxInt32 {
+		return argError(StatusInvalidArgument, fmt.Sprintf("PrefillPaged: MaxQueryLen = %d is not in [0, %d]",
+			args.MaxQueryLen, math.MaxInt32))
 	}
 	desc := args.Q.appendDesc(nil)
 	for _, t := range []*Tensor{&args.Out, &args.KPages, &args.VPages, &args.BlockTable, &args.QueryStarts,

@@ -69,6 +69,7 @@ void describe_pages(bspa::kernels::PagedKV &kv, const TensorView &k, const Tenso
   kv.v_page_stride = v.stride[0];
   kv.v_head_stride = v.stride[1];
   kv.v_token_stride = v.stride[2];
+  kv.num_pages = k.dim(0);
 }
 
 // Host metadata of bspa_prefill_paged, checked entry by entry (the CPU backend trusts it).
@@ -210,6 +211,7 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
     p.kv.k_page_stride = p.kv.v_page_stride = head_stride * pl.num_kv_heads();
     p.kv.k_head_stride = p.kv.v_head_stride = head_stride;
     p.kv.k_token_stride = p.kv.v_token_stride = pl.head_dim();
+    p.kv.num_pages = pl.num_pages();
     if (g.cuda) {
       p.work = batch->device->work;
       p.num_work = batch->device->num_work;

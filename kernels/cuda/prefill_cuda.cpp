@@ -135,6 +135,7 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   prm.v_page = p.kv.v_page_stride;
   prm.v_head = p.kv.v_head_stride;
   prm.v_tok = p.kv.v_token_stride;
+  prm.num_pages = p.kv.num_pages;
   prm.query_starts = p.query_starts;
   prm.context_lens = p.context_lens;
   prm.block_table = p.block_table;

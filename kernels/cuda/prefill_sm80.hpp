@@ -21,6 +21,7 @@ struct Params {
   int64_t lse_head;
   const void *k, *v;
   int64_t k_page, k_head, k_tok, v_page, v_head, v_tok;
+  int64_t num_pages;  // host side only (TMA descriptors): pages k and v cover
   const int32_t *query_starts, *context_lens, *block_table;
   int64_t bt_stride;
   const WorkItem *work;     // nullptr: grid (heads, tiles reversed, sequences)

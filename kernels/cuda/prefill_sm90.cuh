@@ -52,6 +52,8 @@
 namespace bspa::kernels::sm90 {
 
 constexpr int kKeyTile = cuda::kKeyTileTokens;
+static_assert(kTmaBoxTokens == kKeyTile && kTmaBoxColumns * 2 == 128,
+              "a TMA box is one key tile's 128-byte half, as a stage stores it");
 constexpr int kListCap = 512;          // key tiles classified per producer pass
 constexpr int kLastTile = 1 << 27;     // stage entry flag: no tile of this query tile follows
 constexpr int kNoTiles = -1;           // stage entry of a query tile that sees no key tile
@@ -180,8 +182,10 @@ __global__ void __launch_bounds__(384, 1)
 
   if (tid == 0) {
     for (int q = 0; q < kPairs; ++q) {
-      mbar_init(full_k + 8 * q, 2 * C::kProducers + 1);  // each producer's copies of both + the entries
-      mbar_init(full_v + 8 * q, 2 * C::kProducers);      // each producer's copies of both
+      // Each producer thread for both stages (its cp.async copies landed, or its arrival
+      // beside a TMA box whose bytes thread 0 announced), + the entries for K.
+      mbar_init(full_k + 8 * q, 2 * C::kProducers + 1);
+      mbar_init(full_v + 8 * q, 2 * C::kProducers);
       mbar_init(empty_k + 8 * q, 8);                     // one arrival per consumer warp
       mbar_init(empty_v + 8 * q, 8);
     }
@@ -243,6 +247,8 @@ __global__ void __launch_bounds__(384, 1)
       };
       // A whole-page tile goes by TMA: thread 0 expects its bytes and issues a box per
       // 64-column half, the others only arrive (so each stage has the same arrivals).
+      static_assert(C::kTileBytes == NH * kTmaBoxTokens * kTmaBoxColumns * static_cast<int>(sizeof(T)),
+                    "thread 0 expects a tile's bytes from NH boxes");
       const bool tma = one_page && maps.valid;
       auto load_boxes = [&](uint32_t dst, const CUtensorMap &map, uint32_t bar) {
         if (tid == 0) {
@@ -542,7 +548,7 @@ __global__ void __launch_bounds__(384, 1)
   };
   auto take_step = [&](Ring n) {
     mbar_wait(full_k + n.bar(), n.phase);
-    fence_proxy_async();  // the copies landed through the generic proxy; wgmma reads through the async one
+    fence_proxy_async();  // cp.async copies land through the generic proxy, wgmma reads through the async one (TMA's too)
     // Lane 0 reads the entries for its warp: it alone arrives on the empty barrier that
     // lets the producer rewrite them, so the reads are ordered before that arrival in its
     // own program order (compute-sanitizer racecheck reports the other lanes' reads otherwise).

@@ -45,10 +45,15 @@ size_t split_workspace_bytes(int head_dim, int sms);
 // last, so a split is never worse than the unsplit tail by this measure.
 SplitPlan plan_split(int64_t items, int sms, int64_t capacity_units);
 
+// A TMA box: one key tile's 64 tokens by one 64-column (128-byte) half of the head dim.
+constexpr int kTmaBoxTokens = 64;
+constexpr int kTmaBoxColumns = 64;
+
 // TMA descriptors of the paged K and V (dimension 0 the head dim, then token-in-page, KV
 // head and page in the order of their strides), for the producer to copy a whole-page
 // 64-token tile as two 64-column boxes. valid = 0 (and cp.async gathers instead) where the
-// pages are shorter than a tile or the driver cannot describe them.
+// pages are shorter than a tile, K and V order their dimensions differently, the driver
+// cannot describe them (or has no encoder), or BSPA_CUDA_TMA=0.
 struct KvTensorMaps {
   CUtensorMap k, v;
   int32_t valid = 0;

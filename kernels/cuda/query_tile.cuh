@@ -9,6 +9,7 @@
 #include <climits>
 
 #include "kernels/cuda/prefill_sm80.hpp"
+#include "kernels/tile_alignment.hpp"
 
 namespace bspa::kernels::cuda {
 
@@ -21,21 +22,6 @@ struct QueryTile {
   int p0, p1;    // absolute positions of the first and last row
   int qb0, qb1;  // layout blocks of p0 and p1
 };
-
-// How many rows the tiles of `len` new tokens starting at absolute position `start` are
-// shifted back by, so that the tiles after the first start on a multiple of min(BM, block
-// size): a 128-row tile then touches two 64-token layout blocks instead of three, and an
-// unaligned prefix lists fewer key tiles and masks fewer of them (bench/NOTES.md, sixth
-// session: -1.3% steps, -30% masked steps at 32768 with C = 30000). No shift when it would
-// take a tile more, so the tile count (and the launch's grid) stays ceil(len / BM).
-template <int BM>
-__device__ __forceinline__ int aligned_tile_shift(int start, int len, int block_size) {
-  const int align = min(BM, block_size);
-  const int tiles = (len + BM - 1) / BM;
-  for (int shift = start % align; shift < BM; shift += align)
-    if ((len + shift + BM - 1) / BM == tiles) return shift;
-  return 0;
-}
 
 // False when the tile has no rows (past a sequence's end or a work item's last tile).
 // (y, z) is the tile's place in the launch's logical grid: blockIdx.y/z for one CTA per
@@ -57,7 +43,9 @@ __device__ __forceinline__ bool locate_query_tile(const sm80::Params &p, int y, 
   end = min(end, t.q_len);
   if (begin >= end) return false;
   t.ctx = p.context_lens[t.seq];
-  const int shift = aligned_tile_shift<BM>(t.ctx + begin, end - begin, p.layout.block_size);
+  // Tiles start on a layout block where that costs no tile (the batch planner has already
+  // aligned its work items the same way, so within an item the shift only trims the first).
+  const int shift = aligned_tile_shift(t.ctx + begin, end - begin, BM, min(BM, p.layout.block_size));
   t.t0 = begin + k * BM - shift;
   if (t.t0 >= end) return false;
   t.t0 = max(t.t0, begin);

@@ -136,7 +136,8 @@ BSPA_WG_DEFINE(__half, "f16")
 
 
 // mbarriers (shared-memory transaction barriers) for the producer/consumer pipeline.
-// A phase completes when `count` arrivals have happened; waiters name the phase by its
+// A phase completes when `count` arrivals have happened and every byte of asynchronous
+// (TMA) writes an arrival announced (expect_tx) has landed; waiters name the phase by its
 // parity (0, 1, 0, ...).
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");

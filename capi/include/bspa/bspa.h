@@ -33,6 +33,9 @@
  *    is BSPA_ERR_NOT_SUPPORTED too.
  *  - BSPA_CUDA_DEBUG = 1: every launch synchronises its stream and checks it, so an
  *    asynchronous fault is reported by the call that caused it (not graph capturable).
+ *  - BSPA_CUDA_TMA = 0: the sm90 kernel fetches every K/V tile with cp.async gathers
+ *    instead of TMA (by default a 64-token tile inside one page of 64 tokens or more
+ *    goes by TMA); same results, for comparison and testing.
  *
  * Security: prefix caching shares KV between requests with equal prefixes, which is
  * observable through timing. Sequences of different tenants must use different salts

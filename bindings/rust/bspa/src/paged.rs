@@ -169,7 +169,7 @@ pub fn prefill_paged_host<T: Element>(args: HostPagedArgs<'_, T>) -> Result<()> 
     }
     let num_pages = k_pages.len() / page_elems;
     let heads = layout.num_heads().max(0) as usize;
-    let row_elems = heads * head_dim;
+    let row_elems = heads.checked_mul(head_dim).unwrap_or(0);
     if row_elems == 0 || q.len() % row_elems != 0 {
         return Err(shape_error(format!(
             "q has {} elements, not a multiple of [Hq, head_dim] = [{}, {}]",
