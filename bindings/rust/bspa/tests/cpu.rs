@@ -566,15 +566,16 @@ fn prefill_paged_errors_carry_the_librarys_message() {
     let tbt = host_tensor(bt.as_ptr(), bspa::sys::kDLInt, 32, &mut sbt);
     let tqs = host_tensor(qs.as_ptr(), bspa::sys::kDLInt, 32, &mut sqs);
     let tcl = host_tensor(cl.as_ptr(), bspa::sys::kDLInt, 32, &mut scl);
-    let err = unsafe {
+    // The raw call, with the v_pages and block_table under test.
+    let raw = |tv: &bspa::sys::DLTensor, tbt: &bspa::sys::DLTensor, tout: &mut bspa::sys::DLTensor| unsafe {
         bspa::prefill_paged(
             bspa::PagedArgs {
                 q: &tq,
-                out: &mut tout,
+                out: tout,
                 lse: None,
                 k_pages: &tk,
-                v_pages: &tv,
-                block_table: &tbt,
+                v_pages: tv,
+                block_table: tbt,
                 query_starts: &tqs,
                 context_lens: &tcl,
                 max_query_len: 20,
@@ -584,32 +585,14 @@ fn prefill_paged_errors_carry_the_librarys_message() {
             },
             std::ptr::null_mut(),
         )
-    }
-    .unwrap_err();
+    };
+    let err = raw(&tv, &tbt, &mut tout).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ShapeMismatch);
     assert!(err.message().starts_with("bspa_prefill_paged: v_pages.shape = [2, 2, 16, 32]"), "{}", err);
-    let tv = host_tensor(v.as_ptr(), bspa::sys::kDLFloat, 32, &mut sk);
-    let tbt = host_tensor(bt.as_ptr(), bspa::sys::kDLUInt, 32, &mut sbt);
-    let err = unsafe {
-        bspa::prefill_paged(
-            bspa::PagedArgs {
-                q: &tq,
-                out: &mut tout,
-                lse: None,
-                k_pages: &tk,
-                v_pages: &tv,
-                block_table: &tbt,
-                query_starts: &tqs,
-                context_lens: &tcl,
-                max_query_len: 20,
-                layout: &layout,
-                scale: SCALE,
-                workspace: None,
-            },
-            std::ptr::null_mut(),
-        )
-    }
-    .unwrap_err();
+    // V with K's (right) shape, and a uint32 block table.
+    let tv_ok = host_tensor(v.as_ptr(), bspa::sys::kDLFloat, 32, &mut sk);
+    let tbt_u32 = host_tensor(bt.as_ptr(), bspa::sys::kDLUInt, 32, &mut sbt);
+    let err = raw(&tv_ok, &tbt_u32, &mut tout).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::DtypeMismatch);
     assert!(err.message().contains("block_table.dtype = uint32"), "{}", err);
 }
