@@ -262,6 +262,8 @@ __global__ void __launch_bounds__(384, 1)
         }
       };
       const bool second = stage & 1;  // of its pair: the pair's barriers were waited for
+      // K then V, written out twice: folding the two into one lambda over (ring, map,
+      // barrier, tensor) made ptxas spill (4 bytes at D64, more at D128; sixth session).
       if (filled >= S && !second) mbar_wait(pair_bar(empty_k, stage), parity);
       if (tma) {
         load_boxes(smem_addr(sK) + stage_off(stage), maps.k, pair_bar(full_k, stage));
