@@ -2,11 +2,13 @@ package bspa_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"bspa"
@@ -640,5 +642,51 @@ func TestPrefillPagedErrorsCarryTheLibrarysMessage(t *testing.T) {
 	if err := bspa.PrefillPaged(tensors, 0); !errors.Is(err, bspa.ErrDtypeMismatch) ||
 		!strings.Contains(err.Error(), "block_table.dtype = float32") {
 		t.Fatalf("float32 block_table: %v", err)
+	}
+}
+
+func TestWithKVF32ReadsWhatKVWriteWroteAndCloseWaits(t *testing.T) {
+	pool := newPool(t, 4)
+	tokens := make([]int32, 20)
+	for i := range tokens {
+		tokens[i] = int32(i)
+	}
+	k := make([]float32, 20*hkv*dim)
+	for i := range k {
+		k[i] = float32(i)
+	}
+	seq, err := pool.NewSequence()
+	must(t, err)
+	must(t, seq.Append(tokens))
+	b, err := pool.NewBatch([]*bspa.Sequence{seq}, []int32{20}, 0)
+	must(t, err)
+	must(t, pool.KVWriteF32(b, 0, k, k))
+	pages, err := seq.Pages()
+	must(t, err)
+	must(t, b.Close())
+
+	inside, closed := make(chan struct{}), make(chan struct{})
+	go func() { <-inside; pool.Close(); close(closed) }()
+	err = pool.WithKVF32(0, func(kk, vv []float32) error {
+		close(inside)
+		// Close runs concurrently now but must wait for this function to return.
+		select {
+		case <-closed:
+			t.Error("Close returned while WithKVF32's slices were in use")
+		case <-time.After(100 * time.Millisecond):
+		}
+		// Token 17 is page 1, slot 1; head 1.
+		at := ((int(pages[1])*hkv+1)*page + 1) * dim
+		for i := 0; i < dim; i++ {
+			if kk[at+i] != k[(17*hkv+1)*dim+i] || len(vv) != len(kk) {
+				return fmt.Errorf("k[%d] = %v, want %v", at+i, kk[at+i], k[(17*hkv+1)*dim+i])
+			}
+		}
+		return nil
+	})
+	must(t, err)
+	<-closed
+	if err := pool.WithKVF32(0, func(k, v []float32) error { return nil }); !errors.Is(err, bspa.ErrClosed) {
+		t.Fatalf("WithKVF32 on a closed pool: %v, want ErrClosed", err)
 	}
 }

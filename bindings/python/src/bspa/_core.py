@@ -63,6 +63,25 @@ def _closed(what: str) -> InvalidStateError:
     return InvalidStateError(_bspa.BSPA_ERR_INVALID_STATE, f"{what} is closed")
 
 
+class _PoolStorage:
+    """Owns the C pool. The :class:`Pool` holds one reference and every numpy view from
+    :meth:`Pool.kv` holds another, so the storage is destroyed only when the pool is
+    closed *and* the last view is gone: a view read after ``close()`` reads live memory,
+    never freed memory (docs/design.md, "Lifetimes in the bindings")."""
+
+    __slots__ = ("raw", "__weakref__")
+
+    def __init__(self, raw) -> None:
+        self.raw = raw
+
+    # The default argument keeps the function reachable at interpreter shutdown, when
+    # module globals may already be gone.
+    def __del__(self, _destroy=_bspa.bspa_pool_destroy) -> None:
+        raw, self.raw = self.raw, None
+        if raw is not None:
+            _destroy(raw)
+
+
 @dataclass(frozen=True)
 class PoolStats:
     pages_total: int
@@ -93,7 +112,8 @@ class Pool:
 
     K and V of each layer are ``[num_pages, num_kv_heads, page_size, head_dim]``. The pool
     and its sequences are internally synchronised and may be used from any thread.
-    Closing the pool closes its batches and sequences first.
+    Closing the pool closes its batches and sequences first; its storage is freed once
+    no :meth:`kv` view of it is left.
     """
 
     def __init__(self, *, num_kv_heads: int, head_dim: int, num_layers: int = 1, page_size: int = 64,
@@ -114,6 +134,7 @@ class Pool:
             options.hash_seed = hash_seed
         status, handle = _bspa.bspa_pool_create(options)
         check(status)
+        self._storage: Optional[_PoolStorage] = _PoolStorage(handle)
         self._handle = handle
         self.device: tuple[int, int] = (options.device_type, options.device_id)
         self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
@@ -123,15 +144,17 @@ class Pool:
 
     # -- lifetime --------------------------------------------------------------------
     def close(self) -> None:
-        """Destroys the pool, its batches and sequences. Idempotent."""
+        """Destroys the pool's batches and sequences and then the pool, whose storage is
+        freed at once or, while :meth:`kv` views of it are alive, when the last of them
+        goes. Every later call on the pool raises InvalidStateError. Idempotent."""
         if self._handle is None:
             return
         for batch in list(self._batches):
             batch.close()
         for seq in list(self._sequences):
             seq.close()
-        _bspa.bspa_pool_destroy(self._handle)
         self._handle = None
+        self._storage = None  # the last reference unless a view holds one
 
     def __enter__(self) -> "Pool":
         return self
@@ -203,9 +226,11 @@ class Pool:
         return self.stats().pages_total
 
     def kv(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
-        """Numpy views of a CPU pool's K and V storage of one layer (valid until close()).
-        bf16 pools give ml_dtypes.bfloat16 arrays when ml_dtypes is installed, else the
-        raw bits as uint16."""
+        """Numpy views of a CPU pool's K and V storage of one layer,
+        ``[num_pages, num_kv_heads, page_size, head_dim]``. A view keeps the storage alive:
+        it stays readable after close() (the memory is freed with the last view). Reading
+        it races with concurrent kv_write calls. bf16 pools give ml_dtypes.bfloat16 arrays
+        when ml_dtypes is installed, else the raw bits as uint16."""
         if self.device[0] != kDLCPU:
             raise ValueError("kv() views host memory; this pool lives on a CUDA device")
         k, v = DLTensor(), DLTensor()
@@ -217,7 +242,7 @@ class Pool:
             shape = tuple(t.shape[i] for i in range(t.ndim))
             count = int(np.prod(shape))
             buf = (ctypes.c_char * (count * np_dtype.itemsize)).from_address(t.data)
-            buf._bspa_pool = self  # the view keeps the Python pool object alive
+            buf._bspa_storage = self._storage  # numpy's .base chain keeps buf, buf keeps the storage
             views.append(np.frombuffer(buf, dtype=np_dtype).reshape(shape))
         return views[0], views[1]
 

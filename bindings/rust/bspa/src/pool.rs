@@ -312,11 +312,40 @@ impl Pool {
         check(sys::bspa_prefill(self.raw.as_ptr(), batch.raw.as_ptr(), layer, layout.as_raw(), q, out, scale, lse, stream))
     }
 
-    /// Views of one layer's K and V storage, `[num_pages, num_kv_heads, page_size, head_dim]`.
+    /// One layer's K and V storage of a CPU pool as slices of `T` (the pool's element type),
+    /// `[num_pages, num_kv_heads, page_size, head_dim]` row-major.
+    ///
+    /// The slices borrow the pool mutably: the pool cannot be dropped while they live, and
+    /// no sequence, batch or launch of it exists meanwhile (those all borrow the pool), so
+    /// nothing writes the storage under the reader (docs/design.md, "Lifetimes in the
+    /// bindings"). Drop the sequences first; their published pages stay cached.
+    ///
+    /// ```compile_fail
+    /// # use bspa::{DType, Pool, PoolOptions};
+    /// let mut pool = Pool::new(&PoolOptions { dtype: DType::F32, num_pages: 4, ..Default::default() }).unwrap();
+    /// let (k, _v) = pool.kv_host::<f32>(0).unwrap();
+    /// drop(pool); // E0505: cannot move out of `pool` because it is borrowed
+    /// println!("{}", k[0]);
+    /// ```
+    pub fn kv_host<T: Element>(&mut self, layer: i32) -> Result<(&[T], &[T])> {
+        self.host_launch_checks::<T>("kv_host")?;
+        // SAFETY: bspa_pool_kv fills two views of the pool's storage (valid until
+        // bspa_pool_destroy, which `&mut self`'s borrow delays past the slices); `T` is the
+        // pool's element type, checked above; `&mut self` excludes concurrent writers.
+        unsafe {
+            let (k, v) = self.kv(layer)?;
+            let shape = std::slice::from_raw_parts(k.shape, k.ndim as usize);
+            let numel = shape.iter().product::<i64>() as usize;
+            Ok((std::slice::from_raw_parts(k.data as *const T, numel), std::slice::from_raw_parts(v.data as *const T, numel)))
+        }
+    }
+
+    /// Views of one layer's K and V storage, `[num_pages, num_kv_heads, page_size, head_dim]`
+    /// (device memory for a CUDA pool). [`Pool::kv_host`] is the safe form for CPU pools.
     ///
     /// # Safety
-    /// The views alias the pool's storage: they are valid while the pool lives, and
-    /// reading them races with concurrent launches.
+    /// The views alias the pool's storage and carry no lifetime: they are valid only while
+    /// the pool lives, and reading them races with concurrent launches.
     pub unsafe fn kv(&self, layer: i32) -> Result<(sys::DLTensor, sys::DLTensor)> {
         let mut k = std::mem::zeroed::<sys::DLTensor>();
         let mut v = std::mem::zeroed::<sys::DLTensor>();

@@ -596,3 +596,28 @@ fn prefill_paged_errors_carry_the_librarys_message() {
     assert_eq!(err.kind(), ErrorKind::DtypeMismatch);
     assert!(err.message().contains("block_table.dtype = uint32"), "{}", err);
 }
+
+#[test]
+fn kv_host_reads_what_kv_write_wrote_and_refuses_another_dtype() {
+    let mut pool = pool(4);
+    let tokens: Vec<i32> = (0..20).collect();
+    let k: Vec<f32> = (0..20 * HKV * D).map(|i| i as f32).collect();
+    {
+        let seq = pool.sequence().unwrap();
+        seq.append(&tokens).unwrap();
+        let batch = pool.batch(&[&seq], &[20]).unwrap();
+        pool.kv_write_host(&batch, 0, &k, &k).unwrap();
+        let pages = seq.pages().unwrap();
+        drop(batch);
+        seq.commit(20).unwrap();
+        drop(seq);
+        // Token 17 (page 1, slot 1), head 1: the slices borrow `pool` mutably, which the
+        // compiler allows only now that the sequence and batch are gone.
+        let (kk, vv) = pool.kv_host::<f32>(0).unwrap();
+        let at = ((pages[1] as usize * HKV + 1) * PAGE as usize + 1) * D;
+        assert_eq!(kk[at..at + D], k[(17 * HKV + 1) * D..(17 * HKV + 2) * D]);
+        assert_eq!(kk.len(), vv.len());
+    }
+    let err = pool.kv_host::<bspa::BF16Bits>(0).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::DtypeMismatch);
+}
