@@ -19,7 +19,7 @@
 // standard deviation of 0.09, so row maxima barely move; 1/sqrt(128) gives 1, nearer real
 // attention). The sm90a softmax's lazy rescale fires more often on wide logits; the rate
 // of the other kernels and of the torch baselines does not depend on the data.
-// Prints a table (DESIGN.md §9 cases, dense and sparse) and the prefix hit-rate sweep
+// Prints a table (docs/design.md §11 cases, dense and sparse) and the prefix hit-rate sweep
 // (attention time of the whole 16 sparse + 16 dense layer stack per step).
 #include <bspa/bspa.h>
 
@@ -54,7 +54,7 @@ struct Seq {
   int ctx, q;
 };
 
-// Visible (query, key) pairs summed over heads; the strided rule mirrors DESIGN.md §2.
+// Visible (query, key) pairs summed over heads; the strided rule mirrors docs/design.md §2.
 double visible_pairs(const std::vector<Seq> &seqs, bool sparse) {
   double total = 0;
   const int s_step = std::max(1, kV / kHq);

@@ -232,7 +232,7 @@ def flex_case(S, C, full_blocks=True, time_it=True, torch_mask=False):
     import torch
     import torch._dynamo
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
-    torch._dynamo.config.recompile_limit = 256  # one compile per shape and context (DESIGN.md section 8)
+    torch._dynamo.config.recompile_limit = 256  # one compile per shape and context (docs/design.md §10)
     torch._dynamo.config.cache_size_limit = 256
     if _flex is None:
         _flex = torch.compile(flex_attention, dynamic=False)

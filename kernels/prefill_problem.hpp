@@ -2,7 +2,7 @@
 // backend (CPU, CUDA sm80, CUDA sm90a) computes. Nothing here knows of pools,
 // sequences or the C ABI; capi/ fills it from a batch or from bspa_paged_args.
 //
-// Semantics (DESIGN.md §2): sequence i has context_lens[i] tokens before its
+// Semantics (docs/design.md §2): sequence i has context_lens[i] tokens before its
 // q_i = query_starts[i+1] - query_starts[i] new ones; all ctx + q_i tokens' K/V are in
 // its pages. New token t (row query_starts[i] + t) sits at absolute position
 // p = ctx + t and sees key j iff j <= p and layout.allowed(h, p / B, j / B).

@@ -31,7 +31,8 @@ void print_usage(const char *argv0) {
       "  --q-heads N / --kv-heads N / --head-dim N                       [8 / 2 / 64]\n"
       "  --block N / --local-blocks N / --vert-stride N  sparse layout   [64 / 16 / 8]\n"
       "  --page-size N            tokens per page                               [64]\n"
-      "  --pages N                pool capacity in pages   [synthetic: no eviction; trace: 16384]\n"
+      "  --pages N                pool capacity in pages; 0 = unbounded (nothing is ever evicted)\n"
+      "                           [synthetic: 0; trace: 16384]\n"
       "  --scale X                logit scale                                   [1/sqrt(head_dim)]\n"
       "Mooncake trace replay\n"
       "  --trace FILE             replay a Mooncake JSONL trace instead\n"
@@ -46,7 +47,8 @@ void print_usage(const char *argv0) {
       "  --inject-fault kv|salt   break the cache on purpose (corrupt one cached page, or one\n"
       "                           salt for all tenants) to see the checks fail\n"
       "Exit status: 0 when every check passed (\"verified\"), 1 when a check failed, 2 on a\n"
-      "bad flag, 3 when the library or the device reported an error.\n",
+      "bad flag, 3 when the library or the device reported an error, 4 when an input file\n"
+      "(--trace) cannot be opened or parsed.\n",
       argv0);
 }
 
@@ -106,7 +108,7 @@ bool parse_options(int argc, char **argv, Options &o, bool *help) {
       {"--local-blocks", i32(o.strided.local_blocks, 1, 1 << 20)},
       {"--vert-stride", i32(o.strided.vert_stride, 1, 1 << 20)},
       {"--page-size", i32(o.page_size, 1, 1 << 16)},
-      {"--pages", [&](const std::string &f, const std::string &v) { o.pages = to_int(f, v, 1, big * 64); }},
+      {"--pages", [&](const std::string &f, const std::string &v) { o.pages = to_int(f, v, 0, big * 64); }},
       {"--scale", [&](const std::string &f, const std::string &v) {
          char *end = nullptr;
          o.scale = std::strtod(v.c_str(), &end);

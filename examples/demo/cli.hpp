@@ -18,7 +18,7 @@ struct Options {
   ModelShape model;
   LayerLayouts::Strided strided;
   int32_t page_size = 64;
-  int64_t pages = 0;  // 0 = synthetic: enough that nothing is evicted; trace: 16384
+  int64_t pages = -1;  // -1 = not given; 0 = unbounded (enough that nothing is evicted); trace default: 16384
   double scale = 0;   // 0 = 1/sqrt(head_dim)
 
   std::string trace;            // Mooncake JSONL file: replay it instead of the synthetic workload

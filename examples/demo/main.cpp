@@ -72,6 +72,10 @@ int main(int argc, char **argv) {
       demo::replay_trace(options, device, dtype, report);
     }
     report.wall_s = demo::now_s() - t0;
+  } catch (const demo::InputError &e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nbspa-demo: %s\n", e.what());
+    return 4;
   } catch (const std::exception &e) {
     std::fflush(stdout);
     std::fprintf(stderr, "\nbspa-demo: %s\n", e.what());

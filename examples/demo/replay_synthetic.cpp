@@ -34,7 +34,7 @@ void replay_synthetic(const Options &o, Device device, bspa_dtype dtype, Report 
   const int64_t page = o.page_size;
 
   // Enough pages that nothing is ever evicted, unless the caller asks for fewer.
-  int64_t num_pages = o.pages;
+  int64_t num_pages = o.pages > 0 ? o.pages : 0;
   if (num_pages == 0)
     for (const Turn &t : turns) num_pages += (static_cast<int64_t>(t.prompt.size()) + page - 1) / page;
   PoolPtr pool(create_pool(o, device, dtype, o.model.num_layers, num_pages));

@@ -75,13 +75,25 @@ void attention_sample(const Options &o, const AttentionSetup &setup, Device devi
 
 void replay_trace(const Options &o, Device device, bspa_dtype dtype, Report &report) {
   const double t0 = now_s();
-  std::vector<bspa::trace::Request> requests = bspa::trace::read_mooncake(o.trace);
+  std::vector<bspa::trace::Request> requests;
+  try {
+    requests = bspa::trace::read_mooncake(o.trace);
+  } catch (const std::runtime_error &e) {
+    throw InputError(e.what());  // the file, not the library: its own exit status
+  }
   if (o.max_requests > 0 && static_cast<int64_t>(requests.size()) > o.max_requests)
     requests.resize(static_cast<size_t>(o.max_requests));
   std::printf("trace %s: %zu requests loaded in %.2f s\n", o.trace.c_str(), requests.size(), now_s() - t0);
 
   const int64_t page = o.page_size;
-  const int64_t num_pages = o.pages > 0 ? o.pages : 16384;
+  // --pages 0: unbounded, i.e. every page of every prompt fits at once and nothing is
+  // ever evicted (the trace README's reference figure). Not given: 16384 pages.
+  int64_t num_pages = o.pages > 0 ? o.pages : 16384;
+  if (o.pages == 0) {
+    num_pages = 0;
+    for (const auto &r : requests) num_pages += (r.input_length + page - 1) / page;
+    num_pages = std::max<int64_t>(num_pages, 1);
+  }
   // Bookkeeping only: no KV storage, so the capacity costs nothing but page records.
   Device host;
   PoolPtr pool(create_pool(o, host, dtype, 0, num_pages));

@@ -16,6 +16,11 @@ struct LibraryError : std::runtime_error {
         status(s) {}
 };
 
+// An input file (a trace) that cannot be opened or parsed: exit status 4, not 3.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 inline void ok(bspa_status s, const char *call) {
   if (s != BSPA_OK) throw LibraryError(call, s);
 }

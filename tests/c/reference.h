@@ -1,6 +1,6 @@
 /* The reference semantics of the prefill, written independently of the library: double
  * precision, an explicit token-level mask over the full ctx + q sequence, and its own
- * block rule (DESIGN.md section 2). */
+ * block rule (docs/design.md §2). */
 #ifndef BSPA_TEST_REFERENCE_H
 #define BSPA_TEST_REFERENCE_H
 

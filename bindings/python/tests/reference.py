@@ -1,5 +1,5 @@
 """A float64 reference of bspa's attention, built from the token-level mask of the
-whole ctx + q sequence (DESIGN.md §2), independent of the library's layouts."""
+whole ctx + q sequence (docs/design.md §2), independent of the library's layouts."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 //! The safe crate on the CPU backend: prefix hits, errors, and the prefill (from the pool,
 //! and over caller-owned pages with prefill_paged) against a float64 reference built from
-//! the token-level mask (DESIGN.md §2).
+//! the token-level mask (docs/design.md §2).
 
 use bspa::{DType, ErrorKind, Layout, Pool, PoolOptions, StridedOptions};
 
