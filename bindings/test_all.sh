@@ -63,7 +63,9 @@ rust_tests() {
 go_tests() {
   command -v go >/dev/null || { echo "go not found" >&2; return 1; }
   export GOFLAGS=-mod=mod GOPROXY=off GOCACHE=${GOCACHE:-$build/bindings-go-cache}
-  (cd bindings/go && go vet ./... && go test -count=1 ./... && go run ./examples/two_turns)
+  (cd bindings/go && go vet ./... && go test -count=1 ./... && go run ./examples/two_turns) || return 1
+  # A program outside the repository importing the package by its module path.
+  bash tests/install/go_consumer.sh "$build/bindings-go-consumer"
 }
 
 for binding in ${BSPA_BINDINGS:-python rust go}; do

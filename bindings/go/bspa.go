@@ -1,8 +1,11 @@
 // Package bspa is the Go binding of libbspa: a paged KV cache with prefix caching and
 // block-sparse prefill attention for LLM inference.
 //
-// Handles (Pool, Sequence, Layout, Batch) have Close methods and finalizers. Errors are
-// *Error values that errors.Is matches against the sentinels (ErrOutOfPages, ...).
+// Import path: github.com/bspa-project/bspa/bindings/go (bindings/go/README.md says how to
+// resolve it to a checkout). Handles (Pool, Sequence, Layout, Batch) have Close methods and
+// finalizers. Errors are *Error values that errors.Is matches against the sentinels
+// (ErrOutOfPages, ...; ErrInvalidArgument, ErrNotSupported and ErrResource match a whole
+// category).
 // Thread safety follows the C header: a Pool and its Sequences may be used from any
 // goroutine; a Layout is immutable; a Batch is used by one goroutine at a time.
 //

@@ -11,7 +11,7 @@ import (
 	"time"
 	"unsafe"
 
-	"bspa"
+	bspa "github.com/bspa-project/bspa/bindings/go"
 )
 
 const (
@@ -688,5 +688,71 @@ func TestWithKVF32ReadsWhatKVWriteWroteAndCloseWaits(t *testing.T) {
 	<-closed
 	if err := pool.WithKVF32(0, func(k, v []float32) error { return nil }); !errors.Is(err, bspa.ErrClosed) {
 		t.Fatalf("WithKVF32 on a closed pool: %v, want ErrClosed", err)
+	}
+}
+
+func TestCategorySentinelsMatchEveryStatusOfTheirCategory(t *testing.T) {
+	shape := &bspa.Error{Status: bspa.StatusShapeMismatch, Message: "q has 3 elements"}
+	for _, c := range []struct {
+		err    error
+		target error
+		want   bool
+	}{
+		{shape, bspa.ErrInvalidArgument, true},
+		{shape, bspa.ErrShapeMismatch, true},
+		{shape, bspa.ErrDtypeMismatch, false},
+		{shape, bspa.ErrNotSupported, false},
+		{&bspa.Error{Status: bspa.StatusNoDevice}, bspa.ErrNotSupported, true},
+		{&bspa.Error{Status: bspa.StatusOutOfMemory}, bspa.ErrResource, true},
+		{&bspa.Error{Status: bspa.StatusOutOfMemory}, bspa.ErrOutOfPages, false},
+		{&bspa.Error{Status: bspa.StatusOutOfPages}, bspa.ErrResource, true},
+		{&bspa.Error{Status: bspa.StatusCUDA}, bspa.ErrResource, false},
+		{fmt.Errorf("wrapped: %w", shape), bspa.ErrInvalidArgument, true},
+	} {
+		if got := errors.Is(c.err, c.target); got != c.want {
+			t.Errorf("errors.Is(%v, %v) = %v, want %v", c.err, c.target, got, c.want)
+		}
+	}
+	// A real one from the library: a shape mismatch found by the C side.
+	pool := newPool(t, 4)
+	seq, err := pool.NewSequence()
+	must(t, err)
+	must(t, seq.Append(make([]int32, 4)))
+	b, err := pool.NewBatch([]*bspa.Sequence{seq}, []int32{4}, 0)
+	must(t, err)
+	defer b.Close()
+	k := make([]float32, 3*hkv*dim)
+	err = pool.KVWrite(b, 0, bspa.HostF32(k, 3, hkv, dim), bspa.HostF32(k, 3, hkv, dim), 0)
+	if !errors.Is(err, bspa.ErrShapeMismatch) || !errors.Is(err, bspa.ErrInvalidArgument) {
+		t.Fatalf("KVWrite of 3 rows for 4 tokens: %v, want a shape mismatch that is an invalid argument", err)
+	}
+}
+
+func TestZeroPoolOptionsAreUsable(t *testing.T) {
+	pool, err := bspa.NewPool(bspa.PoolOptions{})
+	must(t, err)
+	defer pool.Close()
+	o := pool.Options()
+	if o.Device.Type != bspa.CPU || o.DType != bspa.F32 || o.NumLayers != 1 || o.PageSize != 64 ||
+		o.MemoryBytes != bspa.DefaultMemoryBytes {
+		t.Fatalf("zero options became %+v", o)
+	}
+	st, err := pool.Stats()
+	must(t, err)
+	// One layer, one kv head, head_dim 128, page 64, f32: 64 KiB of K and V per page.
+	if want := int64(bspa.DefaultMemoryBytes / (2 * 64 * 128 * 4)); st.PagesTotal != want {
+		t.Fatalf("%d pages from the default budget, want %d", st.PagesTotal, want)
+	}
+	if d := bspa.DefaultPoolOptions(); d.DType != bspa.F32 || d.Device.Type != bspa.CPU {
+		t.Fatalf("DefaultPoolOptions: %+v", d)
+	}
+	if c := bspa.CUDAPoolOptions(1); c.DType != bspa.BF16 || c.Device != (bspa.Device{Type: bspa.CUDA, ID: 1}) {
+		t.Fatalf("CUDAPoolOptions: %+v", c)
+	}
+	noKV, err := bspa.NewPool(bspa.PoolOptions{BookkeepingOnly: true, NumPages: 8})
+	must(t, err)
+	defer noKV.Close()
+	if err := noKV.WithKVF32(0, func(k, v []float32) error { return nil }); !errors.Is(err, bspa.ErrInvalidState) {
+		t.Fatalf("WithKVF32 on a pool without storage: %v, want ErrInvalidState", err)
 	}
 }

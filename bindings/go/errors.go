@@ -49,13 +49,39 @@ func (e *Error) Error() string {
 	return e.Status.String() + ": " + e.Message
 }
 
-// Is makes errors.Is(err, bspa.ErrOutOfPages) true for every error of that status.
+// Is makes errors.Is(err, bspa.ErrOutOfPages) true for every error of that status, and
+// the category sentinels match a whole category: errors.Is(err, bspa.ErrInvalidArgument)
+// for every 1xx status (a shape mismatch is an invalid argument), ErrNotSupported for
+// every 2xx, ErrResource for every 3xx, as Python's exception classes do.
 func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Message == "" && t.Status == e.Status
+	switch t := target.(type) {
+	case *Error:
+		if t.Message != "" {
+			return false
+		}
+		if t == ErrInvalidArgument || t == ErrNotSupported {
+			return e.Status.Category() == t.Status.Category()
+		}
+		return t.Status == e.Status
+	case *categoryError:
+		return e.Status.Category() == t.category
+	}
+	return false
 }
 
-// Sentinels for errors.Is, one per status.
+// categoryError is a sentinel for a category that has no status of its own.
+type categoryError struct {
+	category int
+	name     string
+}
+
+func (c *categoryError) Error() string { return "bspa: " + c.name }
+
+// ErrResource matches every 3xx status (ErrOutOfPages, ErrOutOfMemory).
+var ErrResource error = &categoryError{3, "a resource ran out (any 3xx status)"}
+
+// Sentinels for errors.Is, one per status; ErrInvalidArgument and ErrNotSupported also
+// match their whole category (see Error.Is).
 var (
 	ErrInvalidArgument = &Error{Status: StatusInvalidArgument}
 	ErrNullPointer     = &Error{Status: StatusNullPointer}

@@ -1,3 +1,3 @@
-module bspa
+module github.com/bspa-project/bspa/bindings/go
 
 go 1.19

@@ -45,35 +45,49 @@ const (
 	U8                    // uint8
 )
 
-// PoolOptions configure NewPool; start from DefaultPoolOptions.
+// DefaultMemoryBytes is the KV storage budget of a pool that names neither NumPages nor
+// MemoryBytes: 256 MiB, e.g. 4096 pages of the default shape in float32.
+const DefaultMemoryBytes = 256 << 20
+
+// PoolOptions configure NewPool. The zero value is usable: every zero field takes its
+// default, so PoolOptions{NumKVHeads: 2, HeadDim: 64} is a float32 CPU pool of one layer,
+// 64-token pages and DefaultMemoryBytes of storage.
 type PoolOptions struct {
-	Device      Device
-	DType       DType
-	NumLayers   int
-	NumKVHeads  int
-	HeadDim     int
-	PageSize    int
-	NumPages    int64  // or 0 to derive it from MemoryBytes
-	MemoryBytes uint64 // KV storage budget when NumPages is 0
-	HashSeed    uint64
+	Device          Device // zero: the CPU
+	DType           DType  // zero: F32 (CUDA pools want BF16 or F16; see CUDAPoolOptions)
+	NumLayers       int    // zero: 1
+	BookkeepingOnly bool   // a pool with no KV storage (prefix lookup only); NumLayers is ignored
+	NumKVHeads      int    // zero: 1
+	HeadDim         int    // zero: 128
+	PageSize        int    // zero: 64 tokens
+	NumPages        int64  // zero: derived from MemoryBytes
+	MemoryBytes     uint64 // KV storage budget when NumPages is zero; zero: DefaultMemoryBytes
+	HashSeed        uint64 // zero: the library's fixed default seed (stable across processes)
 }
 
-// DefaultPoolOptions are the library's defaults: CPU, bf16, one layer, one kv head,
-// head_dim 128, page 64, no pages (set NumPages or MemoryBytes).
+// DefaultPoolOptions are the zero value's defaults written out: CPU, F32, one layer, one
+// kv head, head_dim 128, 64-token pages, DefaultMemoryBytes, the default hash seed.
 func DefaultPoolOptions() PoolOptions {
 	var o C.bspa_pool_options
 	C.bspa_pool_options_init(&o)
 	return PoolOptions{
 		Device:      Device{Type: DeviceType(o.device_type), ID: int(o.device_id)},
-		DType:       DType(o.dtype),
+		DType:       F32,
 		NumLayers:   int(o.num_layers),
 		NumKVHeads:  int(o.num_kv_heads),
 		HeadDim:     int(o.head_dim),
 		PageSize:    int(o.page_size),
-		NumPages:    int64(o.num_pages),
-		MemoryBytes: uint64(o.memory_bytes),
+		MemoryBytes: DefaultMemoryBytes,
 		HashSeed:    uint64(o.hash_seed),
 	}
+}
+
+// CUDAPoolOptions are DefaultPoolOptions for GPU `id`, in BF16 (the GPU kernels take 16-bit
+// K/V).
+func CUDAPoolOptions(id int) PoolOptions {
+	o := DefaultPoolOptions()
+	o.Device, o.DType = Device{Type: CUDA, ID: id}, BF16
+	return o
 }
 
 // PoolStats is a snapshot of a pool's counters.
@@ -102,15 +116,35 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	if err := call(func() C.bspa_status { return C.bspa_pool_options_init(&o) }); err != nil {
 		return nil, err
 	}
+	// Zero fields keep the library's defaults (o holds them), except the dtype (F32 is
+	// zero) and the budget (DefaultMemoryBytes). The pool remembers what it was made with.
+	if opts.Device.Type == 0 {
+		opts.Device = Device{Type: CPU}
+	}
+	setInt := func(dst *C.int32_t, v *int) {
+		if *v == 0 {
+			*v = int(*dst)
+		}
+		*dst = C.int32_t(*v)
+	}
 	o.device_type = C.int32_t(opts.Device.Type)
 	o.device_id = C.int32_t(opts.Device.ID)
 	o.dtype = C.bspa_dtype(opts.DType)
-	o.num_layers = C.int32_t(opts.NumLayers)
-	o.num_kv_heads = C.int32_t(opts.NumKVHeads)
-	o.head_dim = C.int32_t(opts.HeadDim)
-	o.page_size = C.int32_t(opts.PageSize)
+	setInt(&o.num_layers, &opts.NumLayers)
+	if opts.BookkeepingOnly {
+		o.num_layers, opts.NumLayers = 0, 0
+	}
+	setInt(&o.num_kv_heads, &opts.NumKVHeads)
+	setInt(&o.head_dim, &opts.HeadDim)
+	setInt(&o.page_size, &opts.PageSize)
+	if opts.NumPages == 0 && opts.MemoryBytes == 0 {
+		opts.MemoryBytes = DefaultMemoryBytes
+	}
 	o.num_pages = C.int64_t(opts.NumPages)
 	o.memory_bytes = C.uint64_t(opts.MemoryBytes)
+	if opts.HashSeed == 0 {
+		opts.HashSeed = uint64(o.hash_seed)
+	}
 	o.hash_seed = C.uint64_t(opts.HashSeed)
 	var p *C.bspa_pool
 	if err := call(func() C.bspa_status { return C.bspa_pool_create(&p, &o) }); err != nil {

@@ -9,7 +9,7 @@ import (
 	"log"
 	"math"
 
-	"bspa"
+	bspa "github.com/bspa-project/bspa/bindings/go"
 )
 
 const hq, hkv, dim = 4, 2, 64
