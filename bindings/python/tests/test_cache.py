@@ -115,3 +115,20 @@ def test_csr_layout():
     assert layout.allowed(0, 2, 0) and not layout.allowed(1, 2, 0) and layout.allowed(1, 2, 2)
     with pytest.raises(bspa.InvalidArgumentError):
         bspa.Layout.csr(crow, np.array([0, 0, 1, 0, 1, 2, 0, 1, 1]), block_size=16)  # no diagonal
+
+
+def test_defaults_make_a_usable_cpu_pool():
+    # Issue 22: the first numpy call on a default Pool(...) failed (bf16, zero pages).
+    with bspa.Pool(num_kv_heads=2, head_dim=64) as pool:
+        assert pool.dtype == "f32"
+        # 256 MiB over K and V pages of 2 heads x 64 tokens x 64 dims x 4 bytes.
+        assert pool.num_pages == bspa.DEFAULT_MEMORY_BYTES // (2 * 2 * 64 * 64 * 4)
+        seq = pool.sequence()
+        seq.append(np.arange(10))
+        rng = np.random.default_rng(0)
+        k = rng.standard_normal((10, 2, 64), dtype=np.float32)
+        with pool.batch([seq], [10]) as b:
+            pool.kv_write(b, 0, k, k)
+            out = pool.prefill(b, 0, bspa.Layout.dense(2), rng.standard_normal((10, 2, 64), dtype=np.float32),
+                               scale=0.125)
+        assert out.shape == (10, 2, 64) and np.isfinite(out).all()

@@ -19,6 +19,9 @@ _DTYPE_ALIASES = {"float32": "f32", "float": "f32", "float16": "f16", "half": "f
 _DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
 
 DTypeLike = Union[str, np.dtype, type, object]
+
+#: KV storage budget of a pool given neither ``num_pages`` nor ``memory_bytes``: 256 MiB.
+DEFAULT_MEMORY_BYTES = 256 << 20
 DeviceLike = Union[str, tuple]
 
 
@@ -117,11 +120,17 @@ class Pool:
     """
 
     def __init__(self, *, num_kv_heads: int, head_dim: int, num_layers: int = 1, page_size: int = 64,
-                 num_pages: int = 0, memory_bytes: int = 0, dtype: DTypeLike = "bf16",
+                 num_pages: int = 0, memory_bytes: int = 0, dtype: Optional[DTypeLike] = None,
                  device: DeviceLike = "cpu", hash_seed: Optional[int] = None) -> None:
+        """``dtype`` defaults to f32 on the CPU and bf16 on CUDA; with neither ``num_pages``
+        nor ``memory_bytes`` the pool gets :data:`DEFAULT_MEMORY_BYTES` of KV storage."""
         options = _bspa.bspa_pool_options()
         check(_bspa.bspa_pool_options_init(options))
         options.device_type, options.device_id = _device(device)
+        if dtype is None:
+            dtype = "f32" if options.device_type == kDLCPU else "bf16"
+        if num_pages == 0 and memory_bytes == 0:
+            memory_bytes = DEFAULT_MEMORY_BYTES
         self.dtype: str = _dtype_name(dtype)
         options.dtype = _DTYPES[self.dtype]
         options.num_layers = num_layers

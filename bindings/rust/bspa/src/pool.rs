@@ -24,8 +24,12 @@ impl Device {
     }
 }
 
-/// Options of [`Pool::new`]; `Default` gives the library's defaults (CPU, bf16, one
-/// layer, one kv head, head_dim 128, page 64, no pages: set `num_pages` or `memory_bytes`).
+/// KV storage budget of [`PoolOptions::default`]: 256 MiB (used when `num_pages` is 0).
+pub const DEFAULT_MEMORY_BYTES: u64 = 256 << 20;
+
+/// Options of [`Pool::new`]. `Default` is a CPU pool ready to use: f32, one layer, one kv
+/// head, head_dim 128, 64-token pages, [`DEFAULT_MEMORY_BYTES`] of storage;
+/// [`PoolOptions::cuda`] starts a GPU pool in bf16.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolOptions {
     pub device: Device,
@@ -45,15 +49,23 @@ impl Default for PoolOptions {
         unsafe { sys::bspa_pool_options_init(&mut raw) };
         PoolOptions {
             device: if raw.device_type == sys::kDLCUDA as i32 { Device::Cuda(raw.device_id) } else { Device::Cpu },
-            dtype: DType::from_raw(raw.dtype),
+            // f32 on the CPU, where the backend computes in f32 anyway (the C default is bf16).
+            dtype: DType::F32,
             num_layers: raw.num_layers,
             num_kv_heads: raw.num_kv_heads,
             head_dim: raw.head_dim,
             page_size: raw.page_size,
             num_pages: raw.num_pages,
-            memory_bytes: raw.memory_bytes,
+            memory_bytes: DEFAULT_MEMORY_BYTES,
             hash_seed: raw.hash_seed,
         }
+    }
+}
+
+impl PoolOptions {
+    /// The defaults for GPU `device_id`, in bf16 (the GPU kernels take 16-bit K/V).
+    pub fn cuda(device_id: i32) -> PoolOptions {
+        PoolOptions { device: Device::Cuda(device_id), dtype: DType::BF16, ..Default::default() }
     }
 }
 

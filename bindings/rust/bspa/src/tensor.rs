@@ -19,14 +19,6 @@ impl DType {
             DType::BF16 => sys::BSPA_DTYPE_BF16,
         }) as sys::bspa_dtype
     }
-
-    pub(crate) fn from_raw(raw: sys::bspa_dtype) -> DType {
-        match raw as u32 {
-            sys::BSPA_DTYPE_F16 => DType::F16,
-            sys::BSPA_DTYPE_BF16 => DType::BF16,
-            _ => DType::F32,
-        }
-    }
 }
 
 /// An IEEE half, as its bits.

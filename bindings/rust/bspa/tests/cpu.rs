@@ -621,3 +621,13 @@ fn kv_host_reads_what_kv_write_wrote_and_refuses_another_dtype() {
     let err = pool.kv_host::<bspa::BF16Bits>(0).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::DtypeMismatch);
 }
+
+#[test]
+fn default_options_make_a_usable_cpu_pool() {
+    let pool = Pool::new(&PoolOptions { num_kv_heads: 2, head_dim: 64, ..Default::default() }).unwrap();
+    assert_eq!(pool.options().dtype, DType::F32);
+    // 256 MiB over K and V pages of 2 heads x 64 tokens x 64 dims x 4 bytes.
+    assert_eq!(pool.stats().unwrap().pages_total, (bspa::DEFAULT_MEMORY_BYTES / (2 * 2 * 64 * 64 * 4)) as i64);
+    let cuda = PoolOptions::cuda(1);
+    assert_eq!((cuda.device, cuda.dtype), (bspa::Device::Cuda(1), DType::BF16));
+}
