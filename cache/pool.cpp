@@ -26,6 +26,8 @@ PoolConfig validated(PoolConfig c) {
   bspa::check(c.page_size >= 16 && c.page_size <= 256 && (c.page_size & (c.page_size - 1)) == 0, Errc::InvalidArgument,
         "page_size = ", c.page_size, " is not a power of two in [16, 256]");
   constexpr int64_t max_pages = std::numeric_limits<int32_t>::max();
+  bspa::check(c.events_capacity >= 0 && c.events_capacity <= max_pages, Errc::InvalidArgument,
+              "events_capacity = ", c.events_capacity, " is not in [0, ", max_pages, "] (0 = no events)");
   bspa::check(c.num_pages >= 0 && c.num_pages <= max_pages, Errc::InvalidArgument, "num_pages = ", c.num_pages,
         " is not in [0, ", max_pages, "] (0 derives it from memory_bytes)");
   if (c.device == DeviceKind::Cpu) {
@@ -71,6 +73,7 @@ Pool::Pool(const PoolConfig &config)
   // A stack: page 0 is handed out first.
   for (int32_t i = 0; i < num_pages_; ++i) free_[static_cast<size_t>(i)] = num_pages_ - 1 - i;
   counters_.pages_total = num_pages_;
+  if (config_.events_capacity > 0) events_ = std::make_unique<EventQueue>(config_.events_capacity, config_.page_size);
   layer_shape_[0] = num_pages_;
   layer_shape_[1] = config_.num_kv_heads;
   layer_shape_[2] = config_.page_size;
@@ -95,7 +98,8 @@ Sequence *Pool::create_sequence(const void *salt, size_t salt_len, uint64_t extr
   const Key digest = salt_digest(salt, salt_len, config_.hash_seed);
   std::lock_guard<std::mutex> lock(mutex_);
   sequences_.reserve(sequences_.size() + 1);
-  auto *s = new Sequence(this, digest, extra_key);
+  const uint32_t salt_index = events_ ? events_->intern_salt(salt, salt_len) : 0;
+  auto *s = new Sequence(this, digest, extra_key, salt_index);
   s->registry_slot_ = sequences_.size();
   sequences_.push_back(s);
   return s;
@@ -134,6 +138,7 @@ int32_t Pool::take_page() {
     const bool erased = index_.erase(pages_[static_cast<size_t>(p)].key, p);
     (void)erased;  // the invariant check catches an index out of step
     ++counters_.evictions;
+    if (events_) record_removed(p);
   }
   Page &pg = pages_[static_cast<size_t>(p)];
   const uint32_t gen = pg.gen + 1;
@@ -206,6 +211,36 @@ int32_t Pool::find_published(const Key &key, const int32_t *tokens, uint64_t ext
     }
     return std::memcmp(page_tokens(c), tokens, token_bytes) == 0;
   });
+}
+
+void Pool::make_event_room() {
+  if (events_->full()) overflow_events();
+}
+
+void Pool::record_removed(int32_t page) {
+  if (events_->full()) {
+    overflow_events();  // its "all cleared" covers this page too
+    return;
+  }
+  events_->push_removed(page, block_id(page, pages_[static_cast<size_t>(page)].gen));
+}
+
+void Pool::overflow_events() {
+  events_->reset_to_cleared();
+  // free_ has capacity num_pages (sized at creation), so these pushes never allocate.
+  for (int32_t p = lru_head_; p >= 0;) {
+    Page &pg = pages_[static_cast<size_t>(p)];
+    const int32_t next = pg.lru_next;
+    pg.lru_prev = pg.lru_next = -1;
+    pg.published = false;
+    free_.push_back(p);
+    p = next;
+  }
+  lru_head_ = lru_tail_ = -1;
+  lru_size_ = 0;
+  for (Page &pg : pages_) pg.published = false;
+  index_.clear();
+  ++index_resets_;
 }
 
 }  // namespace bspa::cache

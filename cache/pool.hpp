@@ -23,6 +23,7 @@
 #include <mutex>
 #include <vector>
 
+#include "cache/event_queue.hpp"
 #include "cache/key.hpp"
 #include "cache/kv_storage.hpp"
 #include "cache/prefix_index.hpp"
@@ -43,6 +44,7 @@ struct PoolConfig {
   int64_t num_pages = 0;     // in [1, INT32_MAX], or 0 to derive from memory_bytes
   uint64_t memory_bytes = 0;
   uint64_t hash_seed = 0;
+  int64_t events_capacity = 0;  // KV cache event records kept until drained; 0 = no events
 };
 
 struct PoolStats {
@@ -100,6 +102,11 @@ class Pool {
 
   std::mutex &mutex() const { return mutex_; }
 
+  // The event queue, or nullptr when the pool was made with events_capacity 0. Hold
+  // mutex() while using it.
+  EventQueue *events() { return events_.get(); }
+  const EventQueue *events() const { return events_.get(); }
+
  private:
   friend class Sequence;
 
@@ -136,6 +143,14 @@ class Pool {
   // parent_page -1 is a chain's first page, verified by the salt digest instead.
   int32_t find_published(const Key &key, const int32_t *tokens, uint64_t extra_key, int32_t parent_page,
                          uint32_t parent_gen, const Key &root_digest) const;
+  // Events (events_ != nullptr). Before publishing: makes room, overflowing if full.
+  void make_event_room();
+  // A published page leaves the index (eviction): records it, overflowing if full.
+  void record_removed(int32_t page);
+  // The queue is full: drop its contents, record "all cleared", and empty the prefix index
+  // (cached pages become free, pages in use stay with their sequences unpublished), so the
+  // router's view rebuilt from later events equals what the pool can match.
+  void overflow_events();
 
   PoolConfig config_;
   int32_t num_pages_ = 0;
@@ -153,6 +168,8 @@ class Pool {
   PageHasher hasher_;
   std::vector<Sequence *> sequences_;  // each knows its slot here
   PoolStats counters_;
+  std::unique_ptr<EventQueue> events_;
+  uint64_t index_resets_ = 0;  // times overflow_events emptied the index
   mutable std::mutex mutex_;
 };
 

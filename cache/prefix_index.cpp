@@ -42,6 +42,11 @@ bool PrefixIndex::erase(const Key &key, int32_t page) {
   return true;
 }
 
+void PrefixIndex::clear() {
+  for (uint64_t s = 0; s <= mask_; ++s) slots_[s] = Slot{};
+  size_ = 0;
+}
+
 bool PrefixIndex::reachable(int64_t slot) const {
   if (slots_[slot].page_plus_one == 0) return true;
   for (uint64_t s = home(slots_[slot].tag); s != static_cast<uint64_t>(slot); s = (s + 1) & mask_) {

@@ -22,6 +22,8 @@ class PrefixIndex {
   void insert(const Key &key, int32_t page);
   // Removes the entry (key, page); returns false if there is none.
   bool erase(const Key &key, int32_t page);
+  // Removes every entry. O(capacity).
+  void clear();
 
   // Calls accept(page) for each page stored under `key` until it returns true; returns
   // that page or -1.

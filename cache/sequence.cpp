@@ -10,8 +10,12 @@
 
 namespace bspa::cache {
 
-Sequence::Sequence(Pool *pool, const Key &salt_digest, uint64_t extra_key)
-    : pool_(pool), root_digest_(salt_digest), root_key_(truncate_key(salt_digest)), extra_key_(extra_key) {
+Sequence::Sequence(Pool *pool, const Key &salt_digest, uint64_t extra_key, uint32_t salt_index)
+    : pool_(pool),
+      root_digest_(salt_digest),
+      root_key_(truncate_key(salt_digest)),
+      extra_key_(extra_key),
+      salt_index_(salt_index) {
   chain_key_ = root_key_;
 }
 
@@ -63,6 +67,7 @@ int64_t Sequence::match(const int32_t *tokens, int64_t n) {
   }
   // Pinned before any new page is taken, so a later append cannot evict them.
   for (int32_t c : pages_) p.pin(c);
+  match_resets_ = p.index_resets_;
 
   const int64_t found = static_cast<int64_t>(pages_.size()) * ps;
   num_tokens_ = num_computed_ = num_cached_ = found;
@@ -136,6 +141,7 @@ void Sequence::commit(int64_t computed) {
       chain_page_ = existing;
       chain_gen_ = p.pages_[static_cast<size_t>(existing)].gen;
     } else {
+      if (p.events_) p.make_event_room();  // may empty the index: chain_page_ then stays unpublished
       Pool::Page &pg = p.pages_[static_cast<size_t>(page)];
       pg.key = k;
       pg.parent_key = chain_page_ < 0 ? root_digest_ : chain_key_;
@@ -145,6 +151,10 @@ void Sequence::commit(int64_t computed) {
       pg.published = true;
       p.index_.insert(k, page);
       ++p.counters_.published_pages;
+      if (p.events_) {
+        const uint64_t parent_id = chain_page_ < 0 ? 0 : block_id(chain_page_, chain_gen_);
+        p.events_->push_stored(page, block_id(page, pg.gen), parent_id, k, extra_key_, salt_index_, toks);
+      }
       chain_page_ = page;
       chain_gen_ = pg.gen;
     }

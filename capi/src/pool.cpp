@@ -32,6 +32,7 @@ bspa::cache::PoolConfig config_of(const bspa_pool_options &o) {
   c.num_pages = o.num_pages;
   c.memory_bytes = o.memory_bytes;
   c.hash_seed = o.hash_seed;
+  c.events_capacity = o.version >= 2 ? o.events_capacity : 0;  // a version 1 struct ends before it
   return c;
 }
 
@@ -74,6 +75,7 @@ BSPA_API bspa_status bspa_pool_options_init(bspa_pool_options *options) {
     options->num_pages = 0;
     options->memory_bytes = 0;
     options->hash_seed = BSPA_DEFAULT_HASH_SEED;
+    options->events_capacity = 0;
   });
 }
 

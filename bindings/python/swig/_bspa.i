@@ -148,6 +148,25 @@ static int bspa_py_tensor(PyObject *obj, DLTensor **out) {
   $1 = $input == Py_None || PyLong_Check($input);
 }
 
+/* (buffer, capacity): a writable byte buffer (bytearray, numpy uint8), or None for a
+ * size query; *size comes back as an output. */
+%typemap(in) (void *buffer, size_t capacity) (Py_buffer view, int have = 0) {
+  if ($input == Py_None) {
+    $1 = NULL;
+    $2 = 0;
+  } else {
+    if (!bspa_py_get_buffer($input, &view, 1, 1, "buffer")) SWIG_fail;
+    have = 1;
+    $1 = view.buf;
+    $2 = (size_t)view.len;
+  }
+}
+%typemap(freearg) (void *buffer, size_t capacity) { if (have$argnum) PyBuffer_Release(&view$argnum); }
+%apply size_t *OUTPUT { size_t *size };
+/* Structured events carry pointers into the pool; Python takes the msgpack batch instead. */
+%ignore bspa_pool_events_drain;
+%ignore bspa_kv_event;
+
 /* The header's function-like and UINT64_C macros are not for SWIG. */
 %ignore BSPA_DEFAULT_HASH_SEED;
 %constant uint64_t BSPA_DEFAULT_HASH_SEED = BSPA_DEFAULT_HASH_SEED;

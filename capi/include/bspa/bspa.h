@@ -172,7 +172,7 @@ BSPA_API bspa_status bspa_device_count(int32_t device_type, int32_t *count);
 typedef struct bspa_pool bspa_pool;
 typedef struct bspa_seq bspa_seq;
 
-#define BSPA_POOL_OPTIONS_VERSION 1
+#define BSPA_POOL_OPTIONS_VERSION 2
 /* The hash seed used when bspa_pool_options.hash_seed is left at its default. Keys are
  * stable across processes and machines for a given seed. */
 #define BSPA_DEFAULT_HASH_SEED UINT64_C(0x62737061b10cca5e)
@@ -189,6 +189,11 @@ typedef struct bspa_pool_options {
   int64_t num_pages;    /* > 0, or 0 to derive it from memory_bytes */
   uint64_t memory_bytes; /* KV storage budget when num_pages == 0 */
   uint64_t hash_seed;   /* default BSPA_DEFAULT_HASH_SEED */
+  /* Since version 2: KV cache event records the pool keeps until they are drained
+   * (see "KV cache events" below), in [0, INT32_MAX]; 0 (the default) = no events, and
+   * then the pool does no event work at all. The queue is reserved at creation:
+   * about (48 + 4 * page_size) bytes per record. */
+  int64_t events_capacity;
 } bspa_pool_options;
 
 /* Fills *options with defaults (CPU, bf16, 1 layer, 1 kv head, head_dim 128, page 64,
@@ -307,6 +312,90 @@ BSPA_API bspa_status bspa_seq_info(const bspa_seq *seq, struct bspa_seq_info *in
 /* Releases the sequence's pages, last page first (so chain tails are evicted before
  * heads); published pages stay cached. NULL is a no-op. */
 BSPA_API void bspa_seq_destroy(bspa_seq *seq);
+
+/* ------------------------------------------------------------------------------
+ * KV cache events
+ *
+ * A pool made with bspa_pool_options.events_capacity > 0 records, in the order its
+ * prefix index changes (across threads: recorded under the pool's lock), one event per
+ * page that enters the index ("stored", in bspa_seq_commit) and per published page that
+ * leaves it ("removed": evicted for reuse, in bspa_seq_append). A KV-aware router
+ * (NVIDIA Dynamo's, llm-d's) mirrors the index from them. Nothing is called back: the
+ * runtime drains the queue when it likes, e.g. once per engine step, as structured
+ * events (bspa_pool_events_drain) or as one msgpack batch in vLLM's wire format
+ * (bspa_pool_events_drain_msgpack) for a ZMQ publisher to send unchanged.
+ *
+ * When a record does not fit, the pool drops the queue's contents, records one
+ * "all cleared" event and empties its prefix index (cached pages become free; pages in
+ * use stay with their sequences but are no longer published), so a router that rebuilds
+ * from the events that follow holds exactly what the pool can match. Size the queue for
+ * the pages published and evicted between two drains.
+ *
+ * Block ids: a page's stay in the index is named block_id = (generation << 32) | page,
+ * where the generation counts how often the page was handed out: unique over the pool's
+ * life, never 0, the same for a page from its "stored" to its "removed". A stored page
+ * names its parent by the parent's block_id (0: the first page of a chain; its salt then
+ * stands for the parent). The page key (key_lo, key_hi) is the prefix index's own.
+ * ---------------------------------------------------------------------------- */
+
+enum {
+  BSPA_KV_EVENT_STORED = 1,     /* a page entered the prefix index */
+  BSPA_KV_EVENT_REMOVED = 2,    /* a published page left it (evicted) */
+  BSPA_KV_EVENT_ALL_CLEARED = 3 /* the queue overflowed: forget everything before */
+};
+
+typedef struct bspa_kv_event {
+  int32_t type;             /* BSPA_KV_EVENT_* */
+  int32_t page;             /* the pool's page id (stored, removed); -1 for all cleared */
+  uint64_t block_id;        /* stored, removed: see above; 0 for all cleared */
+  uint64_t parent_block_id; /* stored: the parent's block_id, 0 for a chain's first page */
+  uint64_t key_lo;          /* stored: the page key, low and high 64 bits */
+  uint64_t key_hi;
+  uint64_t extra_key;       /* stored: the sequence's bspa_seq_options.extra_key */
+  int64_t token_offset;     /* stored: its page_size tokens are tokens[token_offset ..) of
+                             * the drain's token buffer; -1 otherwise */
+  const void *salt;         /* stored: the sequence's salt, owned by the pool and valid
+                             * until bspa_pool_destroy; NULL (salt_len 0) without salt */
+  size_t salt_len;
+} bspa_kv_event;
+
+/* Moves every queued event into events[0, capacity) and the stored pages' tokens into
+ * tokens[0, token_capacity), oldest first, and sets *num_events and *num_tokens to their
+ * counts; the queue is then empty. With events and tokens NULL and both capacities 0 it
+ * only reports the counts (BSPA_OK, nothing drained). Any thread, any time.
+ * Errors: BSPA_ERR_NULL_POINTER (pool, num_events, num_tokens; events or tokens NULL
+ * with a capacity > 0), BSPA_ERR_INVALID_ARGUMENT (a negative capacity),
+ * BSPA_ERR_INVALID_STATE (a pool made with events_capacity 0), BSPA_ERR_BUFFER_TOO_SMALL
+ * (a buffer below its count; *num_events and *num_tokens hold the counts needed, nothing
+ * is drained or lost). */
+BSPA_API bspa_status bspa_pool_events_drain(bspa_pool *pool, bspa_kv_event *events, int64_t capacity,
+                                            int32_t *tokens, int64_t token_capacity, int64_t *num_events,
+                                            int64_t *num_tokens);
+
+/* Moves every queued event into buffer[0, capacity) as one msgpack-encoded vLLM
+ * EventBatch, [ts, [event...], dp_rank] (dp_rank < 0 is written as nil), the bytes
+ * vLLM's msgspec encoder writes for the same events (vllm/distributed/kv_events.py,
+ * tagged-map events): consecutive stored pages of one chain share a "BlockStored" map,
+ * consecutive removals a "BlockRemoved", an overflow is "AllBlocksCleared"; block_hashes
+ * are block ids, "lora_id" is the extra key (nil when 0), "medium" is "GPU" (the pool:
+ * the tier attention reads, whatever its device), "block_size" the page size. A salted
+ * sequence's pages also carry "cache_salt": the salt, or "bspa-hex:" and the salt in
+ * lowercase hex when it is not valid UTF-8. That key is not vLLM's (vLLM puts the salt
+ * into extra_keys, which routers ignore); NVIDIA Dynamo's KV router reads it (checked with
+ * ai-dynamo-runtime 1.6.1) and mixes it into its block hash seed, so the pages of one
+ * tenant match only queries made with the same cache salt (Dynamo: nvext.cache_salt, or
+ * cache_salt in its indexer's /query). Dynamo ignores lora_id: pages that differ only in
+ * extra key look alike to it. Send the buffer as the payload frame of a ZMQ PUB message
+ * (topic, 8-byte big-endian sequence number from 0, payload). *size is set to the batch's
+ * bytes; with buffer NULL and capacity 0 it only reports that size (BSPA_OK, nothing
+ * drained). An empty queue gives a batch with no events. Any thread, any time.
+ * Errors: BSPA_ERR_NULL_POINTER (pool, size; buffer NULL with capacity > 0),
+ * BSPA_ERR_INVALID_ARGUMENT (ts not finite), BSPA_ERR_INVALID_STATE (a pool made with
+ * events_capacity 0), BSPA_ERR_BUFFER_TOO_SMALL (capacity below the batch; *size holds
+ * the bytes needed, nothing is drained or lost; events recorded before the next call can
+ * make it larger still). */
+BSPA_API bspa_status bspa_pool_events_drain_msgpack(bspa_pool *pool, double ts, int32_t dp_rank, void *buffer,
+                                                    size_t capacity, size_t *size);
 
 /* ------------------------------------------------------------------------------
  * Block-sparse layouts

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence as Seq, Union
@@ -121,9 +122,12 @@ class Pool:
 
     def __init__(self, *, num_kv_heads: int, head_dim: int, num_layers: int = 1, page_size: int = 64,
                  num_pages: int = 0, memory_bytes: int = 0, dtype: Optional[DTypeLike] = None,
-                 device: DeviceLike = "cpu", hash_seed: Optional[int] = None) -> None:
+                 device: DeviceLike = "cpu", hash_seed: Optional[int] = None,
+                 events_capacity: int = 0) -> None:
         """``dtype`` defaults to f32 on the CPU and bf16 on CUDA; with neither ``num_pages``
-        nor ``memory_bytes`` the pool gets :data:`DEFAULT_MEMORY_BYTES` of KV storage."""
+        nor ``memory_bytes`` the pool gets :data:`DEFAULT_MEMORY_BYTES` of KV storage.
+        ``events_capacity > 0`` makes the pool record KV cache events for a router (see
+        :meth:`drain_events_msgpack` and :mod:`bspa.events`)."""
         options = _bspa.bspa_pool_options()
         check(_bspa.bspa_pool_options_init(options))
         options.device_type, options.device_id = _device(device)
@@ -141,6 +145,7 @@ class Pool:
         options.memory_bytes = memory_bytes
         if hash_seed is not None:
             options.hash_seed = hash_seed
+        options.events_capacity = events_capacity  # KV cache events kept until drained; 0 = none
         status, handle = _bspa.bspa_pool_create(options)
         check(status)
         self._storage: Optional[_PoolStorage] = _PoolStorage(handle)
@@ -229,6 +234,26 @@ class Pool:
     def check(self) -> None:
         """Verifies every invariant of the pool; raises InternalError if one is broken."""
         check(_bspa.bspa_pool_check(self._h()))
+
+    def drain_events_msgpack(self, ts: Optional[float] = None, dp_rank: Optional[int] = 0) -> bytes:
+        """Takes every queued KV cache event as one msgpack-encoded vLLM ``EventBatch``
+        (``[ts, events, dp_rank]``, see bspa.h) and returns it; the queue is then empty.
+        ``ts`` defaults to ``time.time()``, ``dp_rank=None`` is written as nil. Needs a
+        pool made with ``events_capacity > 0``. :class:`bspa.events.KvEventPublisher`
+        sends these batches over ZMQ."""
+        if ts is None:
+            ts = time.time()
+        rank = -1 if dp_rank is None else int(dp_rank)
+        size = 0
+        while True:  # events recorded between the size query and the drain make it grow
+            buf = bytearray(size)
+            status, size_needed = _bspa.bspa_pool_events_drain_msgpack(self._h(), float(ts), rank,
+                                                                       buf if size else None)
+            if status == _bspa.BSPA_ERR_BUFFER_TOO_SMALL or (status == _bspa.BSPA_OK and not size):
+                size = int(size_needed) + 4096
+                continue
+            check(status)
+            return bytes(buf[:size_needed])
 
     @property
     def num_pages(self) -> int:
