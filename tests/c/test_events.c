@@ -1,0 +1,310 @@
+/* KV cache events through the C ABI: what a commit and an eviction record, block ids and
+ * parents, salts, the overflow that clears, bad input to both drains (nothing lost), and a
+ * threaded workload whose drained history a router can replay without contradiction. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support.h"
+
+static bspa_pool *events_pool(int64_t num_pages, int32_t page_size, int64_t capacity) {
+  bspa_pool_options o;
+  EXPECT_OK(bspa_pool_options_init(&o));
+  cr_assert_eq(o.events_capacity, 0, "events are off by default");
+  o.num_layers = 0;
+  o.page_size = page_size;
+  o.num_pages = num_pages;
+  o.events_capacity = capacity;
+  bspa_pool *pool = NULL;
+  EXPECT_OK(bspa_pool_create(&pool, &o));
+  return pool;
+}
+
+static bspa_seq *seq_salted(bspa_pool *pool, const char *salt, uint64_t extra) {
+  bspa_seq_options so;
+  EXPECT_OK(bspa_seq_options_init(&so));
+  so.salt = salt;
+  so.salt_len = salt ? strlen(salt) : 0;
+  so.extra_key = extra;
+  bspa_seq *s = NULL;
+  EXPECT_OK(bspa_seq_create(&s, pool, &so));
+  return s;
+}
+
+static int64_t serve(bspa_pool *pool, const char *salt, const int32_t *t, int64_t n) {
+  bspa_seq *s = seq_salted(pool, salt, 0);
+  int64_t cached = 0;
+  EXPECT_OK(bspa_seq_match(s, t, n, &cached));
+  EXPECT_OK(bspa_seq_append(s, t + cached, n - cached));
+  EXPECT_OK(bspa_seq_commit(s, n));
+  bspa_seq_destroy(s);
+  return cached;
+}
+
+typedef struct drained {
+  bspa_kv_event ev[512];
+  int32_t tok[512 * 64];
+  int64_t n, nt;
+} drained;
+
+static void drain(bspa_pool *pool, drained *d) {
+  EXPECT_OK(bspa_pool_events_drain(pool, d->ev, 512, d->tok, 512 * 64, &d->n, &d->nt));
+}
+
+static void fill(int32_t *t, int64_t n, int32_t base) {
+  for (int64_t i = 0; i < n; ++i) t[i] = base + (int32_t)i;
+}
+
+Test(events, commit_records_one_stored_event_per_full_page_chained_by_block_id) {
+  bspa_pool *pool = events_pool(16, 16, 64);
+  int32_t t[56];
+  fill(t, 56, 100);
+  serve(pool, "tenant-a", t, 56); /* 3 full pages and 8 tokens: 3 stored */
+  drained d;
+  drain(pool, &d);
+  cr_assert_eq(d.n, 3);
+  cr_assert_eq(d.nt, 48);
+  for (int i = 0; i < 3; ++i) {
+    const bspa_kv_event *e = &d.ev[i];
+    cr_assert_eq(e->type, BSPA_KV_EVENT_STORED);
+    cr_assert_eq(e->block_id, ((uint64_t)1 << 32) | (uint32_t)e->page, "generation 1: first use of the page");
+    cr_assert_eq(e->parent_block_id, i == 0 ? 0 : d.ev[i - 1].block_id);
+    cr_assert(e->key_lo != 0 || e->key_hi != 0);
+    cr_assert_eq(e->token_offset, 16 * i);
+    cr_assert_eq(memcmp(d.tok + e->token_offset, t + 16 * i, 16 * sizeof(int32_t)), 0);
+    cr_assert_eq(e->salt_len, 8);
+    cr_assert_eq(memcmp(e->salt, "tenant-a", 8), 0);
+  }
+  /* A hit publishes nothing; an empty queue drains to nothing. */
+  serve(pool, "tenant-a", t, 49);
+  drain(pool, &d);
+  cr_assert_eq(d.n, 0);
+  /* Without salt: salt NULL; another extra key: recorded. */
+  bspa_seq *s = seq_salted(pool, NULL, 7);
+  int64_t cached = 0;
+  EXPECT_OK(bspa_seq_match(s, t, 16, &cached));
+  EXPECT_OK(bspa_seq_append(s, t, 16));
+  EXPECT_OK(bspa_seq_commit(s, 16));
+  bspa_seq_destroy(s);
+  drain(pool, &d);
+  cr_assert_eq(d.n, 1);
+  cr_assert_null(d.ev[0].salt);
+  cr_assert_eq(d.ev[0].salt_len, 0);
+  cr_assert_eq(d.ev[0].extra_key, 7);
+  EXPECT_OK(bspa_pool_check(pool));
+  bspa_pool_destroy(pool);
+}
+
+Test(events, eviction_records_removed_with_the_stored_block_id) {
+  bspa_pool *pool = events_pool(4, 16, 64);
+  int32_t a[64], b[64];
+  fill(a, 64, 1000);
+  fill(b, 64, 9000);
+  serve(pool, NULL, a, 64); /* 4 pages stored, then cached */
+  drained d;
+  drain(pool, &d);
+  cr_assert_eq(d.n, 4);
+  uint64_t stored[4];
+  for (int i = 0; i < 4; ++i) stored[i] = d.ev[i].block_id;
+  serve(pool, NULL, b, 32); /* evicts 2 (the tail first: pages are freed last first) */
+  drain(pool, &d);
+  cr_assert_eq(d.n, 4, "2 removed then 2 stored");
+  for (int i = 0; i < 2; ++i) {
+    cr_assert_eq(d.ev[i].type, BSPA_KV_EVENT_REMOVED);
+    cr_assert_eq(d.ev[i].block_id, stored[3 - i]);
+    cr_assert_eq(d.ev[i].token_offset, -1);
+  }
+  for (int i = 2; i < 4; ++i) {
+    cr_assert_eq(d.ev[i].type, BSPA_KV_EVENT_STORED);
+    cr_assert_eq(d.ev[i].block_id >> 32, 2, "a reused page has generation 2");
+  }
+  bspa_pool_destroy(pool);
+}
+
+Test(events, overflow_clears_the_queue_and_the_index) {
+  bspa_pool *pool = events_pool(8, 16, 2);
+  int32_t t[64];
+  fill(t, 64, 5);
+  serve(pool, "x", t, 64); /* 4 stored records into a queue of 2 */
+  drained d;
+  drain(pool, &d);
+  cr_assert_geq(d.n, 1);
+  cr_assert_eq(d.ev[0].type, BSPA_KV_EVENT_ALL_CLEARED);
+  cr_assert_eq(d.ev[0].page, -1);
+  cr_assert_eq(d.ev[0].block_id, 0);
+  EXPECT_OK(bspa_pool_check(pool));
+  /* What the events after the clear announce is all the pool can match. */
+  int64_t announced = 0;
+  for (int64_t i = 1; i < d.n; ++i) announced += d.ev[i].type == BSPA_KV_EVENT_STORED;
+  bspa_seq *s = seq_salted(pool, "x", 0);
+  int64_t cached = 0;
+  EXPECT_OK(bspa_seq_match(s, t, 64, &cached));
+  cr_assert_eq(cached, 0, "the first page was unpublished by the clear, so nothing after it matches either");
+  bspa_seq_destroy(s);
+  cr_assert_leq(announced, 1);
+  EXPECT_OK(bspa_pool_check(pool));
+  bspa_pool_destroy(pool);
+}
+
+Test(events, msgpack_drain_encodes_a_vllm_event_batch) {
+  bspa_pool *pool = events_pool(4, 16, 8);
+  int32_t t[17];
+  fill(t, 17, 1);
+  serve(pool, NULL, t, 17);
+  size_t size = 0;
+  EXPECT_OK(bspa_pool_events_drain_msgpack(pool, 2.0, 0, NULL, 0, &size));
+  unsigned char buf[512];
+  cr_assert_lt(size, sizeof buf);
+  EXPECT_OK(bspa_pool_events_drain_msgpack(pool, 2.0, 0, buf, sizeof buf, &size));
+  /* [2.0, [{"type": "BlockStored", ...}], 0] */
+  static const unsigned char head[] = {0x93, 0xcb, 0x40, 0x00, 0, 0, 0, 0, 0, 0, 0x91, 0x88, 0xa4, 't', 'y', 'p', 'e',
+                                       0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd'};
+  cr_assert_eq(memcmp(buf, head, sizeof head), 0);
+  cr_assert_eq(buf[size - 1], 0x00, "dp_rank 0");
+  /* Drained: the next batch is empty, [ts, [], nil] with dp_rank < 0. */
+  EXPECT_OK(bspa_pool_events_drain_msgpack(pool, 2.0, -1, buf, sizeof buf, &size));
+  cr_assert_eq(size, 12);
+  cr_assert_eq(buf[10], 0x90);
+  cr_assert_eq(buf[11], 0xc0);
+  bspa_pool_destroy(pool);
+}
+
+Test(events, bad_input_errors_and_loses_nothing) {
+  bspa_pool *off = events_pool(4, 16, 0);
+  int64_t n = -1, nt = -1;
+  size_t size = 0;
+  bspa_kv_event ev[4];
+  int32_t tok[64];
+  unsigned char buf[256];
+  EXPECT_STATUS(bspa_pool_events_drain(off, ev, 4, tok, 64, &n, &nt), BSPA_ERR_INVALID_STATE);
+  cr_assert(strstr(bspa_last_error(), "events_capacity"), "%s", bspa_last_error());
+  EXPECT_STATUS(bspa_pool_events_drain_msgpack(off, 0.0, 0, buf, sizeof buf, &size), BSPA_ERR_INVALID_STATE);
+  bspa_pool_destroy(off);
+
+  bspa_pool *pool = events_pool(8, 16, 16);
+  int32_t t[48];
+  fill(t, 48, 300);
+  serve(pool, "s", t, 48); /* 3 stored */
+  EXPECT_STATUS(bspa_pool_events_drain(NULL, ev, 4, tok, 64, &n, &nt), BSPA_ERR_NULL_POINTER);
+  EXPECT_STATUS(bspa_pool_events_drain(pool, ev, 4, tok, 64, NULL, &nt), BSPA_ERR_NULL_POINTER);
+  EXPECT_STATUS(bspa_pool_events_drain(pool, ev, 4, tok, 64, &n, NULL), BSPA_ERR_NULL_POINTER);
+  EXPECT_STATUS(bspa_pool_events_drain(pool, NULL, 4, tok, 64, &n, &nt), BSPA_ERR_NULL_POINTER);
+  EXPECT_STATUS(bspa_pool_events_drain(pool, ev, 4, NULL, 64, &n, &nt), BSPA_ERR_NULL_POINTER);
+  EXPECT_STATUS(bspa_pool_events_drain(pool, ev, -1, tok, 64, &n, &nt), BSPA_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(bspa_pool_events_drain(pool, ev, 4, tok, -1, &n, &nt), BSPA_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(bspa_pool_events_drain(pool, ev, 2, tok, 64, &n, &nt), BSPA_ERR_BUFFER_TOO_SMALL);
+  cr_assert_eq(n, 3);
+  cr_assert_eq(nt, 48);
+  EXPECT_STATUS(bspa_pool_events_drain(pool, ev, 4, tok, 47, &n, &nt), BSPA_ERR_BUFFER_TOO_SMALL);
+  EXPECT_STATUS(bspa_pool_events_drain_msgpack(NULL, 0.0, 0, buf, sizeof buf, &size), BSPA_ERR_NULL_POINTER);
+  EXPECT_STATUS(bspa_pool_events_drain_msgpack(pool, 0.0, 0, buf, sizeof buf, NULL), BSPA_ERR_NULL_POINTER);
+  EXPECT_STATUS(bspa_pool_events_drain_msgpack(pool, 0.0, 0, NULL, 10, &size), BSPA_ERR_NULL_POINTER);
+  EXPECT_STATUS(bspa_pool_events_drain_msgpack(pool, NAN, 0, buf, sizeof buf, &size), BSPA_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(bspa_pool_events_drain_msgpack(pool, INFINITY, 0, buf, sizeof buf, &size), BSPA_ERR_INVALID_ARGUMENT);
+  memset(buf, 0xee, sizeof buf);
+  EXPECT_STATUS(bspa_pool_events_drain_msgpack(pool, 0.0, 0, buf, 20, &size), BSPA_ERR_BUFFER_TOO_SMALL);
+  cr_assert_gt(size, 20);
+  cr_assert_eq(buf[20], 0xee, "nothing written past the capacity");
+  /* Size queries drain nothing either. */
+  EXPECT_OK(bspa_pool_events_drain(pool, NULL, 0, NULL, 0, &n, &nt));
+  cr_assert_eq(n, 3);
+  EXPECT_OK(bspa_pool_events_drain(pool, ev, 4, tok, 64, &n, &nt));
+  cr_assert_eq(n, 3, "every failed call above left the three events in the queue");
+  for (int i = 0; i < 3; ++i) cr_assert_eq(memcmp(tok + 16 * i, t + 16 * i, 64), 0);
+
+  /* Options: a version 1 struct ends before events_capacity; negative is refused. */
+  bspa_pool_options o;
+  EXPECT_OK(bspa_pool_options_init(&o));
+  o.num_layers = 0;
+  o.num_pages = 4;
+  o.events_capacity = -1;
+  bspa_pool *p = NULL;
+  EXPECT_STATUS(bspa_pool_create(&p, &o), BSPA_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(bspa_last_error(), "events_capacity = -1"), "%s", bspa_last_error());
+  cr_assert_null(p);
+  o.version = 1;
+  EXPECT_OK(bspa_pool_create(&p, &o));
+  EXPECT_STATUS(bspa_pool_events_drain(p, NULL, 0, NULL, 0, &n, &nt), BSPA_ERR_INVALID_STATE);
+  bspa_pool_destroy(p);
+  bspa_pool_destroy(pool);
+}
+
+/* Four threads serve overlapping prompts of two tenants through a pool small enough to
+ * evict, a fifth drains. A router replaying the drained history must never meet a
+ * removal of a block it does not hold, a store of a block it holds, or (outside an
+ * overflow) a parent it never saw stored. */
+enum { kThreads = 4, kRounds = 300, kPage = 16 };
+static bspa_pool *g_pool;
+static atomic_int g_done;
+
+static void *worker(void *arg) {
+  test_rng rng = {(uint64_t)(uintptr_t)arg * 7919u + 1};
+  int32_t t[10 * kPage];
+  for (int r = 0; r < kRounds; ++r) {
+    const int64_t n = 1 + (int64_t)(test_rng_next(&rng) % (10 * kPage));
+    const int32_t shared = (int32_t)(test_rng_next(&rng) % 3);
+    for (int64_t i = 0; i < n; ++i) t[i] = i < 3 * kPage ? shared * 1000 + (int32_t)i : (int32_t)(test_rng_next(&rng) % 50);
+    bspa_seq *s = seq_salted(g_pool, (r & 1) ? "a" : "b", 0);
+    int64_t cached = 0;
+    if (bspa_seq_match(s, t, n, &cached) == BSPA_OK && bspa_seq_append(s, t + cached, n - cached) == BSPA_OK)
+      bspa_seq_commit(s, n);
+    bspa_seq_destroy(s);
+  }
+  atomic_fetch_add(&g_done, 1);
+  return NULL;
+}
+
+typedef struct held {
+  uint64_t *ids;
+  size_t n, cap;
+} held;
+static long find_id(const held *h, uint64_t id) {
+  for (size_t i = 0; i < h->n; ++i)
+    if (h->ids[i] == id) return (long)i;
+  return -1;
+}
+
+Test(events, threaded_history_replays_without_contradiction) {
+  g_pool = events_pool(48, kPage, 1 << 14);
+  atomic_store(&g_done, 0);
+  pthread_t th[kThreads];
+  for (uintptr_t i = 0; i < kThreads; ++i) pthread_create(&th[i], NULL, worker, (void *)(i + 1));
+  held h = {calloc(1 << 16, sizeof(uint64_t)), 0, 1 << 16};
+  static bspa_kv_event ev[1 << 14];
+  static int32_t tok[(1 << 14) * kPage];
+  int64_t stored = 0, removed = 0;
+  for (int last = 0; !last;) {
+    last = atomic_load(&g_done) == kThreads;
+    int64_t n = 0, nt = 0;
+    EXPECT_OK(bspa_pool_events_drain(g_pool, ev, 1 << 14, tok, (1 << 14) * kPage, &n, &nt));
+    for (int64_t i = 0; i < n; ++i) {
+      const bspa_kv_event *e = &ev[i];
+      if (e->type == BSPA_KV_EVENT_ALL_CLEARED) {
+        h.n = 0;
+      } else if (e->type == BSPA_KV_EVENT_STORED) {
+        cr_assert_eq(find_id(&h, e->block_id), -1, "block %llx stored twice", (unsigned long long)e->block_id);
+        /* A parent may have left the index already (an orphan): then it was removed
+         * earlier in this history, never stored later. */
+        h.ids[h.n++] = e->block_id;
+        ++stored;
+      } else {
+        const long at = find_id(&h, e->block_id);
+        cr_assert_geq(at, 0, "removal of block %llx that is not held", (unsigned long long)e->block_id);
+        h.ids[at] = h.ids[--h.n];
+        ++removed;
+      }
+    }
+  }
+  for (int i = 0; i < kThreads; ++i) pthread_join(th[i], NULL);
+  cr_assert_gt(stored, 100);
+  cr_assert_gt(removed, 10);
+  struct bspa_pool_stats st;
+  EXPECT_OK(bspa_pool_stats(g_pool, &st));
+  cr_assert_eq(st.pages_in_use, 0);
+  cr_assert_eq((int64_t)h.n, st.pages_cached, "the router holds exactly the published pages (all cached now)");
+  EXPECT_OK(bspa_pool_check(g_pool));
+  free(h.ids);
+  bspa_pool_destroy(g_pool);
+}
