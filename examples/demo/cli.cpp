@@ -40,6 +40,8 @@ void print_usage(const char *argv0) {
       "  --attention-sample K     requests whose attention is computed and verified [3]\n"
       "  --attention-max-tokens N sampled prompts are cut to N tokens           [2048]\n"
       "  --no-attention           bookkeeping only (a pool without KV storage)\n"
+      "  --events N               KV cache events: a queue of N records, drained after every\n"
+      "                           request as a vLLM msgpack batch (what a publisher sends) [0: off]\n"
       "Output\n"
       "  --json FILE              write the summary as JSON\n"
       "  --no-progress            no progress bar (it is drawn only on a terminal anyway)\n"
@@ -108,6 +110,7 @@ bool parse_options(int argc, char **argv, Options &o, bool *help) {
       {"--local-blocks", i32(o.strided.local_blocks, 1, 1 << 20)},
       {"--vert-stride", i32(o.strided.vert_stride, 1, 1 << 20)},
       {"--page-size", i32(o.page_size, 1, 1 << 16)},
+      {"--events", [&](const std::string &f, const std::string &v) { o.events = to_int(f, v, 0, INT32_MAX); }},
       {"--pages", [&](const std::string &f, const std::string &v) { o.pages = to_int(f, v, 0, big * 64); }},
       {"--scale", [&](const std::string &f, const std::string &v) {
          char *end = nullptr;

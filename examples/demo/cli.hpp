@@ -26,6 +26,7 @@ struct Options {
   int32_t attention_sample = 3; // trace: requests whose attention is computed and checked
   int32_t attention_max_tokens = 2048;  // trace: sampled prompts are cut to this many tokens
   bool no_attention = false;
+  int64_t events = 0;           // trace: KV cache event queue capacity, drained as vLLM msgpack after each request
 
   // Testing the checks themselves: "kv" corrupts one cached page once, "salt" gives every
   // tenant the same salt. Either must make the run fail with exit status 1.

@@ -13,7 +13,8 @@
 
 namespace demo {
 
-bspa_pool *create_pool(const Options &o, Device device, bspa_dtype dtype, int32_t num_layers, int64_t num_pages) {
+bspa_pool *create_pool(const Options &o, Device device, bspa_dtype dtype, int32_t num_layers, int64_t num_pages,
+                       int64_t events_capacity) {
   bspa_pool_options po;
   DEMO_OK(bspa_pool_options_init(&po));
   po.device_type = device.type;
@@ -24,6 +25,7 @@ bspa_pool *create_pool(const Options &o, Device device, bspa_dtype dtype, int32_
   po.head_dim = o.model.head_dim;
   po.page_size = o.page_size;
   po.num_pages = num_pages;
+  po.events_capacity = events_capacity;
   bspa_pool *pool = nullptr;
   DEMO_OK(bspa_pool_create(&pool, &po));
   return pool;

@@ -96,7 +96,24 @@ void replay_trace(const Options &o, Device device, bspa_dtype dtype, Report &rep
   }
   // Bookkeeping only: no KV storage, so the capacity costs nothing but page records.
   Device host;
-  PoolPtr pool(create_pool(o, host, dtype, 0, num_pages));
+  PoolPtr pool(create_pool(o, host, dtype, 0, num_pages, o.events));
+  // --events: what a runtime's publisher does once per step, minus the socket.
+  std::vector<unsigned char> batch(1 << 16);
+  int64_t event_batches = 0, event_bytes = 0, event_overflows = 0;
+  auto drain_events = [&] {
+    size_t size = 0;
+    bspa_status st;
+    while ((st = bspa_pool_events_drain_msgpack(pool.get(), now_s(), 0, batch.data(), batch.size(), &size)) ==
+           BSPA_ERR_BUFFER_TOO_SMALL)
+      batch.resize(size + size / 2);
+    DEMO_OK(st);
+    ++event_batches;
+    event_bytes += static_cast<int64_t>(size);
+    // [ts, events, rank]: the events' array header sits at byte 10 (1, 3 or 5 bytes); an
+    // overflow's batch begins with {"type": "AllBlocksCleared"}, the only 1-entry map.
+    const size_t first = batch[10] == 0xdc ? 13 : batch[10] == 0xdd ? 15 : 11;
+    event_overflows += size > first && batch[first] == 0x81;
+  };
   report.num_pages = num_pages;
   report.tenants = 1;
   report.tolerance = dtype == BSPA_DTYPE_F32 ? 1e-5 : 1e-2;
@@ -146,6 +163,7 @@ void replay_trace(const Options &o, Device device, bspa_dtype dtype, Report &rep
     DEMO_OK(bspa_seq_append(seq.get(), prompt.data() + cached, n - cached));
     DEMO_OK(bspa_seq_commit(seq.get(), n));
     seq.reset();
+    if (o.events > 0) drain_events();
     oracle.commit(0, prompt.data(), n);
     report.requests += 1;
     report.hit_requests += cached > 0;
@@ -168,6 +186,10 @@ void replay_trace(const Options &o, Device device, bspa_dtype dtype, Report &rep
   if (too_long)
     std::printf("%lld requests skipped: longer than the whole pool (%lld pages)\n", static_cast<long long>(too_long),
                 static_cast<long long>(num_pages));
+  if (o.events > 0)
+    std::printf("events: %lld msgpack batches, %.1f MB, %lld began with an overflow (queue of %lld records)\n",
+                static_cast<long long>(event_batches), static_cast<double>(event_bytes) / 1e6,
+                static_cast<long long>(event_overflows), static_cast<long long>(o.events));
   const bspa_status check = bspa_pool_check(pool.get());
   if (check != BSPA_OK) report.fail(std::string("bspa_pool_check: ") + bspa_last_error());
   DEMO_OK(bspa_pool_stats(pool.get(), &report.stats));

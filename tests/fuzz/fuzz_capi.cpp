@@ -372,6 +372,7 @@ void op_pool_create(World &w, Bytes &in) {
     case 3: o.device_type = 7; break;
     case 4: o.device_id = 1; break;
     case 5: o.hash_seed = in.u8(); break;
+    case 6: case 7: case 8: o.events_capacity = in.one_of<int64_t>({1, 2, 5, 64, 4096, -1, int64_t(1) << 40}); break;
     default: break;
   }
   const int null_arg = in.pick(10);
@@ -888,6 +889,64 @@ void op_prefill_paged(World &w, Bytes &in) {
   if (s == BSPA_OK && bad >= 8 && with_lse && !all_finite(lse)) die("bspa_prefill_paged left an lse unwritten");
 }
 
+// KV cache events: both drains with NULL, short, exact and roomy buffers. A failed drain
+// must leave the queue as it was (the counts of a size query before and after agree); a
+// drained batch is well formed.
+void op_events(World &w, Bytes &in) {
+  const int i = pick_pool(w, in);
+  bspa_pool *pool = i < 0 || in.pick(8) == 0 ? nullptr : w.pools[static_cast<size_t>(i)].h;
+  const int32_t page = i < 0 ? 16 : w.pools[static_cast<size_t>(i)].page_size;
+  int64_t n0 = -1, nt0 = -1;
+  const bool on = pool && bspa_pool_events_drain(pool, nullptr, 0, nullptr, 0, &n0, &nt0) == BSPA_OK;
+  bspa_status s;
+  if (in.pick(2)) {
+    int64_t cap = on ? n0 : 4, tcap = on ? nt0 : 64;
+    switch (in.pick(6)) {
+      case 0: cap = cap > 0 ? cap - 1 : 0; break;
+      case 1: tcap = tcap > 0 ? tcap - 1 : 0; break;
+      case 2: cap = -1 - in.pick(2); break;
+      case 3: cap += 8; tcap += 8 * page; break;
+      default: break;
+    }
+    std::vector<bspa_kv_event> ev(static_cast<size_t>(std::max<int64_t>(cap, 0)) + 1);
+    std::vector<int32_t> tok(static_cast<size_t>(std::max<int64_t>(tcap, 0)) + 1);
+    const int null_arg = in.pick(8);
+    int64_t n = -1, nt = -1;
+    s = run(w, "bspa_pool_events_drain", [&] {
+      return bspa_pool_events_drain(pool, null_arg == 0 ? nullptr : ev.data(), cap, null_arg == 1 ? nullptr : tok.data(),
+                                    tcap, null_arg == 2 ? nullptr : &n, null_arg == 3 ? nullptr : &nt);
+    });
+    if (s == BSPA_OK && null_arg > 1) {
+      for (int64_t k = 0; k < n; ++k) {
+        const bspa_kv_event &e = ev[static_cast<size_t>(k)];
+        const bool stored = e.type == BSPA_KV_EVENT_STORED;
+        if (e.type < BSPA_KV_EVENT_STORED || e.type > BSPA_KV_EVENT_ALL_CLEARED) die("bspa_pool_events_drain: bad type");
+        if ((e.type == BSPA_KV_EVENT_ALL_CLEARED) != (e.block_id == 0)) die("bspa_pool_events_drain: block id 0");
+        if (stored && (e.token_offset < 0 || e.token_offset + page > nt || (e.salt == nullptr) != (e.salt_len == 0)))
+          die("bspa_pool_events_drain: a stored event's tokens or salt out of place");
+        if (!stored && e.token_offset != -1) die("bspa_pool_events_drain: tokens on a non-stored event");
+      }
+    }
+  } else {
+    size_t size = 0;
+    size_t cap = in.one_of<size_t>({0, 1, 12, 64, 4096, size_t(1) << 20});
+    const double ts = in.pick(8) == 0 ? NAN : 1.5;
+    const int null_arg = in.pick(8);
+    std::vector<unsigned char> buf(cap + 16, 0xee);
+    s = run(w, "bspa_pool_events_drain_msgpack", [&] {
+      return bspa_pool_events_drain_msgpack(pool, ts, static_cast<int32_t>(in.pick(3)) - 1,
+                                            null_arg == 0 ? nullptr : buf.data(), cap, null_arg == 1 ? nullptr : &size);
+    });
+    if (s == BSPA_OK && null_arg > 1 && (size > cap || size < 12 || buf[0] != 0x93)) die("a malformed msgpack batch");
+    if (buf[cap] != 0xee) die("bspa_pool_events_drain_msgpack wrote past its capacity");
+  }
+  if (on && s != BSPA_OK) {
+    int64_t n1 = -1, nt1 = -1;
+    if (bspa_pool_events_drain(pool, nullptr, 0, nullptr, 0, &n1, &nt1) != BSPA_OK || n1 != n0 || nt1 != nt0)
+      die("a failed drain changed the event queue");
+  }
+}
+
 void op_misc(World &w, Bytes &in) {
   int32_t count = -1;
   const int32_t types[] = {kDLCPU, kDLCUDA, kDLCUDAHost, 0, -1};
@@ -922,7 +981,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       case 16: op_batch_destroy(w, in); break;
       case 17: op_launch(w, in, in.pick(2) == 0); break;
       case 18: op_prefill_paged(w, in); break;
-      default: op_misc(w, in); break;
+      default: if (in.pick(2)) op_events(w, in); else op_misc(w, in); break;
     }
   }
   return 0;

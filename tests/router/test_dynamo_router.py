@@ -213,7 +213,7 @@ def check_wire_bytes() -> None:
         pass
 
     pool = bspa.Pool(num_kv_heads=1, head_dim=8, num_layers=0, page_size=PAGE, num_pages=6, events_capacity=64)
-    a = np.arange(3 * PAGE + 5, dtype=np.int32) * 977 - 3  # one negative token too
+    a = np.arange(3 * PAGE + 5, dtype=np.int32) * 2477 - 3  # one negative token, 1-5 byte forms
     serve(pool, a, None)
     seq = pool.sequence(extra_key=42)
     seq.match(a[:2 * PAGE])
