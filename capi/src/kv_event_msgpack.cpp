@@ -150,16 +150,18 @@ class Writer {
         p = out_ + pos_;
         continue;
       }
-      const bool wide = u > 0xffff;
+      // Masks, not a ternary: the compiler turned that into a mispredicted branch.
+      const uint64_t wide = u > 0xffff;
+      const uint64_t mask = 0 - wide;
       const uint64_t w16 = 0xcd | (static_cast<uint64_t>(__builtin_bswap16(static_cast<uint16_t>(u))) << 8);
       const uint64_t w32 = 0xce | (static_cast<uint64_t>(__builtin_bswap32(u)) << 8);
-      const uint64_t w = wide ? w32 : w16;
+      const uint64_t w = (w16 & ~mask) | (w32 & mask);
       if constexpr (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
         std::memcpy(p, &w, 8);
       } else {
         for (int k = 0; k < 8; ++k) p[k] = static_cast<unsigned char>(w >> (8 * k));
       }
-      p += wide ? 5 : 3;
+      p += 3 + 2 * wide;
     }
     pos_ = static_cast<size_t>(p - out_);
   }
