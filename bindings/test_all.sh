@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Builds and tests the Python, Rust and Go bindings against an installed libbspa, and runs
-# each binding's two-turn example.
+# each binding's two-turn example. Prints one line per binding with its test counts.
 #
 #   bash bindings/test_all.sh BUILD_DIR PREFIX      (or BSPA_BUILD_DIR / BSPA_PREFIX)
 #
 # BUILD_DIR receives the bindings' build outputs (a venv, cargo's target dir); PREFIX is
 # where `cmake --install` put libbspa (lib/libbspa.so, lib/pkgconfig/bspa.pc, include/).
-# Needs: python3 with pip (numpy, pytest, scikit-build-core, swig from PyPI), cargo with
-# Debian's bindgen crates in /usr/share/cargo/registry (librust-bindgen-dev, libclang),
-# Go >= 1.19 (golang-go), pkg-config. BSPA_BINDINGS="python rust go" picks a subset.
+# Needs: python3 with pip (numpy, pytest, scikit-build-core, swig from PyPI), cargo and
+# rustfmt (the Rust crates have no dependencies; checking their committed bindings against
+# bspa.h needs Debian's `bindgen` tool and libclang), Go >= 1.19 (golang-go), pkg-config.
+# BSPA_BINDINGS="python rust go" picks a subset. Run from scripts/test.sh, its lines go into
+# that script's summary too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -25,17 +27,9 @@ export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CMAKE_PREFIX_PATH="$prefix${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 mkdir -p "$build"
 
-declare -a summary=()
-failed=0
-step() { # name command...  (exit status 77 = skipped, with the reason printed; not a pass)
-  local name=$1; shift
-  echo "==> bindings: $name"
-  "$@"
-  local rc=$?
-  if [ $rc = 0 ]; then summary+=("$(printf '  %-34s passed' "$name")")
-  elif [ $rc = 77 ]; then summary+=("$(printf '  %-34s SKIPPED (see above)' "$name")")
-  else summary+=("$(printf '  %-34s FAILED' "$name")"); failed=1; fi
-}
+. "$root/scripts/suites.sh"
+[ -n "${BSPA_SUITES_FILE:-}" ] || { suites_init "$build/bindings.suites"; : >"$BSPA_SUITES_FILE"; }
+first=$(( $(wc -l <"$BSPA_SUITES_FILE") + 1 ))
 
 python_tests() {
   local venv=$build/bindings-python-venv
@@ -59,35 +53,32 @@ router_test() {
   bash tests/router/run.sh "$build" "$site"
 }
 
-cargo_args=(--offline)
-if [ -d /usr/share/cargo/registry ] && [ "${BSPA_CARGO_DEBIAN:-1}" = 1 ]; then
-  # Debian's vendored crates (bindgen 0.60 and its dependencies) instead of crates.io.
-  cargo_args+=(--config 'source.crates-io.replace-with="debian"'
-               --config 'source.debian.directory="/usr/share/cargo/registry"')
-fi
 rust_tests() {
   command -v cargo >/dev/null || { echo "cargo not found" >&2; return 1; }
   export CARGO_TARGET_DIR=$build/bindings-rust-target
-  (cd bindings/rust && cargo test -q "${cargo_args[@]}" && cargo run -q "${cargo_args[@]}" --example two_turns)
+  # --offline: the crates depend on nothing, so nothing is fetched. The committed bindings
+  # must be what bspa.h gives now (regenerated through bspa-sys's `bindgen` feature).
+  bash bindings/rust/regen_bindings.sh --check || return 1
+  (cd bindings/rust && cargo test -q --offline && cargo run -q --offline --example two_turns)
 }
 
 go_tests() {
   command -v go >/dev/null || { echo "go not found" >&2; return 1; }
   export GOFLAGS=-mod=mod GOPROXY=off GOCACHE=${GOCACHE:-$build/bindings-go-cache}
-  (cd bindings/go && go vet ./... && go test -count=1 ./... && go run ./examples/two_turns) || return 1
+  # -v: one "--- PASS" line per test, which the summary counts.
+  (cd bindings/go && go vet ./... && go test -count=1 -v ./... && go run ./examples/two_turns) || return 1
   # A program outside the repository importing the package by its module path.
   bash tests/install/go_consumer.sh "$build/bindings-go-consumer"
 }
 
 for binding in ${BSPA_BINDINGS:-python rust go}; do
   case $binding in
-    python) step "python (pip install, pytest)" python_tests
-            [ "${BSPA_ROUTER_TEST:-1}" = 1 ] && step "python: KV events vs Dynamo" router_test ;;
-    rust) step "rust (cargo test)" rust_tests ;;
-    go) step "go (go test)" go_tests ;;
-    *) echo "bindings: unknown binding $binding" >&2; failed=1 ;;
+    python) suite "python (pip install, pytest)" pytest python_tests
+            [ "${BSPA_ROUTER_TEST:-1}" = 1 ] && suite "python: KV events vs Dynamo" script router_test ;;
+    rust) suite "rust (bindings check, cargo test)" cargo rust_tests ;;
+    go) suite "go (go test)" go go_tests ;;
+    *) echo "bindings: unknown binding $binding" >&2; suites_record "bindings: $binding (unknown)" FAILED ;;
   esac
 done
 echo "== bindings =="
-printf '%s\n' "${summary[@]}"
-exit $failed
+suites_summary "$first"

@@ -2,8 +2,23 @@
 //!
 //! Everything here is `unsafe` and follows the header's contract; the `bspa` crate is the
 //! safe interface. Status codes, dtypes and DLPack enums are plain constants.
+//!
+//! The bindings are `src/bindings.rs`, generated once and committed (CI checks that they
+//! match the header), so building this crate needs neither bindgen nor libclang. The
+//! `bindgen` feature regenerates them from the header at build time instead.
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case, clippy::all)]
 
+// The committed file was generated on x86-64 Linux: its integer typedefs (`__int64_t` is a
+// `c_long`) and struct layouts hold for 64-bit Unix (LP64) only.
+#[cfg(all(not(feature = "bindgen"), not(all(unix, target_pointer_width = "64"))))]
+compile_error!(
+    "bspa-sys ships bindings for 64-bit Unix targets only; build it with `--features bindgen` \
+     (needs the bindgen tool and libclang) to generate them for this target"
+);
+
+#[cfg(not(feature = "bindgen"))]
+include!("bindings.rs");
+#[cfg(feature = "bindgen")]
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
 #[cfg(test)]
