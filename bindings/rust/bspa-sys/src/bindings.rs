@@ -6,7 +6,7 @@ pub const BSPA_VERSION_PATCH: u32 = 0;
 pub const BSPA_VERSION_NUMBER: u32 = 100;
 pub const BSPA_VERSION_STRING: &[u8; 6usize] = b"0.1.0\0";
 pub const BSPA_ABI_VERSION: u32 = 2;
-pub const BSPA_POOL_OPTIONS_VERSION: u32 = 1;
+pub const BSPA_POOL_OPTIONS_VERSION: u32 = 2;
 pub const BSPA_SEQ_OPTIONS_VERSION: u32 = 1;
 pub const BSPA_LAYOUT_STRIDED_OPTIONS_VERSION: u32 = 1;
 pub const BSPA_PAGED_ARGS_VERSION: u32 = 2;
@@ -447,12 +447,13 @@ pub struct bspa_pool_options {
     pub num_pages: i64,
     pub memory_bytes: u64,
     pub hash_seed: u64,
+    pub events_capacity: i64,
 }
 #[test]
 fn bindgen_test_layout_bspa_pool_options() {
     assert_eq!(
         ::std::mem::size_of::<bspa_pool_options>(),
-        56usize,
+        64usize,
         concat!("Size of: ", stringify!(bspa_pool_options))
     );
     assert_eq!(
@@ -647,6 +648,23 @@ fn bindgen_test_layout_bspa_pool_options() {
         );
     }
     test_field_hash_seed();
+    fn test_field_events_capacity() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).events_capacity) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_options),
+                "::",
+                stringify!(events_capacity)
+            )
+        );
+    }
+    test_field_events_capacity();
 }
 extern "C" {
     pub fn bspa_pool_options_init(options: *mut bspa_pool_options) -> bspa_status;
@@ -1140,6 +1158,228 @@ extern "C" {
 }
 extern "C" {
     pub fn bspa_seq_destroy(seq: *mut bspa_seq);
+}
+pub const BSPA_KV_EVENT_STORED: _bindgen_ty_3 = 1;
+pub const BSPA_KV_EVENT_REMOVED: _bindgen_ty_3 = 2;
+pub const BSPA_KV_EVENT_ALL_CLEARED: _bindgen_ty_3 = 3;
+pub type _bindgen_ty_3 = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct bspa_kv_event {
+    pub type_: i32,
+    pub page: i32,
+    pub block_id: u64,
+    pub parent_block_id: u64,
+    pub key_lo: u64,
+    pub key_hi: u64,
+    pub extra_key: u64,
+    pub token_offset: i64,
+    pub salt: *const ::std::os::raw::c_void,
+    pub salt_len: usize,
+}
+#[test]
+fn bindgen_test_layout_bspa_kv_event() {
+    assert_eq!(
+        ::std::mem::size_of::<bspa_kv_event>(),
+        72usize,
+        concat!("Size of: ", stringify!(bspa_kv_event))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<bspa_kv_event>(),
+        8usize,
+        concat!("Alignment of ", stringify!(bspa_kv_event))
+    );
+    fn test_field_type() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_event>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).type_) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_event),
+                "::",
+                stringify!(type_)
+            )
+        );
+    }
+    test_field_type();
+    fn test_field_page() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_event>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).page) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_event),
+                "::",
+                stringify!(page)
+            )
+        );
+    }
+    test_field_page();
+    fn test_field_block_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_event>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).block_id) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_event),
+                "::",
+                stringify!(block_id)
+            )
+        );
+    }
+    test_field_block_id();
+    fn test_field_parent_block_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_event>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).parent_block_id) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_event),
+                "::",
+                stringify!(parent_block_id)
+            )
+        );
+    }
+    test_field_parent_block_id();
+    fn test_field_key_lo() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_event>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).key_lo) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_event),
+                "::",
+                stringify!(key_lo)
+            )
+        );
+    }
+    test_field_key_lo();
+    fn test_field_key_hi() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_event>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).key_hi) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_event),
+                "::",
+                stringify!(key_hi)
+            )
+        );
+    }
+    test_field_key_hi();
+    fn test_field_extra_key() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_event>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).extra_key) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_event),
+                "::",
+                stringify!(extra_key)
+            )
+        );
+    }
+    test_field_extra_key();
+    fn test_field_token_offset() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_event>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).token_offset) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_event),
+                "::",
+                stringify!(token_offset)
+            )
+        );
+    }
+    test_field_token_offset();
+    fn test_field_salt() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_event>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).salt) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_event),
+                "::",
+                stringify!(salt)
+            )
+        );
+    }
+    test_field_salt();
+    fn test_field_salt_len() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_event>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).salt_len) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_event),
+                "::",
+                stringify!(salt_len)
+            )
+        );
+    }
+    test_field_salt_len();
+}
+extern "C" {
+    pub fn bspa_pool_events_drain(
+        pool: *mut bspa_pool,
+        events: *mut bspa_kv_event,
+        capacity: i64,
+        tokens: *mut i32,
+        token_capacity: i64,
+        num_events: *mut i64,
+        num_tokens: *mut i64,
+    ) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_pool_events_drain_msgpack(
+        pool: *mut bspa_pool,
+        ts: f64,
+        dp_rank: i32,
+        buffer: *mut ::std::os::raw::c_void,
+        capacity: usize,
+        size: *mut usize,
+    ) -> bspa_status;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
