@@ -13,8 +13,9 @@
 // same attention over caller-owned pages; PrefillWorkspaceBytes sizes their optional
 // workspace.
 //
-// Build: the package links libbspa through pkg-config (PKG_CONFIG_PATH=<prefix>/lib/pkgconfig)
-// and needs it at run time (LD_LIBRARY_PATH=<prefix>/lib, or a system install).
+// Build: the package links libbspa through pkg-config. After a system install (README,
+// "Installing": cmake --install to /usr/local, ldconfig) nothing needs setting; for another
+// prefix set PKG_CONFIG_PATH=<prefix>/lib/pkgconfig and CGO_LDFLAGS=-Wl,-rpath,<prefix>/lib.
 package bspa
 
 /*
