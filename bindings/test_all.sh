@@ -6,7 +6,8 @@
 #
 # BUILD_DIR receives the bindings' build outputs (a venv, cargo's target dir); PREFIX is
 # where `cmake --install` put libbspa (lib/libbspa.so, lib/pkgconfig/bspa.pc, include/).
-# Needs: python3 with pip (numpy, pytest, scikit-build-core, swig from PyPI), cargo and
+# Needs: python3 with pip (numpy, pytest, scikit-build-core, swig from PyPI; the fresh-venv
+# install downloads them through pip's build isolation, and needs libxxhash-dev), cargo and
 # rustfmt (the Rust crates have no dependencies; checking their committed bindings against
 # bspa.h needs Debian's `bindgen` tool and libclang), Go >= 1.19 (golang-go), pkg-config.
 # BSPA_BINDINGS="python rust go" picks a subset. Run from scripts/test.sh, its lines go into
@@ -31,6 +32,30 @@ mkdir -p "$build"
 [ -n "${BSPA_SUITES_FILE:-}" ] || { suites_init "$build/bindings.suites"; : >"$BSPA_SUITES_FILE"; }
 first=$(( $(wc -l <"$BSPA_SUITES_FILE") + 1 ))
 
+# The self-contained install: a fresh venv with nothing in it, then `pip install
+# ./bindings/python`, which builds libbspa from this checkout and bundles it (build tools
+# from PyPI through pip's build isolation). The CPU backend by default, to keep the test
+# short; BSPA_PY_CUDA=AUTO builds CUDA too when nvcc is found. No LD_LIBRARY_PATH: the
+# module finds the bundled library through its RPATH ($ORIGIN).
+python_bundled_tests() {
+  local venv=$build/bindings-python-fresh
+  rm -rf "$venv" && python3 -m venv "$venv" || return 1
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    -C cmake.define.BSPA_CUDA="${BSPA_PY_CUDA:-OFF}" -C build-dir="$build/bindings-python-bundled" \
+    ./bindings/python || return 1
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check pytest || return 1
+  (cd "$build" && env -u LD_LIBRARY_PATH "$venv/bin/python" -c "if True:
+    import bspa, os
+    print('bundled:', bspa.build_info())
+    lib = os.path.join(os.path.dirname(bspa.__file__), 'libbspa.so.%d' % bspa.ABI_VERSION)
+    assert os.path.isfile(lib), lib + ' is not in the package'") || return 1
+  (cd "$build" && env -u LD_LIBRARY_PATH "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+    "$root/bindings/python/tests") || return 1
+  env -u LD_LIBRARY_PATH "$venv/bin/python" bindings/python/examples/two_turns.py
+}
+
+# Against the installed libbspa (BSPA_PYTHON_LIBBSPA=installed, found through
+# CMAKE_PREFIX_PATH); the router test uses this venv.
 python_tests() {
   local venv=$build/bindings-python-venv
   # The venv sees the system's numpy/pytest/scikit-build-core/swig; the package goes into it only.
@@ -40,7 +65,8 @@ python_tests() {
     isolation=(--no-build-isolation)  # use the installed build tools: no download
   fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "${isolation[@]}" \
-    --config-settings=build-dir="$build/bindings-python-build" ./bindings/python || return 1
+    -C cmake.define.BSPA_PYTHON_LIBBSPA=installed -C build-dir="$build/bindings-python-build" \
+    ./bindings/python || return 1
   (cd "$build" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/bindings/python/tests") || return 1
   "$venv/bin/python" bindings/python/examples/two_turns.py
 }
@@ -73,7 +99,8 @@ go_tests() {
 
 for binding in ${BSPA_BINDINGS:-python rust go}; do
   case $binding in
-    python) suite "python (pip install, pytest)" pytest python_tests
+    python) suite "python (fresh venv, bundled lib)" pytest python_bundled_tests
+            suite "python (pip install, pytest)" pytest python_tests
             [ "${BSPA_ROUTER_TEST:-1}" = 1 ] && suite "python: KV events vs Dynamo" script router_test ;;
     rust) suite "rust (bindings check, cargo test)" cargo rust_tests ;;
     go) suite "go (go test)" go go_tests ;;

@@ -206,3 +206,60 @@ bspa_status bspa_py_seq_create(bspa_seq **seq, bspa_pool *pool, const void *salt
 /* The header's ABI version, compiled into this module, for the load-time check. */
 uint32_t bspa_py_header_abi_version(void) { return BSPA_ABI_VERSION; }
 %}
+
+/* ---- pool storage as a DLPack capsule (Pool.kv on CUDA, Pool.kv_tensors) ----------
+ * The capsule's DLManagedTensor holds a reference to `owner` (the Python object that owns
+ * the pool's storage) until the consumer calls its deleter, so a torch tensor made from it
+ * keeps the storage alive after Pool.close(), as numpy views do (docs/design.md §7). */
+%{
+typedef struct {
+  DLManagedTensor managed;
+  int64_t shape[4];
+  PyObject *owner;
+} bspa_py_managed;
+
+static void bspa_py_managed_deleter(DLManagedTensor *self) {
+  bspa_py_managed *m = (bspa_py_managed *)self->manager_ctx;
+  /* Consumers may free a tensor from any thread, with or without the GIL. */
+  PyGILState_STATE gil = PyGILState_Ensure();
+  Py_XDECREF(m->owner);
+  PyGILState_Release(gil);
+  free(m);
+}
+
+/* A capsule never consumed (still named "dltensor") frees its tensor itself; a consumer
+ * renames it "used_dltensor" and owns the tensor from then on. */
+static void bspa_py_capsule_destructor(PyObject *capsule) {
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    DLManagedTensor *t = (DLManagedTensor *)PyCapsule_GetPointer(capsule, "dltensor");
+    if (t && t->deleter) t->deleter(t);
+  } else {
+    PyErr_Clear();
+  }
+}
+%}
+/* Python objects are made here: the GIL must stay held (the module is built -threads). */
+%nothread bspa_py_kv_capsule;
+%inline %{
+/* K (which = 0) or V (which = 1) of one layer as a "dltensor" capsule; on failure the
+ * bspa_status as an int (bspa_last_error() says why). */
+PyObject *bspa_py_kv_capsule(const bspa_pool *pool, int32_t layer, int32_t which, PyObject *owner) {
+  DLTensor k, v;
+  bspa_status status = bspa_pool_kv(pool, layer, &k, &v);
+  if (status != BSPA_OK) return PyLong_FromLong(status);
+  const DLTensor *t = which ? &v : &k;
+  bspa_py_managed *m = (bspa_py_managed *)calloc(1, sizeof *m);
+  if (!m) return PyErr_NoMemory();
+  m->managed.dl_tensor = *t;
+  for (int i = 0; i < t->ndim && i < 4; ++i) m->shape[i] = t->shape[i];
+  m->managed.dl_tensor.shape = m->shape;
+  m->managed.dl_tensor.strides = NULL; /* compact row-major */
+  m->managed.manager_ctx = m;
+  m->managed.deleter = bspa_py_managed_deleter;
+  Py_INCREF(owner);
+  m->owner = owner;
+  PyObject *capsule = PyCapsule_New(&m->managed, "dltensor", bspa_py_capsule_destructor);
+  if (!capsule) bspa_py_managed_deleter(&m->managed);
+  return capsule;
+}
+%}

@@ -61,3 +61,20 @@ def test_cuda_prefill_matches_torch_attention(ctx, q, homo):
     assert not out.isnan().any()
     assert err <= 1e-2, f"relative L2 error {err:.3g}, max {(out.float() - ref).abs().max():.3g}"
     assert ((lse - ref_lse).norm() / ref_lse.norm()) <= 1e-2
+
+
+def test_cuda_pool_kv_is_a_torch_tensor_on_the_gpu_that_keeps_the_storage():
+    with bspa.Pool(num_kv_heads=HKV, head_dim=D, page_size=PAGE, num_pages=16, dtype="bf16",
+                   device="cuda") as pool:
+        seq = pool.sequence()
+        seq.append(list(range(40)))
+        ks = torch.randn(40, HKV, D, device="cuda").to(torch.bfloat16)
+        with pool.batch([seq], [40]) as batch:
+            pool.kv_write(batch, 0, ks, -ks)
+        torch.cuda.synchronize()
+        pages = seq.pages()
+        k, v = (torch.from_dlpack(t) for t in pool.kv(0))
+    # The pool is closed; the tensors still own its storage.
+    assert k.is_cuda and k.dtype == torch.bfloat16 and tuple(k.shape) == (16, HKV, PAGE, D)
+    assert torch.equal(k[int(pages[2]), :, 1], ks[2 * PAGE + 1])  # token 33: page 2, slot 1
+    assert torch.equal(v[int(pages[0]), :, 5], -ks[5])

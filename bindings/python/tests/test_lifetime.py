@@ -68,3 +68,51 @@ def test_sequence_and_batch_keep_the_pool_object_alive():
     assert seq.info().num_tokens == 20 and batch.num_tokens == 20
     batch.close()
     seq.close()
+
+
+def test_dlpack_views_of_the_storage_keep_it_alive():
+    # The DLPack path that CUDA pools use for kv(), exercised on a CPU pool through numpy.
+    pool = bspa.Pool(num_kv_heads=2, head_dim=8, page_size=16, num_pages=8, dtype="f32")
+    storage = weakref.ref(pool._storage)
+    seq = pool.sequence()
+    seq.append(np.arange(20))
+    k_new = np.arange(20 * 2 * 8, dtype=np.float32).reshape(20, 2, 8)
+    with pool.batch([seq], [20]) as b:
+        pool.kv_write(b, 0, k_new, -k_new)
+    pages = seq.pages()
+    kt, vt = pool.kv_tensors(0)
+    assert kt.__dlpack_device__() == (bspa.kDLCPU, 0) and kt.shape == (8, 2, 16, 8)
+    k, v = np.from_dlpack(kt), np.from_dlpack(vt)
+    assert k.shape == (8, 2, 16, 8) and k.dtype == np.float32
+    # Token 17: page 1, slot 1.
+    assert np.array_equal(k[pages[1], :, 1], k_new[17]) and np.array_equal(v[pages[1], :, 1], -k_new[17])
+    del kt, vt
+    pool.close()
+    gc.collect()
+    assert storage() is not None and float(k[pages[1], 1, 1, 0]) == float(k_new[17, 1, 0])
+    del k, v
+    gc.collect()
+    assert storage() is None, "the storage outlived its last DLPack view"
+
+
+def test_an_unconsumed_capsule_releases_the_storage():
+    pool = bspa.Pool(num_kv_heads=2, head_dim=8, page_size=16, num_pages=8, dtype="f32")
+    storage = weakref.ref(pool._storage)
+    kt, _ = pool.kv_tensors(0)
+    capsule = kt.__dlpack__()
+    del kt, _
+    pool.close()
+    gc.collect()
+    assert storage() is not None
+    del capsule
+    gc.collect()
+    assert storage() is None
+
+
+def test_kv_tensors_refuses_a_bad_layer_and_a_closed_pool():
+    pool = bspa.Pool(num_kv_heads=2, head_dim=8, page_size=16, num_pages=8, dtype="f32")
+    with pytest.raises(IndexError):
+        pool.kv_tensors(1)
+    pool.close()
+    with pytest.raises(bspa.InvalidStateError):
+        pool.kv_tensors(0)

@@ -18,7 +18,7 @@ stream (torch's current stream unless ``stream=`` says otherwise).
 from __future__ import annotations
 
 from . import _bspa
-from ._core import (DEFAULT_MEMORY_BYTES, Batch, Layout, Pool, PoolStats, Sequence, SeqInfo, kv_write, prefill,
+from ._core import (DEFAULT_MEMORY_BYTES, Batch, KVTensor, Layout, Pool, PoolStats, Sequence, SeqInfo, kv_write, prefill,
                     prefill_paged, prefill_workspace_bytes)
 from ._errors import (BspaError, BufferTooSmallError, CudaError, DeviceMismatchError,
                       DtypeMismatchError, InternalError, InvalidArgumentError, InvalidStateError,
@@ -64,7 +64,7 @@ def device_count(device: str = "cuda") -> int:
 
 __all__ = [
     "ABI_VERSION", "DEFAULT_MEMORY_BYTES", "Batch", "BspaError", "BufferTooSmallError", "CudaError", "DeviceMismatchError",
-    "DtypeMismatchError", "InternalError", "InvalidArgumentError", "InvalidStateError", "Layout",
+    "DtypeMismatchError", "InternalError", "InvalidArgumentError", "InvalidStateError", "KVTensor", "Layout",
     "NoDeviceError", "NotSupportedError", "NullPointerError", "OutOfMemoryError", "OutOfPagesError",
     "OutOfRangeError", "Pool", "PoolStats", "ResourceError", "SeqInfo", "Sequence", "ShapeMismatchError",
     "VersionError", "build_info", "device_count", "error_for", "kDLCPU", "kDLCUDA", "kv_write", "prefill",

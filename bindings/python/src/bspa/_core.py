@@ -259,14 +259,15 @@ class Pool:
     def num_pages(self) -> int:
         return self.stats().pages_total
 
-    def kv(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
-        """Numpy views of a CPU pool's K and V storage of one layer,
-        ``[num_pages, num_kv_heads, page_size, head_dim]``. A view keeps the storage alive:
-        it stays readable after close() (the memory is freed with the last view). Reading
-        it races with concurrent kv_write calls. bf16 pools give ml_dtypes.bfloat16 arrays
-        when ml_dtypes is installed, else the raw bits as uint16."""
+    def kv(self, layer: int):
+        """Views of one layer's K and V storage, ``[num_pages, num_kv_heads, page_size,
+        head_dim]``: numpy arrays for a CPU pool, :class:`KVTensor` DLPack tensors for a CUDA
+        pool (``torch.from_dlpack(pool.kv(0)[0])``). A view keeps the storage alive: it stays
+        readable after close() (the memory is freed with the last view). Reading it races
+        with concurrent kv_write calls. bf16 CPU pools give ml_dtypes.bfloat16 arrays when
+        ml_dtypes is installed, else the raw bits as uint16."""
         if self.device[0] != kDLCPU:
-            raise ValueError("kv() views host memory; this pool lives on a CUDA device")
+            return self.kv_tensors(layer)
         k, v = DLTensor(), DLTensor()
         check(_bspa.bspa_pool_kv(self._h(), layer, ctypes.addressof(k), ctypes.addressof(v)))
         np_dtype = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
@@ -279,6 +280,14 @@ class Pool:
             buf._bspa_storage = self._storage  # numpy's .base chain keeps buf, buf keeps the storage
             views.append(np.frombuffer(buf, dtype=np_dtype).reshape(shape))
         return views[0], views[1]
+
+    def kv_tensors(self, layer: int) -> tuple["KVTensor", "KVTensor"]:
+        """One layer's K and V storage as :class:`KVTensor` objects (DLPack producers) on the
+        pool's device, for ``torch.from_dlpack``, ``cupy.from_dlpack``, ``np.from_dlpack``."""
+        self._h()
+        if not 0 <= layer < self.num_layers:  # checked by the library too; a clear message here
+            raise IndexError(f"layer = {layer} is outside [0, {self.num_layers})")
+        return KVTensor(self, layer, 0), KVTensor(self, layer, 1)
 
     # -- launches --------------------------------------------------------------------
     def kv_write(self, batch: "Batch", layer: int, k: TensorLike, v: TensorLike, stream: StreamLike = None) -> None:
@@ -303,6 +312,41 @@ class Pool:
                                  tensor_arg(out, s, keep, writable=True, raw_bf16=raw), float(scale),
                                  tensor_arg(lse, s, keep, writable=True), s or None))
         return out
+
+
+class KVTensor:
+    """K (``which = 0``) or V of one layer of a pool's storage as a DLPack tensor,
+    ``[num_pages, num_kv_heads, page_size, head_dim]`` in the pool's dtype on its device.
+    It and every tensor made from it hold the pool's storage: they stay valid after the
+    pool is closed, and the memory is freed with the last of them.
+
+    Streams: the storage carries no pending work of its own. ``__dlpack__`` does not wait
+    on anything; order ``kv_write`` and the consumer's reads on your streams as usual (bspa
+    launches on torch's current stream unless told otherwise)."""
+
+    def __init__(self, pool: "Pool", layer: int, which: int) -> None:
+        self._storage = pool._storage
+        self._layer, self._which = int(layer), int(which)
+        self.device: tuple[int, int] = pool.device
+        self.dtype: str = pool.dtype
+        self.shape: tuple[int, ...] = (pool.num_pages, pool.num_kv_heads, pool.page_size, pool.head_dim)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.device
+
+    def __dlpack__(self, *, stream: Optional[int] = None, max_version: Optional[tuple] = None,
+                   dl_device: Optional[tuple] = None, copy: Optional[bool] = None):
+        if copy:
+            raise BufferError("KVTensor exports the pool's storage itself; copy=True is not supported")
+        if dl_device is not None and tuple(dl_device) != tuple(self.device):
+            raise BufferError(f"KVTensor lives on device {self.device}, not {tuple(dl_device)}")
+        result = _bspa.bspa_py_kv_capsule(self._storage.raw, self._layer, self._which, self._storage)
+        if isinstance(result, int):
+            check(result)
+        return result
+
+    def __repr__(self) -> str:
+        return f"KVTensor({'KV'[self._which]}, layer {self._layer}, shape {self.shape}, {self.dtype}, device {self.device})"
 
 
 def _empty_like(q: TensorLike) -> TensorLike:
