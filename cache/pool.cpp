@@ -1,9 +1,11 @@
 #include "cache/pool.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "cache/sequence.hpp"
+#include "common/checked_size.hpp"
 #include "common/device.hpp"
 #include "common/error.hpp"
 
@@ -11,11 +13,18 @@ namespace bspa::cache {
 
 namespace {
 
-using u128 = unsigned __int128;
-
-u128 page_bytes_all_layers(const PoolConfig &c) {
-  return u128(c.num_layers) * 2 * u128(c.num_kv_heads) * u128(c.page_size) * u128(c.head_dim) *
-         element_bytes(c.dtype);
+// Bytes of the KV storage of `pages` pages over all layers, K and V, factor by factor
+// against kMaxBytes (a 128-bit product wrapped at 2^128 and let a 2.7 GiB pool stand for
+// an impossible one, which a one-token write then overran).
+uint64_t kv_bytes(const PoolConfig &c, uint64_t pages, const char *what) {
+  return checked_product(Errc::InvalidArgument, what,
+                         {{"num_pages", pages},
+                          {"num_layers", static_cast<uint64_t>(c.num_layers)},
+                          {"K and V", 2},
+                          {"num_kv_heads", static_cast<uint64_t>(c.num_kv_heads)},
+                          {"page_size", static_cast<uint64_t>(c.page_size)},
+                          {"head_dim", static_cast<uint64_t>(c.head_dim)},
+                          {"element bytes", element_bytes(c.dtype)}});
 }
 
 // Validates every field and resolves num_pages from memory_bytes when it is 0.
@@ -41,20 +50,25 @@ PoolConfig validated(PoolConfig c) {
   if (c.num_pages == 0) {
     check(c.num_layers > 0, Errc::InvalidArgument,
           "num_pages = 0 with num_layers = 0: a pool without storage needs an explicit num_pages");
-    const u128 per_page = page_bytes_all_layers(c);
-    check(u128(c.memory_bytes) >= per_page, Errc::InvalidArgument, "memory_bytes = ", c.memory_bytes,
-          " is too small for one page (", static_cast<uint64_t>(per_page), " bytes over all layers, K and V)");
-    const u128 pages = u128(c.memory_bytes) / per_page;
-    c.num_pages = pages > u128(max_pages) ? max_pages : static_cast<int64_t>(pages);
+    const uint64_t per_page = kv_bytes(c, 1, "the KV bytes of one page");
+    check(c.memory_bytes >= per_page, Errc::InvalidArgument, "memory_bytes = ", c.memory_bytes,
+          " is too small for one page (", per_page, " bytes over all layers, K and V)");
+    const uint64_t pages = std::min<uint64_t>(c.memory_bytes, kMaxBytes) / per_page;
+    c.num_pages = pages > static_cast<uint64_t>(max_pages) ? max_pages : static_cast<int64_t>(pages);
   }
-  const u128 total = page_bytes_all_layers(c) * u128(c.num_pages);
-  bspa::check(total <= u128(std::numeric_limits<size_t>::max() / 2), Errc::InvalidArgument, "num_pages = ", c.num_pages,
-        " needs more KV storage than this machine can address");
+  kv_bytes(c, static_cast<uint64_t>(c.num_pages), "the pool's KV storage");
+  // The token array every page keeps for verifying hits.
+  checked_product(Errc::InvalidArgument, "the token bytes of the pool",
+                  {{"num_pages", static_cast<uint64_t>(c.num_pages)},
+                   {"page_size", static_cast<uint64_t>(c.page_size)},
+                   {"token bytes", sizeof(int32_t)}});
   return c;
 }
 
+// validated() bounded this product (and the one over all layers) by kMaxBytes.
 size_t layer_bytes_of(const PoolConfig &c) {
-  return static_cast<size_t>(c.num_pages) * c.num_kv_heads * c.page_size * c.head_dim * element_bytes(c.dtype);
+  return static_cast<size_t>(c.num_pages) * static_cast<size_t>(c.num_kv_heads) * static_cast<size_t>(c.page_size) *
+         static_cast<size_t>(c.head_dim) * element_bytes(c.dtype);
 }
 
 }  // namespace
