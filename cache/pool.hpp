@@ -9,11 +9,14 @@
 //   pool.create_sequence(...)          the pool owns its sequences; destroy_sequence(seq)
 //   pool.stats(), pool.check()         counters; invariant check (Error(Internal) names it)
 //   pool.mutex()                       guards everything in the pool and its sequences
+//   pool.hold_pages_locked(pages) / release_hold(hold)
+//                                      extra references for a batch (cache/page_hold.hpp)
 //   Sequence (cache/sequence.hpp)      match / append / commit / info / copy_pages, and
 //                                      lock-free views for callers holding pool.mutex()
 //
 // Page states: free (unreferenced, never published: used first), cached (unreferenced,
-// published: in an LRU list, evictable, reusable by a match), in use (ref > 0).
+// published: in an LRU list, evictable, reusable by a match), in use (ref > 0: held by
+// sequences and by page holds).
 // Published pages sit in the prefix index; a page leaves it only when evicted.
 #pragma once
 
@@ -26,6 +29,7 @@
 #include "cache/event_queue.hpp"
 #include "cache/key.hpp"
 #include "cache/kv_storage.hpp"
+#include "cache/page_hold.hpp"
 #include "cache/prefix_index.hpp"
 
 namespace bspa::cache {
@@ -87,6 +91,9 @@ class Pool {
   // {num_pages, num_kv_heads, page_size, head_dim}: lives as long as the pool.
   const int64_t *layer_shape() const { return layer_shape_; }
 
+  // The whole KV allocation (every layer's K and V): callers keep their inputs off it.
+  const void *storage_data() const { return storage_.data(); }
+  size_t storage_bytes() const { return storage_.bytes(); }
   // Throws Error(InvalidState) for a pool without storage, Error(OutOfRange) for the layer.
   void *k_data(int32_t layer) const;
   void *v_data(int32_t layer) const;
@@ -95,6 +102,15 @@ class Pool {
   Sequence *create_sequence(const void *salt, size_t salt_len, uint64_t extra_key);
   // Releases the sequence's pages last first (chain tails are then evicted before heads).
   void destroy_sequence(Sequence *seq) noexcept;
+
+  // Live sequences; call with mutex() held (bspa_batch_create bounds its count by it).
+  size_t num_sequences_locked() const { return sequences_.size(); }
+
+  // One more reference to each of `pages` (ids of pages in use by sequences the caller
+  // holds mutex() for), kept until release_hold(hold), which takes the lock itself and
+  // accepts nullptr. Throws only std::bad_alloc, before any reference is taken.
+  PageHold *hold_pages_locked(std::vector<int32_t> pages);
+  void release_hold(PageHold *hold) noexcept;
 
   PoolStats stats() const;
   // Throws Error(Internal, "...") naming the first broken invariant.
@@ -167,6 +183,7 @@ class Pool {
   PrefixIndex index_;
   PageHasher hasher_;
   std::vector<Sequence *> sequences_;  // each knows its slot here
+  std::vector<PageHold *> holds_;      // likewise (owned by their batches)
   PoolStats counters_;
   std::unique_ptr<EventQueue> events_;
   uint64_t index_resets_ = 0;  // times overflow_events emptied the index

@@ -3,6 +3,7 @@
 #include <bspa/bspa.h>
 
 #include <cmath>
+#include <utility>
 
 #include "capi/src/batch_handle.hpp"
 #include "capi/src/guard.hpp"
@@ -20,10 +21,26 @@ using bspa::kernels::DType;
 
 namespace {
 
+// The validated q, out and lse (lse.t == nullptr without one), for the callers' overlap checks.
+struct AttentionViews {
+  TensorView q, out, lse;
+};
+
+// out and lse (outputs) each distinct elements, off q and off each other.
+void check_outputs(const AttentionViews &a) {
+  bspa::capi::check_elements_distinct(a.out, "out");
+  bspa::capi::check_disjoint(a.out, "out", a.q, "q");
+  if (!a.lse.t) return;
+  bspa::capi::check_elements_distinct(a.lse, "lse");
+  bspa::capi::check_disjoint(a.lse, "lse", a.q, "q");
+  bspa::capi::check_disjoint(a.lse, "lse", a.out, "out");
+}
+
 // q, out and lse against the layout and the KV geometry; fills the problem's q/out/lse part.
-void describe_attention(bspa::kernels::PrefillProblem &p, const bspa_layout *layout, const DLTensor *q,
-                        DLTensor *out, DLTensor *lse, float scale, DType dtype, int32_t num_kv_heads,
-                        int32_t head_dim, DLDevice device, const char *device_from) {
+AttentionViews describe_attention(bspa::kernels::PrefillProblem &p, const bspa_layout *layout, const DLTensor *q,
+                                  DLTensor *out, DLTensor *lse, float scale, DType dtype, int32_t num_kv_heads,
+                                  int32_t head_dim, DLDevice device, const char *device_from) {
+  AttentionViews views;
   require(layout, "layout");
   const int32_t hq = layout->layout.num_heads;
   const TensorView qv = bspa::capi::view_tensor(q, "q", {-1, -1, head_dim});
@@ -55,9 +72,14 @@ void describe_attention(bspa::kernels::PrefillProblem &p, const bspa_layout *lay
     bspa::capi::check_device(lse, device, "lse", device_from);
     p.lse = reinterpret_cast<float *>(lv.data);
     p.lse_head_stride = lv.stride[0];
+    views.lse = lv;
   }
   p.layout = &layout->layout;
   p.scale = scale;
+  views.q = qv;
+  views.out = ov;
+  check_outputs(views);
+  return views;
 }
 
 void describe_pages(bspa::kernels::PagedKV &kv, const TensorView &k, const TensorView &v) {
@@ -155,6 +177,11 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int
     bspa::capi::check_dtype(v_new, g.dtype, "v_new");
     bspa::capi::check_device(k_new, g.device, "k_new", "the pool");
     bspa::capi::check_device(v_new, g.device, "v_new", "the pool");
+    // The write reads k_new/v_new while it writes the pool: a source inside the storage
+    // (even one element off its destination) would be copied over itself.
+    const char *storage = static_cast<const char *>(pl.storage_data());
+    bspa::capi::check_disjoint(k, "k_new", storage, storage + pl.storage_bytes(), "the pool's KV storage");
+    bspa::capi::check_disjoint(v, "v_new", storage, storage + pl.storage_bytes(), "the pool's KV storage");
     bspa::kernels::KvWriteProblem p;
     p.dtype = g.dtype;
     p.num_kv_heads = pl.num_kv_heads();
@@ -190,8 +217,12 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
     // wrong q is reported as q.
     bspa::capi::view_tensor(q, "q", {batch->plan.total_q, -1, pl.head_dim()});
     bspa::kernels::PrefillProblem p;
-    describe_attention(p, layout, q, out, lse, scale, g.dtype, pl.num_kv_heads(), pl.head_dim(), g.device,
-                       "the pool");
+    const AttentionViews views = describe_attention(p, layout, q, out, lse, scale, g.dtype, pl.num_kv_heads(),
+                                                    pl.head_dim(), g.device, "the pool");
+    const char *storage = static_cast<const char *>(pl.storage_data());
+    bspa::capi::check_disjoint(views.out, "out", storage, storage + pl.storage_bytes(), "the pool's KV storage");
+    if (views.lse.t)
+      bspa::capi::check_disjoint(views.lse, "lse", storage, storage + pl.storage_bytes(), "the pool's KV storage");
     const bspa::kernels::BatchPlan &plan = batch->plan;
     check(q->shape[0] == plan.total_q, Errc::ShapeMismatch, "q.shape[0] = ", q->shape[0], " but the batch has ",
           plan.total_q, " new tokens");
@@ -285,13 +316,16 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
     bspa::capi::check_device(args->v_pages, device, "v_pages", "k_pages");
 
     bspa::kernels::PrefillProblem p;
-    describe_attention(p, args->layout, args->q, args->out, args->lse, args->scale, dtype,
-                       static_cast<int32_t>(hkv), static_cast<int32_t>(head_dim), device, "k_pages");
+    const AttentionViews views = describe_attention(p, args->layout, args->q, args->out, args->lse, args->scale,
+                                                    dtype, static_cast<int32_t>(hkv), static_cast<int32_t>(head_dim),
+                                                    device, "k_pages");
     p.page_size = static_cast<int32_t>(page_size);
     describe_pages(p.kv, k, v);
 
     const TensorView bt = bspa::capi::view_tensor(args->block_table, "block_table", {-1, -1});
     const int64_t num_seqs = bt.dim(0);
+    // Before num_seqs + 1 below: INT64_MAX + 1 wrapped to the "any dimension" marker.
+    check(num_seqs <= INT32_MAX, Errc::ShapeMismatch, "block_table.shape[0] = ", num_seqs, " exceeds INT32_MAX");
     const TensorView qs = bspa::capi::view_compact(args->query_starts, "query_starts", {num_seqs + 1});
     const TensorView cl = bspa::capi::view_compact(args->context_lens, "context_lens", {num_seqs});
     bspa::capi::check_int32(args->block_table, "block_table");
@@ -302,7 +336,6 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
     bspa::capi::check_device(args->context_lens, device, "context_lens", "k_pages");
     check(args->max_query_len >= 0, Errc::InvalidArgument, "args->max_query_len = ", args->max_query_len,
           " is negative");
-    check(num_seqs <= INT32_MAX, Errc::ShapeMismatch, "block_table.shape[0] = ", num_seqs, " exceeds INT32_MAX");
     check(args->q->shape[0] <= INT32_MAX, Errc::ShapeMismatch, "q.shape[0] = ",
           args->q->shape[0], " exceeds INT32_MAX");
     p.num_seqs = static_cast<int32_t>(num_seqs);
@@ -318,12 +351,24 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
           " rows");
     check(p.max_query_len > 0 || p.total_q == 0, Errc::OutOfRange, "max_query_len = 0 but q has ", p.total_q,
           " rows");
+    // What the launch writes (out, lse, the workspace) must not overlap what it reads: the
+    // CPU backend would read metadata it had already overwritten.
+    const std::pair<const TensorView *, const char *> inputs[] = {
+        {&k, "k_pages"}, {&v, "v_pages"}, {&bt, "block_table"}, {&qs, "query_starts"}, {&cl, "context_lens"}};
+    for (const auto &in : inputs) {
+      bspa::capi::check_disjoint(views.out, "out", *in.first, in.second);
+      if (views.lse.t) bspa::capi::check_disjoint(views.lse, "lse", *in.first, in.second);
+    }
     if (args->version >= 2 && args->workspace) {
       const TensorView w = bspa::capi::view_compact(args->workspace, "args->workspace", {-1});
       bspa::capi::check_uint8(args->workspace, "args->workspace");
       bspa::capi::check_device(args->workspace, device, "args->workspace", "k_pages");
       check((reinterpret_cast<uintptr_t>(w.data) & 15) == 0, Errc::InvalidArgument, "args->workspace data ",
             static_cast<const void *>(w.data), " is not 16-byte aligned");
+      for (const auto &in : inputs) bspa::capi::check_disjoint(w, "args->workspace", *in.first, in.second);
+      bspa::capi::check_disjoint(w, "args->workspace", views.q, "q");
+      bspa::capi::check_disjoint(w, "args->workspace", views.out, "out");
+      if (views.lse.t) bspa::capi::check_disjoint(w, "args->workspace", views.lse, "lse");
       p.split = bspa::kernels::SplitWorkspace{w.data, static_cast<size_t>(w.dim(0))};
     }
     if (device.device_type == kDLCPU && num_seqs > 0) check_paged_metadata(p, num_pages, bt.dim(1));

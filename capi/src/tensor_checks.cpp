@@ -1,8 +1,10 @@
 #include "capi/src/tensor_checks.hpp"
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 
+#include "common/checked_size.hpp"
 #include "common/error.hpp"
 
 namespace bspa::capi {
@@ -32,6 +34,13 @@ std::string dtype_string(DLDataType d) {
   return cat(code, static_cast<int>(d.bits), d.lanes != 1 ? cat("x", d.lanes) : std::string());
 }
 
+// Bytes of one element of any dtype (lanes included), at least 1: spans are bounded before
+// the dtype is checked, so a wrong dtype is still reported as a dtype.
+uint64_t element_bytes(DLDataType d) {
+  const uint64_t bits = static_cast<uint64_t>(d.bits) * d.lanes;
+  return bits >= 8 ? (bits + 7) / 8 : 1;
+}
+
 TensorView view(const DLTensor *t, const char *name, std::initializer_list<int64_t> shape, bool compact) {
   check(t != nullptr, Errc::NullPointer, name, " is NULL");
   const int ndim = static_cast<int>(shape.size());
@@ -42,12 +51,13 @@ TensorView view(const DLTensor *t, const char *name, std::initializer_list<int64
   int64_t numel = 1;
   // The product of the dimensions counted as at least 1 bounds numel and every compact
   // stride below: once it fits in int64, none of those products overflows.
-  int64_t bound = 1;
+  uint64_t bound = 1;
   for (int64_t want : shape) {
     check(t->shape[i] >= 0 && (want < 0 || t->shape[i] == want), Errc::ShapeMismatch, name, ".shape = ",
           shape_string(t->shape, ndim), " but expected ", expected_string(shape), " (dimension ", i, ")");
-    check(!__builtin_mul_overflow(bound, t->shape[i] > 1 ? t->shape[i] : 1, &bound), Errc::ShapeMismatch, name,
-          ".shape = ", shape_string(t->shape, ndim), " has more elements than int64 can count");
+    check(mul_within(bound, static_cast<uint64_t>(t->shape[i] > 1 ? t->shape[i] : 1), INT64_MAX, &bound),
+          Errc::ShapeMismatch, name, ".shape = ", shape_string(t->shape, ndim),
+          " has more elements than int64 can count");
     numel *= t->shape[i];
     ++i;
   }
@@ -58,9 +68,10 @@ TensorView view(const DLTensor *t, const char *name, std::initializer_list<int64
     v.stride[d] = t->strides ? t->strides[d] : compact_stride;
     compact_stride *= t->shape[d];
   }
+  int64_t extent = numel > 0 ? numel - 1 : 0;  // offset of the last element, in elements
   if (t->strides && numel > 0) {
     compact_stride = 1;
-    int64_t extent = 0;  // offset of the last element: the kernels index up to it in int64
+    extent = 0;  // the kernels index up to it in int64
     for (int d = ndim - 1; d >= 0; --d) {
       check(v.stride[d] >= 0, Errc::ShapeMismatch, name, ".strides[", d, "] = ", v.stride[d], " is negative");
       int64_t span = 0;
@@ -76,8 +87,39 @@ TensorView view(const DLTensor *t, const char *name, std::initializer_list<int64
     }
   }
   check(numel == 0 || t->data != nullptr, Errc::NullPointer, name, ".data is NULL");
-  v.data = static_cast<char *>(t->data) + t->byte_offset;
+  // Bounded in bytes, not elements: the backends form byte offsets as element offset *
+  // element size, which overflowed int64 for strides near 2^62 and read before the buffer.
+  const uint64_t elem = element_bytes(t->dtype);
+  uint64_t span_bytes = 0, end_offset = 0;
+  if (numel > 0)
+    check(mul_within(static_cast<uint64_t>(extent) + 1, elem, kMaxBytes, &span_bytes), Errc::ShapeMismatch, name,
+          t->strides ? ".strides = " : ".shape = ",
+          t->strides ? shape_string(t->strides, ndim) : shape_string(t->shape, ndim), ": its elements span ",
+          static_cast<uint64_t>(extent) + 1, " x ", elem, " bytes, more than the ", kMaxBytes,
+          " bytes an offset may reach");
+  check(add_within(t->byte_offset, span_bytes, kMaxBytes, &end_offset), Errc::InvalidArgument, name,
+        ".byte_offset = ", t->byte_offset, " + its ", span_bytes, " bytes pass the ", kMaxBytes,
+        " bytes an offset may reach");
+  const uintptr_t base = reinterpret_cast<uintptr_t>(t->data);
+  check(base <= UINTPTR_MAX - end_offset, Errc::InvalidArgument, name, ".data = ", t->data, " + byte_offset ",
+        t->byte_offset, " + its ", span_bytes, " bytes wrap around the address space");
+  // Integer arithmetic: an empty tensor may have NULL data, which no offset may be added to.
+  v.data = reinterpret_cast<char *>(base + t->byte_offset);
+  v.begin = v.data;
+  v.end = reinterpret_cast<const char *>(base + end_offset);
   return v;
+}
+
+// The element address of t must be a multiple of the element size: the backends load and
+// store whole elements (a misaligned f16 or lse is undefined behaviour on every path).
+void check_aligned(const DLTensor *t, uint64_t elem, const char *name) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(t->data) + t->byte_offset;
+  check(address % elem == 0, Errc::InvalidArgument, name, ".data = ", t->data, " + byte_offset ", t->byte_offset,
+        " is not a multiple of its ", elem, "-byte element size");
+}
+
+std::string span_string(const char *begin, const char *end) {
+  return cat("[", static_cast<const void *>(begin), ", ", static_cast<const void *>(end), ")");
 }
 
 }  // namespace
@@ -93,9 +135,13 @@ TensorView view_compact(const DLTensor *t, const char *name, std::initializer_li
 kernels::DType attention_dtype(const DLTensor *t, const char *name) {
   const DLDataType d = t->dtype;
   if (d.lanes == 1) {
-    if (d.code == kDLFloat && d.bits == 32) return kernels::DType::F32;
-    if (d.code == kDLFloat && d.bits == 16) return kernels::DType::F16;
-    if (d.code == kDLBfloat && d.bits == 16) return kernels::DType::BF16;
+    kernels::DType r;
+    if (d.code == kDLFloat && d.bits == 32) r = kernels::DType::F32;
+    else if (d.code == kDLFloat && d.bits == 16) r = kernels::DType::F16;
+    else if (d.code == kDLBfloat && d.bits == 16) r = kernels::DType::BF16;
+    else fail(Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d), " is none of float32, float16, bfloat16");
+    check_aligned(t, static_cast<uint64_t>(kernels::dtype_bytes(r)), name);
+    return r;
   }
   fail(Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d), " is none of float32, float16, bfloat16");
 }
@@ -106,24 +152,57 @@ void check_dtype(const DLTensor *t, kernels::DType want, const char *name) {
                                    (want == kernels::DType::F16 && d.code == kDLFloat && d.bits == 16) ||
                                    (want == kernels::DType::BF16 && d.code == kDLBfloat && d.bits == 16));
   check(ok, Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d), " but expected ", kernels::dtype_name(want));
+  check_aligned(t, static_cast<uint64_t>(kernels::dtype_bytes(want)), name);
 }
 
 void check_float32(const DLTensor *t, const char *name) {
   const DLDataType d = t->dtype;
   check(d.lanes == 1 && d.code == kDLFloat && d.bits == 32, Errc::DtypeMismatch, name, ".dtype = ",
         dtype_string(d), " but expected float32");
+  check_aligned(t, 4, name);
 }
 
 void check_int32(const DLTensor *t, const char *name) {
   const DLDataType d = t->dtype;
   check(d.lanes == 1 && d.code == kDLInt && d.bits == 32, Errc::DtypeMismatch, name, ".dtype = ",
         dtype_string(d), " but expected int32");
+  check_aligned(t, 4, name);
 }
 
 void check_uint8(const DLTensor *t, const char *name) {
   const DLDataType d = t->dtype;
   check(d.lanes == 1 && d.code == kDLUInt && d.bits == 8, Errc::DtypeMismatch, name, ".dtype = ",
         dtype_string(d), " but expected uint8");
+}
+
+void check_elements_distinct(const TensorView &v, const char *name) {
+  const DLTensor *t = v.t;
+  if (!t->strides) return;  // compact
+  // Dimensions of more than one element, by increasing stride: each stride must step past
+  // everything the smaller ones span, or two indices reach the same element.
+  int dims[4], n = 0;
+  for (int d = 0; d < t->ndim && d < 4; ++d) {
+    if (t->shape[d] <= 1) continue;
+    int j = n++;  // insertion sort of at most 4
+    for (; j > 0 && v.stride[dims[j - 1]] > v.stride[d]; --j) dims[j] = dims[j - 1];
+    dims[j] = d;
+  }
+  int64_t span = 1;  // elements covered by the dimensions so far
+  for (int i = 0; i < n; ++i) {
+    const int d = dims[i];
+    check(v.stride[d] >= span, Errc::ShapeMismatch, name, ".strides = ", shape_string(t->strides, t->ndim),
+          " with shape ", shape_string(t->shape, t->ndim), ": dimension ", d, "'s stride ", v.stride[d],
+          " is below the ", span, " elements the smaller strides span, so its rows overlap (an output's ",
+          "elements must be distinct)");
+    span += (t->shape[d] - 1) * v.stride[d];  // bounded by view()'s extent check
+  }
+}
+
+void check_disjoint(const TensorView &a, const char *a_name, const char *begin, const char *end,
+                    const char *other_name) {
+  const bool overlap = a.begin < a.end && begin < end && a.begin < end && begin < a.end;
+  check(!overlap, Errc::InvalidArgument, a_name, " spans bytes ", span_string(a.begin, a.end), ", which overlap ",
+        other_name, " at ", span_string(begin, end), ": the call writes one while it reads the other");
 }
 
 const char *device_name(int32_t device_type) {

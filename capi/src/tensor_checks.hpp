@@ -11,26 +11,46 @@
 
 namespace bspa::capi {
 
-// A validated tensor: its element pointer (data + byte_offset) and element strides.
+// A validated tensor: its element pointer (data + byte_offset), element strides and the
+// bytes [begin, end) from its first element to the end of its last (empty: begin == end).
 struct TensorView {
   const DLTensor *t = nullptr;
   char *data = nullptr;
   int64_t stride[4] = {0, 0, 0, 0};
+  const char *begin = nullptr, *end = nullptr;
   int64_t dim(int i) const { return t->shape[i]; }
 };
 
 // Checks ndim and dims (-1 = any; the message shows both shapes), non-negative strides,
-// the last dimension contiguous, and data non-NULL unless empty.
+// the last dimension contiguous, data non-NULL unless empty, and that the span in bytes
+// (of the tensor's own dtype) plus byte_offset stays within kMaxBytes and the address
+// space, so no element offset * element size the backends form can overflow.
 TensorView view_tensor(const DLTensor *t, const char *name, std::initializer_list<int64_t> shape);
 // Same, but every dimension must be compact (integer metadata arrays).
 TensorView view_compact(const DLTensor *t, const char *name, std::initializer_list<int64_t> shape);
 
+// The dtype checks also require data + byte_offset to be a multiple of the element size
+// (Error(InvalidArgument) naming both): every backend accesses whole, aligned elements.
 // float32 / float16 / bfloat16 with one lane -> DType, else Error(DtypeMismatch).
 kernels::DType attention_dtype(const DLTensor *t, const char *name);
 void check_dtype(const DLTensor *t, kernels::DType want, const char *name);
 void check_float32(const DLTensor *t, const char *name);
 void check_int32(const DLTensor *t, const char *name);
 void check_uint8(const DLTensor *t, const char *name);
+// Outputs: Error(ShapeMismatch) when two indices of the tensor reach the same element
+// (e.g. out strides {0, 0, 1}: every row the same memory; the CUDA kernels would race).
+void check_elements_distinct(const TensorView &v, const char *name);
+// Error(InvalidArgument) when a's byte span overlaps [begin, end) of another argument,
+// for pairs of which the call writes one and reads the other (out and q, k_new and the
+// pool's storage, ...). Spans are compared whole, so two strided views that interleave
+// without sharing an element are refused too.
+void check_disjoint(const TensorView &a, const char *a_name, const char *begin, const char *end,
+                    const char *other_name);
+inline void check_disjoint(const TensorView &a, const char *a_name, const TensorView &other,
+                           const char *other_name) {
+  check_disjoint(a, a_name, other.begin, other.end, other_name);
+}
+
 // Error(DeviceMismatch) naming both devices.
 void check_device(const DLTensor *t, DLDevice want, const char *name, const char *want_from);
 
