@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/checked_size.hpp"
 #include "common/error.hpp"
 
 namespace bspa::kernels {
@@ -44,6 +45,14 @@ Layout make_csr_layout(int32_t num_heads, int32_t block_size, int32_t num_block_
   check(block_size >= 1, Errc::InvalidArgument, "block_size = ", block_size, " must be at least 1");
   check(num_block_rows >= 1, Errc::InvalidArgument, "num_block_rows = ", num_block_rows, " must be at least 1");
   const int64_t row_len = static_cast<int64_t>(num_block_rows) + 1;
+  // The copy of crow: bounded before anything is read or allocated.
+  checked_product(Errc::InvalidArgument, "the bytes of crow",
+                  {{"num_heads", static_cast<uint64_t>(num_heads)},
+                   {"num_block_rows + 1", static_cast<uint64_t>(row_len)},
+                   {"int32 bytes", sizeof(int32_t)}});
+  // crow first, completely: col's length is crow's last value, so no entry of col may be
+  // read before every offset is known to be non-decreasing from 0 (a decreasing offset
+  // made the row loop below read col past that length).
   check(crow[0] == 0, Errc::InvalidArgument, "crow[0][0] = ", crow[0], " must be 0");
   for (int32_t h = 0; h < num_heads; ++h) {
     const int32_t *r = crow + h * row_len;
@@ -53,6 +62,13 @@ Layout make_csr_layout(int32_t num_heads, int32_t block_size, int32_t num_block_
     for (int32_t qb = 0; qb < num_block_rows; ++qb) {
       check(r[qb + 1] >= r[qb], Errc::InvalidArgument, "head ", h, ", row ", qb, ": crow[", h, "][", qb + 1,
             "] = ", r[qb + 1], " is below crow[", h, "][", qb, "] = ", r[qb]);
+    }
+  }
+  const int64_t nnz = crow[num_heads * row_len - 1];
+  // Then col, whose entries [0, nnz) are now all inside the header's length.
+  for (int32_t h = 0; h < num_heads; ++h) {
+    const int32_t *r = crow + h * row_len;
+    for (int32_t qb = 0; qb < num_block_rows; ++qb) {
       for (int32_t e = r[qb]; e < r[qb + 1]; ++e) {
         const int32_t kb = col[e];
         check(kb >= 0 && kb <= qb, Errc::InvalidArgument, "head ", h, ", row ", qb, ", entry ", e - r[qb],
@@ -65,7 +81,6 @@ Layout make_csr_layout(int32_t num_heads, int32_t block_size, int32_t num_block_
             ": the diagonal block ", qb, " is missing (every row must hold its own block)");
     }
   }
-  const int64_t nnz = crow[num_heads * row_len - 1];
   Layout l;
   l.kind = Layout::Kind::Csr;
   l.num_heads = num_heads;
