@@ -22,7 +22,7 @@ void Pool::check() const {
   const size_t n = static_cast<size_t>(num_pages_);
   const int64_t ps = config_.page_size;
 
-  // Reference counts equal the occurrences in live sequences' page lists.
+  // Reference counts equal the occurrences in live sequences' page lists and page holds.
   std::vector<int64_t> refs(n, 0);
   for (size_t i = 0; i < sequences_.size(); ++i) {
     const Sequence *s = sequences_[i];
@@ -44,10 +44,17 @@ void Pool::check() const {
              "matched page ", s->pages_[static_cast<size_t>(j)], " is not published");
     }
   }
+  for (size_t i = 0; i < holds_.size(); ++i) {
+    expect(holds_[i]->registry_slot_ == i, "page hold registry slot ", holds_[i]->registry_slot_, " stored at ", i);
+    for (int32_t p : holds_[i]->pages_) {
+      expect(p >= 0 && p < num_pages_, "held page id ", p, " out of [0, ", num_pages_, ")");
+      ++refs[static_cast<size_t>(p)];
+    }
+  }
   int64_t in_use = 0, published = 0, unreferenced_published = 0, unreferenced_unpublished = 0;
   for (size_t p = 0; p < n; ++p) {
     const Page &pg = pages_[p];
-    expect(pg.ref == refs[p], "page ", p, " has ref count ", pg.ref, " but live sequences hold it ", refs[p],
+    expect(pg.ref == refs[p], "page ", p, " has ref count ", pg.ref, " but live sequences and holds have it ", refs[p],
            " times");
     if (pg.ref > 0) ++in_use;
     if (pg.published) ++published;

@@ -30,10 +30,18 @@ BSPA_API bspa_status bspa_batch_create(bspa_batch **batch, bspa_pool *pool, bspa
     check(n >= 1, Errc::InvalidArgument, "n = ", n, " must be at least 1");
     check(p.num_layers() > 0, Errc::InvalidState, "the pool has num_layers = 0 and keeps no KV storage");
 
-    std::vector<int32_t> contexts(n), pages;
-    std::vector<int64_t> offsets(n + 1, 0);
+    auto b = std::make_unique<bspa_batch>();
+    std::vector<int32_t> contexts, pages;
+    std::vector<int64_t> offsets;
     {
       std::lock_guard<std::mutex> lock(p.mutex());
+      // Each sequence at most once, so n is bounded by the live sequences: checked before
+      // anything of size n is allocated (n = INT32_MAX zero-filled 8 GB, then n + 1 overflowed).
+      const size_t live = p.num_sequences_locked();
+      check(static_cast<size_t>(n) <= live, Errc::InvalidArgument, "n = ", n, " is more than the pool's ", live,
+            " live sequences (a batch holds each sequence at most once)");
+      contexts.resize(static_cast<size_t>(n));
+      offsets.assign(static_cast<size_t>(n) + 1, 0);
       std::unordered_set<const bspa_seq *> seen;
       for (int32_t i = 0; i < n; ++i) {
         check(seqs[i] != nullptr, Errc::NullPointer, "seqs[", i, "] is NULL");
@@ -47,21 +55,23 @@ BSPA_API bspa_status bspa_batch_create(bspa_batch **batch, bspa_pool *pool, bspa
               " appended tokens");
         check(end <= std::numeric_limits<int32_t>::max(), Errc::OutOfRange, "seqs[", i, "]: ", end,
               " tokens exceed INT32_MAX");
-        contexts[i] = static_cast<int32_t>(s.num_computed());
+        contexts[static_cast<size_t>(i)] = static_cast<int32_t>(s.num_computed());
         pages.insert(pages.end(), s.page_ids().begin(), s.page_ids().end());
-        offsets[i + 1] = static_cast<int64_t>(pages.size());
+        offsets[static_cast<size_t>(i) + 1] = static_cast<int64_t>(pages.size());
       }
+      // Under the same lock as the snapshot: no sequence can release these pages between.
+      b->pages = p.hold_pages_locked(std::move(pages));
+      b->owner = &p;
     }
     const bool cuda = p.device() == bspa::cache::DeviceKind::Cuda;
     bspa::kernels::BatchPlanInput in;
     in.num_seqs = n;
     in.query_lens = query_lens;
     in.context_lens = contexts.data();
-    in.pages = pages.data();
+    in.pages = b->pages->pages().data();
     in.page_offsets = offsets.data();
     in.page_size = p.page_size();
     in.tile_rows = cuda ? bspa::kernels::kCudaTileRows : bspa::kernels::kCpuTileRows;
-    auto b = std::make_unique<bspa_batch>();
     b->pool = pool;
     b->plan = bspa::kernels::plan_batch(in);
     if (cuda) b->device = bspa::kernels::upload_batch_cuda(b->plan, p.device_id(), p.head_dim(), p.num_kv_heads(), stream);
