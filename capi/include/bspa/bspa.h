@@ -17,6 +17,22 @@
  *    BSPA_ERR_VERSION. Structs only ever grow at the end.
  *  - Tensors are borrowed: the library never keeps a DLTensor pointer, or the memory
  *    behind it, past the call, except where a function says so.
+ *  - Every tensor argument must also satisfy, whatever its shape rules (a violation is
+ *    refused before any memory is touched):
+ *     - strides (in elements) >= 0;
+ *     - data + byte_offset a multiple of the element size (2 bytes for f16/bf16, 4 for
+ *       f32/int32), else BSPA_ERR_INVALID_ARGUMENT; the CUDA prefill further needs 16-byte
+ *       alignment (see bspa_prefill);
+ *     - byte_offset plus the bytes from its first to its last element at most PTRDIFF_MAX,
+ *       and not wrapping the address space (BSPA_ERR_SHAPE_MISMATCH for the strides or
+ *       shape, BSPA_ERR_INVALID_ARGUMENT for byte_offset);
+ *     - an output (out, lse, the paged workspace) has distinct elements: no stride of 0 or
+ *       strides that make rows overlap, e.g. out strides {0, 0, 1} (BSPA_ERR_SHAPE_MISMATCH);
+ *     - what a call writes shares no byte with what it reads: out and lse are off q, each
+ *       other, the K/V pages (the pool's storage, or k_pages/v_pages) and the paged
+ *       metadata; k_new and v_new are off the pool's storage (BSPA_ERR_INVALID_ARGUMENT).
+ *       Byte ranges are compared whole, from a tensor's first to its last element, so
+ *       two strided views that interleave without sharing an element count as overlapping.
  *  - Streams come last; NULL is the default stream; ignored for CPU work.
  *  - No C++ exception or CUDA error ever crosses this ABI.
  *
@@ -202,6 +218,10 @@ BSPA_API bspa_status bspa_pool_options_init(bspa_pool_options *options);
 
 /* Creates a pool. CPU storage is host memory; CUDA storage is one cudaMalloc on
  * options->device_id. The caller owns *pool and frees it with bspa_pool_destroy.
+ * Sizes are checked factor by factor: a pool whose KV bytes (num_pages x num_layers x 2
+ * x num_kv_heads x page_size x head_dim x element size) exceed PTRDIFF_MAX is
+ * BSPA_ERR_INVALID_ARGUMENT (the message shows the factors); a smaller one that the
+ * machine cannot allocate is BSPA_ERR_OUT_OF_MEMORY.
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_VERSION, BSPA_ERR_INVALID_ARGUMENT (any
  * field out of its domain, or a memory budget too small for one page),
  * BSPA_ERR_NO_DEVICE (kDLCUDA without such a GPU), BSPA_ERR_NOT_SUPPORTED (kDLCUDA in a
@@ -252,7 +272,8 @@ BSPA_API bspa_status bspa_pool_check(const bspa_pool *pool);
 #define BSPA_SEQ_OPTIONS_VERSION 1
 typedef struct bspa_seq_options {
   uint32_t version;   /* BSPA_SEQ_OPTIONS_VERSION */
-  const void *salt;   /* tenant isolation: copied; NULL with salt_len 0 = no salt */
+  const void *salt;   /* tenant isolation: copied; salt_len 0 = no salt, whether salt is
+                         NULL or not (its bytes are then not read) */
   size_t salt_len;
   uint64_t extra_key; /* mixed into every page key, e.g. a LoRA adapter id; default 0 */
 } bspa_seq_options;
@@ -459,7 +480,11 @@ typedef struct bspa_batch bspa_batch;
  * num_computed; they must already be appended. Token rows of q/k_new/v_new/out are the
  * sequences' new tokens concatenated in order (T_new = sum of query_lens). A
  * query_len of 0 is allowed; 1 is a decode row. The batch snapshots the sequences'
- * page tables: destroy it before any of its sequences is destroyed. For a CUDA pool it
+ * page tables and holds a reference to every page in them until bspa_batch_destroy: a
+ * sequence destroyed while a batch of it lives keeps its pages out of reuse (they count
+ * as in use), so launches through the batch touch only those pages, never another
+ * sequence's. Snapshot means snapshot: a later append, commit or match of a sequence is
+ * not seen by the batch. n is at most the pool's live sequences. For a CUDA pool it
  * uploads its metadata on `stream`; later launches neither allocate nor synchronise,
  * except the first use of a CSR layout on a device (see bspa_prefill). Where a launch
  * of the batch may split its last round (see bspa_prefill_workspace_bytes: a GPU that
@@ -467,21 +492,26 @@ typedef struct bspa_batch bspa_batch;
  * SMs), the batch also allocates that workspace (about 18 MB for head_dim 128 on an
  * H200; left out, and the launches do not split, when the device has no room for it).
  * That is one reason its launches must not overlap (one stream at a time).
- * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT (n < 1, negative query_len,
- * a sequence of another pool, the same sequence twice), BSPA_ERR_OUT_OF_RANGE
+ * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT (n < 1 or more than the
+ * pool's live sequences, negative query_len, a sequence of another pool, the same
+ * sequence twice), BSPA_ERR_OUT_OF_RANGE
  * (computed + query_len past the sequence's tokens), BSPA_ERR_INVALID_STATE (a pool
  * without KV storage), BSPA_ERR_CUDA, BSPA_ERR_OUT_OF_MEMORY. */
 BSPA_API bspa_status bspa_batch_create(bspa_batch **batch, bspa_pool *pool, bspa_seq *const *seqs,
                                        const int32_t *query_lens, int32_t n, bspa_stream stream);
-/* Waits for nothing; the caller must make sure no launch using the batch is still
- * running on a device stream. NULL is a no-op. */
+/* Releases the batch's page references (pages of sequences destroyed meanwhile become
+ * free or cached then). Waits for nothing; the caller must make sure no launch using the
+ * batch is still running on a device stream. NULL is a no-op. */
 BSPA_API void bspa_batch_destroy(bspa_batch *batch);
 
 /* Writes the new tokens' K and V, [T_new, num_kv_heads, head_dim] of the pool's dtype
  * on the pool's device (last dimension contiguous; other strides free), into their
- * pages of `layer`. Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (layer),
+ * pages of `layer`. k_new and v_new must not overlap the pool's storage (any layer, K
+ * or V; e.g. views from bspa_pool_kv): the write would copy a row over itself.
+ * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (layer),
  * BSPA_ERR_SHAPE_MISMATCH, BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH,
- * BSPA_ERR_INVALID_ARGUMENT (batch of another pool), BSPA_ERR_CUDA. */
+ * BSPA_ERR_INVALID_ARGUMENT (batch of another pool, overlap with the pool's storage,
+ * misaligned data), BSPA_ERR_CUDA. */
 BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int32_t layer,
                                    const DLTensor *k_new, const DLTensor *v_new, bspa_stream stream);
 
@@ -492,10 +522,16 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int
  * num_kv_heads (query head h reads kv head h / (Hq / num_kv_heads)). scale multiplies
  * the logits (Phi-3-small: 1/128). lse, optional: [Hq, T_new] float32, the natural log
  * of each row's softmax denominator of scaled logits. Accumulation is fp32.
+ * Range: every logit scale * (q . k) must be finite in fp32 (|x| < 3.4e38). The softmax
+ * subtracts each row's maximum, so any finite logits give exact results; a row where one
+ * overflows (e.g. q and k entries near 1e19 in f32 or bf16; f16 inputs cannot reach it
+ * with a scale <= 1) gets NaN in out and lse, without an error (detecting it would cost a
+ * pass over the inputs).
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (layer; a CSR layout shorter
- * than a sequence), BSPA_ERR_SHAPE_MISMATCH, BSPA_ERR_DTYPE_MISMATCH,
- * BSPA_ERR_DEVICE_MISMATCH, BSPA_ERR_INVALID_ARGUMENT (non-finite scale, batch of another
- * pool), BSPA_ERR_NOT_SUPPORTED (what the CUDA kernels lack: f32, a head_dim other than
+ * than a sequence), BSPA_ERR_SHAPE_MISMATCH (also: out or lse with overlapping rows),
+ * BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH, BSPA_ERR_INVALID_ARGUMENT
+ * (non-finite scale, batch of another pool, out or lse overlapping q, each other or the
+ * pool's storage, misaligned data), BSPA_ERR_NOT_SUPPORTED (what the CUDA kernels lack: f32, a head_dim other than
  * 64 and 128, a non-power-of-two page size, a non-dense layout whose block_size is not a
  * multiple of 64, data not 16-byte aligned or strides not multiples of 8 elements, a
  * scale <= 0), BSPA_ERR_INVALID_STATE (see below), BSPA_ERR_CUDA.
@@ -561,7 +597,10 @@ BSPA_API bspa_status bspa_paged_args_init(bspa_paged_args *args);
 /* Errors: as bspa_prefill, plus BSPA_ERR_VERSION; for the workspace:
  * BSPA_ERR_SHAPE_MISMATCH, BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH,
  * BSPA_ERR_NULL_POINTER (NULL data) and BSPA_ERR_INVALID_ARGUMENT (not 16-byte aligned,
- * a requirement of the argument, not a kernel limit); on CPU, out-of-range page ids or
+ * a requirement of the argument, not a kernel limit; overlapping any other argument);
+ * BSPA_ERR_INVALID_ARGUMENT when out or lse overlaps k_pages, v_pages or the metadata
+ * tensors; BSPA_ERR_SHAPE_MISMATCH when block_table.shape[0] exceeds INT32_MAX; on CPU,
+ * out-of-range page ids or
  * lengths in the metadata are BSPA_ERR_OUT_OF_RANGE (on CUDA they are the caller's
  * responsibility: the kernel does not read the metadata back to the host). On every
  * device, q rows with no sequence or with max_query_len 0 are BSPA_ERR_OUT_OF_RANGE. */
