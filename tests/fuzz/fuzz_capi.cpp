@@ -7,7 +7,15 @@
 //    changed no pool statistics and no sequence's info;
 //  - a prefix hit hands out only pages whose committed tokens (and salt, extra key)
 //    equal the prompt's (a shadow map of what each page was committed for);
-//  - bspa_prefill_paged over finite inputs writes finite values to every output row.
+//  - bspa_prefill_paged over finite inputs writes finite values to every output row;
+//  - a call whose output (out, lse, the paged workspace; for kv_write the pool) shares
+//    memory with another argument or with itself (rows on top of each other) fails, as
+//    does a pool past PTRDIFF_MAX bytes.
+// Inputs reach: CSR arrays of arbitrary offsets, exactly as long as the header defines
+// them; tensors with arbitrary strides, byte offsets (odd ones included) and spans past
+// PTRDIFF_MAX; outputs aliasing inputs or each other; views of the pool's own storage as
+// k_new, q and out; pool geometries near the size limits; batches that outlive their
+// sequences.
 // Any violation aborts, which libFuzzer reports as a crash.
 //
 // Built with -fsanitize=fuzzer by scripts/fuzz.sh; tests/fuzz/replay_main.cpp replays the
@@ -21,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -254,7 +263,9 @@ void fill(Tensor &x, Bytes &in) {
 
 // A tensor of `shape` and dtype, maybe spoiled in one way chosen by the input.
 // `spoil` false gives a valid tensor. The buffer always covers what the (possibly
-// spoiled) shape and strides address, so only the library can read out of bounds.
+// spoiled) shape and strides address, so only the library can read out of bounds;
+// strides and offsets the buffer cannot cover (kinds 16, 18) are ones the library must
+// refuse: their byte span passes PTRDIFF_MAX.
 Tensor make(Bytes &in, std::initializer_list<int64_t> shape, DLDataType dtype, bool spoil, bool variants = true) {
   Tensor x;
   int nd = 0;
@@ -266,7 +277,10 @@ Tensor make(Bytes &in, std::initializer_list<int64_t> shape, DLDataType dtype, b
   x.t.strides = nullptr;
   int64_t pad = 0;
   uint64_t offset = 0;
-  const int kind = spoil ? in.pick(15) : (variants && in.pick(4) == 0 ? 10 + in.pick(2) : 0);
+  const int ebytes = std::max(1, (x.t.dtype.bits * x.t.dtype.lanes) / 8);
+  // Valid variants: padded rows, an aligned offset, outer dimensions in swapped order.
+  const int kind = spoil ? in.pick(19) : (variants && in.pick(4) == 0 ? 10 + in.pick(2) + 9 * in.pick(2) : 0);
+  bool arbitrary = false;  // strides set below, the buffer sized to cover them
   switch (kind) {
     case 1: x.t.ndim = nd + (nd < 4 ? 1 : -1); if (x.t.ndim > nd) x.shape[nd] = 1; break;
     case 2: if (nd) x.shape[in.pick(nd)] += 1 + in.pick(2); break;
@@ -285,6 +299,49 @@ Tensor make(Bytes &in, std::initializer_list<int64_t> shape, DLDataType dtype, b
       x.shape[0] = INT64_MAX / 2;
       if (nd > 1 && in.pick(2)) x.shape[1] = 4;
       break;
+    case 15:  // arbitrary small strides, 0 (broadcast rows) included; the buffer covers them
+      x.t.strides = x.strides;
+      for (int d = 0; d < nd; ++d) x.strides[d] = in.one_of<int64_t>({0, 1, 1, 2, 3, 5, 8, 16, 64, 100});
+      arbitrary = true;
+      break;
+    case 16: {  // one stride whose byte span passes PTRDIFF_MAX (2^62 elements of >= 2 bytes)
+      x.t.strides = x.strides;
+      for (int d = nd - 1, st = 1; d >= 0; --d) {
+        x.strides[d] = st;
+        st *= static_cast<int>(std::max<int64_t>(x.shape[d], 1));
+      }
+      if (nd) {
+        const int d = in.pick(nd);
+        // 2^62 - 4 with 4-byte elements is the review's case (the byte offset wrapped to -16);
+        // any candidate whose one step stays below 2^63 bytes is raised to the first that does
+        // not, so the span surely passes PTRDIFF_MAX whatever the dtype.
+        int64_t c = in.one_of<int64_t>({int64_t(1) << 62, (int64_t(1) << 62) - 4, INT64_MAX / 2, INT64_MAX,
+                                        (int64_t(1) << 61) + 1});
+        if (static_cast<unsigned __int128>(c) * static_cast<unsigned>(ebytes) < (static_cast<unsigned __int128>(1) << 63))
+          c = static_cast<int64_t>(std::min<uint64_t>(
+              ((uint64_t(1) << 63) + static_cast<uint64_t>(ebytes) - 1) / static_cast<uint64_t>(ebytes),
+              INT64_MAX));  // 1-byte elements: INT64_MAX + the first element's byte pass it too
+        x.strides[d] = c;
+        if (x.shape[d] < 2) x.shape[d] = 2;  // the stride must be stepped over once
+      }
+      break;
+    }
+    case 17: offset = in.u8() % 19; break;  // any small offset, aligned to the element or not
+    case 18:  // an offset past PTRDIFF_MAX, with the span or alone
+      offset = in.one_of<uint64_t>({uint64_t(1) << 63, UINT64_MAX - 7, UINT64_MAX, (uint64_t(1) << 63) + 2});
+      break;
+    case 19: {  // valid: the two outer dimensions' strides swapped (e.g. [T, H, D] stored as [H, T, D])
+      if (nd < 3) break;
+      x.t.strides = x.strides;
+      x.strides[nd - 1] = 1;
+      x.strides[nd - 2] = x.shape[nd - 1] * std::max<int64_t>(x.shape[0], 1);
+      x.strides[0] = x.shape[nd - 1];
+      for (int d = 1; d < nd - 2; ++d) x.strides[d] = x.strides[nd - 2] * x.shape[nd - 2];
+      if (nd == 4) { x.strides[1] = x.shape[3]; x.strides[2] = x.shape[3] * x.shape[1]; x.strides[0] = x.strides[2] * x.shape[2]; }
+      arbitrary = true;
+      break;
+    }
+    case 20: offset = static_cast<uint64_t>(ebytes) * (1 + in.pick(5)); break;  // valid: whole elements
     default: break;
   }
   if (pad != 0 && nd > 0) {
@@ -303,21 +360,35 @@ Tensor make(Bytes &in, std::initializer_list<int64_t> shape, DLDataType dtype, b
   auto clamp = [](int64_t dim) { return dim > 0 ? std::min<int64_t>(dim, 1 << 12) : 0; };
   int64_t numel = 1, extent = 1;
   for (int d = 0; d < nd; ++d) numel *= clamp(x.shape[d]);
-  if (x.t.strides) {
+  if (x.t.strides && kind != 16) {
     for (int d = 0; d < nd; ++d)
       if (x.shape[d] > 1) extent += (clamp(x.shape[d]) - 1) * std::llabs(x.strides[d]);
   }
+  (void)arbitrary;
   // Room for the intended shape too: the caller fills metadata by it, spoiled or not.
   int64_t intended = 1;
   for (int64_t dim : shape) intended *= dim > 0 ? dim : 0;
   const int64_t elems = std::max({numel, extent, intended}) + 1;
-  const int ebytes = std::max(1, (x.t.dtype.bits * x.t.dtype.lanes) / 8);
-  x.buf.assign(static_cast<size_t>(elems * ebytes + static_cast<int64_t>(offset) + 16), 0);
+  const uint64_t room = kind == 18 ? 0 : offset;  // a huge offset is never reached
+  x.buf.assign(static_cast<size_t>(elems * ebytes + static_cast<int64_t>(room) + 16), 0);
   fill(x, in);
   x.t.byte_offset = offset;
   x.t.data = x.buf.data();
   if (spoil && kind == 0 && in.pick(2)) x.t.data = nullptr;  // NULL data
   return x;
+}
+
+// A view of `base`'s memory with its own shape (and strides), for aliasing cases.
+Tensor alias_of(const Tensor &base, std::initializer_list<int64_t> shape, int64_t element_shift) {
+  Tensor x;
+  x.t = base.t;
+  int nd = 0;
+  for (int64_t d : shape) x.shape[nd++] = d;
+  x.t.ndim = nd;
+  x.t.shape = x.shape;
+  x.t.strides = nullptr;
+  x.t.byte_offset = base.t.byte_offset + static_cast<uint64_t>(element_shift) * (base.t.dtype.bits / 8);
+  return x;  // x.buf stays empty: the memory is base's
 }
 
 bool all_finite(const Tensor &x) {
@@ -340,6 +411,26 @@ bool all_finite(const Tensor &x) {
     }
   }
   return true;
+}
+
+// Whether two indices of a (small) tensor reach the same element: the brute-force truth
+// the library's stride rule must agree with for outputs.
+bool has_repeated_element(const DLTensor &t) {
+  std::vector<int64_t> offsets;
+  int64_t idx[4] = {0, 0, 0, 0};
+  int64_t numel = 1;
+  for (int d = 0; d < t.ndim; ++d) numel *= t.shape[d];
+  for (int64_t n = 0; n < numel; ++n) {
+    int64_t off = 0;
+    for (int d = 0; d < t.ndim; ++d) off += idx[d] * (t.strides ? t.strides[d] : 1);
+    offsets.push_back(off);
+    for (int d = t.ndim - 1; d >= 0; --d) {
+      if (++idx[d] < t.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  std::sort(offsets.begin(), offsets.end());
+  return std::adjacent_find(offsets.begin(), offsets.end()) != offsets.end();
 }
 
 void poison(Tensor &x) {
@@ -375,11 +466,50 @@ void op_pool_create(World &w, Bytes &in) {
     case 6: case 7: case 8: o.events_capacity = in.one_of<int64_t>({1, 2, 5, 64, 4096, -1, int64_t(1) << 40}); break;
     default: break;
   }
+  // Geometries near the overflow limits (the review's 2.7 GiB pool that stood for 2^128 +
+  // 2.7 GiB bytes among them): a pool past PTRDIFF_MAX bytes must be refused; one that
+  // fits but is too large to exercise here is not created.
+  bool must_fail = false;
+  if (in.pick(5) == 0) {
+    o.version = BSPA_POOL_OPTIONS_VERSION;
+    o.device_type = kDLCPU;
+    o.device_id = 0;
+    o.dtype = in.one_of({0, 1, 2});
+    o.num_layers = in.one_of({1, 2, 0, 2059719833, INT32_MAX, 1 << 20});
+    o.num_kv_heads = in.one_of({1, 2, 1993418163, INT32_MAX, 1 << 16});
+    o.head_dim = in.one_of({1, 8, 1929630342, INT32_MAX, 1 << 20});
+    o.page_size = in.one_of({16, 256});
+    o.num_pages = in.one_of<int64_t>({1, 2, 20971467, INT32_MAX, 0});
+    o.memory_bytes = in.one_of<uint64_t>({UINT64_MAX, uint64_t(1) << 62, uint64_t(1) << 40, 1 << 20, 4096});
+    // The size in 128 bits, saturating: no wrap can hide an overflow here.
+    using u128 = unsigned __int128;
+    const u128 cap = u128(1) << 100;
+    auto mul = [&](u128 a, u128 b) { return (b != 0 && a > cap / b) ? cap : a * b; };
+    const u128 elem = o.dtype == BSPA_DTYPE_F32 ? 4 : 2;
+    const u128 per_page = mul(mul(mul(mul(mul(u128(o.num_layers), 2), u128(o.num_kv_heads)), u128(o.page_size)),
+                                  u128(o.head_dim)), elem);
+    u128 pages = u128(o.num_pages);
+    bool defined = true;
+    if (o.num_pages == 0) {
+      const u128 budget = std::min<u128>(o.memory_bytes, u128(PTRDIFF_MAX));
+      if (o.num_layers == 0 || u128(o.memory_bytes) < per_page) {
+        must_fail = true;  // no storage to derive pages from, or not one page in the budget
+        defined = false;
+      } else {
+        pages = std::min<u128>(budget / per_page, u128(INT32_MAX));
+      }
+    }
+    const u128 total = mul(per_page, pages);
+    if (per_page > u128(PTRDIFF_MAX) || total > u128(PTRDIFF_MAX)) must_fail = true;
+    if (!must_fail && defined && (total > (u128(64) << 20) || pages > 4096)) return;  // fits, but too big here
+  }
   const int null_arg = in.pick(10);
   bspa_pool *p = reinterpret_cast<bspa_pool *>(&o);  // must be overwritten with NULL on failure
   const bspa_status s = run(w, "bspa_pool_create", [&] {
     return bspa_pool_create(null_arg == 0 ? nullptr : &p, null_arg == 1 ? nullptr : &o);
   });
+  if (must_fail && s != BSPA_ERR_INVALID_ARGUMENT && s != BSPA_ERR_NULL_POINTER)
+    die("bspa_pool_create accepted (or misreported) a pool past PTRDIFF_MAX bytes:", bspa_status_string(s));
   if (s != BSPA_OK) {
     if (null_arg != 0 && p != nullptr) die("bspa_pool_create failed but left *pool non-NULL");
     return;
@@ -395,7 +525,9 @@ void op_pool_create(World &w, Bytes &in) {
   struct bspa_pool_stats st;
   bspa_pool_stats(p, &st);
   ps.num_pages = static_cast<int32_t>(st.pages_total);
-  if (ps.num_pages > 4096) {  // a memory_bytes pool too big to exercise: drop it
+  // A memory_bytes pool too big to exercise, or rows too wide for the harness's tensors
+  // (their buffers are sized with dimensions clamped to 4096): drop it.
+  if (ps.num_pages > 4096 || ps.hkv > 64 || ps.head_dim > 256) {
     bspa_pool_destroy(p);
     return;
   }
@@ -490,7 +622,10 @@ void op_seq_destroy(World &w, Bytes &in) {
     return;
   }
   SeqState &q = w.seqs[static_cast<size_t>(i)];
-  w.drop_batches_using(q.h, -1);
+  // Batches of the sequence may outlive it: they hold its pages, which must not be handed
+  // to another sequence while the batch can still write them (pool_check counts the
+  // batches' references; the launches through such a batch below run under ASan).
+  if (in.pick(2)) w.drop_batches_using(q.h, -1);
   bspa_seq_destroy(q.h);
   w.seqs.erase(w.seqs.begin() + i);
   w.check_pools();
@@ -649,31 +784,52 @@ void op_layout(World &w, Bytes &in) {
     const int32_t rows = in.one_of({1, 2, 3, 6, 0, -1});
     const int64_t crow_n = heads > 0 && rows >= 0 ? int64_t(heads) * (rows + 1) : 1;
     std::vector<int32_t> crow(static_cast<size_t>(crow_n), 0), col;
-    // A valid layout (diagonal plus some earlier blocks), then maybe one spoiled entry.
-    int32_t nnz = 0;
-    for (int32_t h = 0; rows >= 0 && h < heads; ++h) {
-      for (int32_t r = 0; r < rows; ++r) {
-        crow[static_cast<size_t>(h * (rows + 1) + r)] = nnz;
-        for (int32_t k = 0; k <= r; ++k)
-          if (k == r || in.pick(2)) {
-            col.push_back(k);
-            ++nnz;
-          }
+    if (in.pick(3) == 0) {
+      // Raw: offsets stepping by anything (rows of any length, decreasing rows, huge and
+      // negative offsets) and entries of any value.
+      int32_t at = 0;
+      for (size_t i = 0; i < crow.size(); ++i) {
+        const int32_t step = in.one_of({0, 1, 1, 1, 2, 3, -1, -2, 64, INT32_MAX / 2});
+        at = in.pick(16) == 0 ? in.one_of({INT32_MAX, INT32_MIN, 0, -1}) : static_cast<int32_t>(
+                                    std::clamp<int64_t>(int64_t(at) + step, INT32_MIN, INT32_MAX));
+        crow[i] = i == 0 && in.pick(4) != 0 ? 0 : at;
       }
-      crow[static_cast<size_t>(h * (rows + 1) + rows)] = nnz;
+      for (int i = 0, n = in.pick(40); i < n; ++i) col.push_back(in.one_of({0, 0, 1, 2, 3, 5, -1, INT32_MAX}));
+    } else {
+      // A valid layout (diagonal plus some earlier blocks), then maybe one spoiled entry.
+      int32_t nnz = 0;
+      for (int32_t h = 0; rows >= 0 && h < heads; ++h) {
+        for (int32_t r = 0; r < rows; ++r) {
+          crow[static_cast<size_t>(h * (rows + 1) + r)] = nnz;
+          for (int32_t k = 0; k <= r; ++k)
+            if (k == r || in.pick(2)) {
+              col.push_back(k);
+              ++nnz;
+            }
+        }
+        crow[static_cast<size_t>(h * (rows + 1) + rows)] = nnz;
+      }
+      if (in.pick(3) == 0 && !crow.empty()) crow[static_cast<size_t>(in.pick(static_cast<int32_t>(crow.size())))] =
+          in.one_of({-1, 0, 1, 3, 64, INT32_MAX});
+      if (in.pick(3) == 0 && !col.empty()) col[static_cast<size_t>(in.pick(static_cast<int32_t>(col.size())))] =
+          in.one_of({-1, 0, 5, 1});
     }
-    if (in.pick(3) == 0 && !crow.empty()) crow[static_cast<size_t>(in.pick(static_cast<int32_t>(crow.size())))] =
-        in.one_of({-1, 0, 1, 3, 64});
-    if (in.pick(3) == 0 && !col.empty()) col[static_cast<size_t>(in.pick(static_cast<int32_t>(col.size())))] =
-        in.one_of({-1, 0, 5, 1});
-    // The library may read col up to any crow value it has not rejected yet.
-    int32_t top = 0;
-    for (int32_t c : crow) top = std::max(top, c);
-    col.resize(static_cast<size_t>(std::max<int32_t>(top, nnz)) + 1, 0);
+    // col exactly as long as the header defines it (crow's last value), on the heap, so
+    // one entry read past it is an ASan report (the harness used to pad col to the largest
+    // crow value and so hid the review's over-read). A last value beyond what any valid
+    // layout of this size holds (each row at most row + 1 entries) gets only that many:
+    // validation stops at the first bad entry, so it can never read further.
+    const int64_t last = crow.back();
+    const int64_t most = heads > 0 && rows > 0 ? int64_t(heads) * (rows + 1) * (rows + 2) / 2 + 2 : 2;
+    const size_t col_n = static_cast<size_t>(std::clamp<int64_t>(last, 0, most));
+    std::unique_ptr<int32_t[]> col_exact(new int32_t[col_n]);
+    for (size_t i = 0; i < col_n; ++i) col_exact[i] = i < col.size() ? col[i] : 0;
+    std::unique_ptr<int32_t[]> crow_exact(new int32_t[crow.size()]);
+    std::copy(crow.begin(), crow.end(), crow_exact.get());
     const int null_arr = in.pick(12);
     s = run(w, "bspa_layout_create_csr", [&] {
-      return bspa_layout_create_csr(null_out ? nullptr : &l, heads, bs, rows, null_arr == 0 ? nullptr : crow.data(),
-                                    null_arr == 1 ? nullptr : col.data());
+      return bspa_layout_create_csr(null_out ? nullptr : &l, heads, bs, rows, null_arr == 0 ? nullptr : crow_exact.get(),
+                                    null_arr == 1 ? nullptr : col_exact.get());
     });
   }
   if (s != BSPA_OK) {
@@ -773,12 +929,38 @@ void op_launch(World &w, Bytes &in, bool prefill) {
   const DLDataType dt = dl_of(p.dtype);
   const int64_t hkv = p.hkv, d = p.head_dim, t = b.total_q;
   const int mode = in.pick(10);
+  // Aliasing the pool's own storage: a view of one of its layers (bspa_pool_kv), shifted by
+  // a few elements, as an input of kv_write (must be refused: it would copy rows over
+  // themselves) or as q of a prefill (allowed: both only read it), or as out (refused).
+  DLTensor pool_view{};
+  const int alias = in.pick(6);  // 0: k_new/out in the pool's storage; 1: q there; 2: out on q; 3: lse on out
+  const bool have_view = alias <= 1 && p.num_layers > 0 &&
+                         bspa_pool_kv(p.h, in.pick(p.num_layers), in.pick(2) ? &pool_view : nullptr,
+                                      &pool_view) == BSPA_OK;
+  const int64_t view_elems = int64_t(p.num_pages) * p.hkv * p.page_size * p.head_dim;
+  const int64_t shift = in.pick(3);
+  auto pool_alias = [&](std::initializer_list<int64_t> shape) {
+    Tensor x;
+    x.t = pool_view;
+    int nd = 0;
+    for (int64_t dim : shape) x.shape[nd++] = dim;
+    x.t.ndim = nd;
+    x.t.shape = x.shape;
+    x.t.byte_offset = static_cast<uint64_t>(shift) * (pool_view.dtype.bits / 8);
+    return x;
+  };
   if (!prefill) {
     Tensor k = make(in, {t, hkv, d}, dt, bad == 0), v = make(in, {t, hkv, d}, dt, bad == 1);
-    run(w, "bspa_kv_write", [&] {
-      return bspa_kv_write(mode == 0 ? nullptr : p.h, mode == 1 ? nullptr : b.h, layer, mode == 2 ? nullptr : &k.t,
-                           mode == 3 ? nullptr : &v.t, nullptr);
+    // The library must refuse before reading, so the view may run past the storage's end.
+    const bool aliased = have_view && alias == 0 && t > 0;
+    Tensor ka;
+    if (aliased) ka = pool_alias({t, hkv, d});
+    const DLTensor *kt = aliased && in.pick(2) ? &ka.t : &k.t, *vt = aliased && kt == &k.t ? &ka.t : &v.t;
+    const bspa_status s = run(w, "bspa_kv_write", [&] {
+      return bspa_kv_write(mode == 0 ? nullptr : p.h, mode == 1 ? nullptr : b.h, layer, mode == 2 ? nullptr : kt,
+                           mode == 3 ? nullptr : vt, nullptr);
     });
+    if (aliased && s == BSPA_OK) die("bspa_kv_write accepted k_new or v_new inside the pool's storage");
     return;
   }
   bspa_layout *l = pick_layout(w, in);
@@ -799,11 +981,46 @@ void op_launch(World &w, Bytes &in, bool prefill) {
   const bool with_lse = in.pick(2);
   Tensor lse = make(in, {hq, t}, DLDataType{kDLFloat, 32, 1}, bad == 4 && in.pick(2));
   const float scale = in.pick(12) == 0 ? NAN : (in.pick(12) == 0 ? INFINITY : 0.125f);
-  run(w, "bspa_prefill", [&] {
+  // Outputs that share memory with an input or each other must be refused (when
+  // non-empty); q inside the pool's storage is a plain read and fine, if it fits there.
+  const int64_t qo_elems = t * hq * d;
+  bool overlapping = false;
+  Tensor qa, oa, la;
+  const DLTensor *qt = &q.t;
+  DLTensor *ot = &out.t, *lt = with_lse ? &lse.t : nullptr;
+  if (have_view && alias == 0 && qo_elems > 0) {
+    oa = pool_alias({t, hq, d});
+    ot = &oa.t;
+    overlapping = true;
+  } else if (have_view && alias == 1 && qo_elems > 0 && qo_elems + shift <= view_elems) {
+    qa = pool_alias({t, hq, d});
+    qt = &qa.t;
+  } else if (alias == 2 && qo_elems > 0 && q.t.strides == nullptr) {
+    oa = alias_of(q, {t, hq, d}, in.pick(2) ? 0 : std::max<int64_t>(1, d / 2));  // out on q, or half a row on
+    oa.t.dtype = dt;
+    ot = &oa.t;
+    overlapping = true;
+  } else if (alias == 3 && lt && qo_elems > 0 && out.t.strides == nullptr && out.t.byte_offset % 4 == 0 &&
+             out.buf.size() >= out.t.byte_offset + static_cast<size_t>(hq * t * 4)) {
+    la = alias_of(out, {hq, t}, 0);  // lse inside out
+    la.t.dtype = DLDataType{kDLFloat, 32, 1};
+    la.t.byte_offset = out.t.byte_offset;
+    lt = &la.t;
+    overlapping = true;
+  } else if (alias == 4 && bad != 3 && qo_elems > 0) {
+    // Strides that put rows of out on top of each other (a broadcast stride of 0, heads
+    // one element apart): refused whenever two indices reach one element.
+    out.t.strides = out.strides;
+    out.strides[2] = 1;
+    out.strides[1] = in.one_of<int64_t>({0, 1, d});
+    out.strides[0] = in.one_of<int64_t>({0, 1, d, hq * d});
+    overlapping = has_repeated_element(out.t);
+  }
+  const bspa_status s = run(w, "bspa_prefill", [&] {
     return bspa_prefill(mode == 0 ? nullptr : p.h, mode == 1 ? nullptr : b.h, layer, mode == 2 ? nullptr : l,
-                        mode == 3 ? nullptr : &q.t, mode == 4 ? nullptr : &out.t, scale, with_lse ? &lse.t : nullptr,
-                        nullptr);
+                        mode == 3 ? nullptr : qt, mode == 4 ? nullptr : ot, scale, lt, nullptr);
   });
+  if (overlapping && s == BSPA_OK) die("bspa_prefill accepted an output that overlaps an input, lse or itself");
   bspa_layout_destroy(own);
 }
 
@@ -880,8 +1097,54 @@ void op_prefill_paged(World &w, Bytes &in) {
     case 4: a.scale = NAN; break;
     default: break;
   }
+  // Outputs (and the workspace) on top of what the launch reads, or of each other: refused
+  // whenever both are non-empty (the CPU backend would read metadata it had overwritten).
+  const int alias = in.pick(10);
+  bool overlapping = false;
+  Tensor oa, la, ws;
+  const int64_t out_elems = int64_t(total) * hq * d;
+  if (alias == 0 && out_elems > 0) {
+    const Tensor *targets[] = {&kp, &vp, &q, &bt, &qs, &cl};
+    const Tensor &target = *targets[in.pick(6)];
+    if (target.t.shape != nullptr && target.t.ndim > 0 && target.t.shape[0] > 0) {
+      oa = alias_of(target, {total, hq, d}, in.pick(2));
+      oa.t.dtype = out.t.dtype;
+      oa.t.byte_offset = target.t.byte_offset;  // aligned to the target's elements, not out's
+      a.out = &oa.t;
+      overlapping = true;
+    }
+  } else if (alias == 1 && with_lse && out_elems > 0 && total > 0) {
+    la = alias_of(out, {hq, total}, 0);  // lse from out's first element on
+    la.t.dtype = DLDataType{kDLFloat, 32, 1};
+    la.t.byte_offset = out.t.byte_offset;
+    if (out.buf.size() >= out.t.byte_offset + static_cast<size_t>(hq * total * 4)) {
+      a.lse = &la.t;
+      overlapping = true;
+    }
+  } else if (alias == 2 || alias == 3) {
+    // The optional split workspace: 16-byte aligned uint8, own memory or on another argument.
+    ws.buf.assign(256 + 16, 0);
+    ws.shape[0] = 256;
+    ws.t.data = ws.buf.data();
+    ws.t.device = DLDevice{kDLCPU, 0};
+    ws.t.ndim = 1;
+    ws.t.dtype = DLDataType{kDLUInt, 8, 1};
+    ws.t.shape = ws.shape;
+    ws.t.byte_offset = (16 - reinterpret_cast<uintptr_t>(ws.buf.data()) % 16) % 16;
+    if (alias == 3 && out_elems > 0 && out.t.strides == nullptr) {
+      ws.t.data = out.t.data;
+      ws.t.byte_offset = (16 - (reinterpret_cast<uintptr_t>(out.t.data) + out.t.byte_offset) % 16) % 16 +
+                         out.t.byte_offset;
+      ws.shape[0] = 1;  // one byte inside out, if out reaches past that offset
+      const uint64_t out_bytes = static_cast<uint64_t>(out_elems) * (out.t.dtype.bits / 8);
+      overlapping = ws.t.byte_offset < out.t.byte_offset + out_bytes;
+      if (!overlapping) ws.t = DLTensor{};
+    }
+    if (ws.t.data) a.workspace = &ws.t;
+  }
   const bool null_args = mode == 5;
   const bspa_status s = run(w, "bspa_prefill_paged", [&] { return bspa_prefill_paged(null_args ? nullptr : &a, nullptr); });
+  if (overlapping && s == BSPA_OK) die("bspa_prefill_paged accepted an output or workspace on another argument");
   const bool borrowed = l != nullptr && std::find(w.layouts.begin(), w.layouts.end(), l) != w.layouts.end();
   if (!borrowed) bspa_layout_destroy(l);
   // Every output row (and lse entry) must be written, and finite for finite inputs.
@@ -963,7 +1226,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   Bytes in(data, size);
   World w;
   for (int step = 0; step < 96 && !in.empty(); ++step) {
-    switch (in.u8() % 20) {
+    switch (in.u8() % 21) {
       case 0: op_pool_create(w, in); break;
       case 1: if (in.pick(4) == 0) op_pool_destroy(w, in); break;
       case 2: op_pool_kv(w, in); break;
@@ -981,6 +1244,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       case 16: op_batch_destroy(w, in); break;
       case 17: op_launch(w, in, in.pick(2) == 0); break;
       case 18: op_prefill_paged(w, in); break;
+      case 19: op_launch(w, in, true); break;  // the prefill's output and aliasing checks, twice as often
       default: if (in.pick(2)) op_events(w, in); else op_misc(w, in); break;
     }
   }
