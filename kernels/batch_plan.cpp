@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/checked_size.hpp"
 #include "common/error.hpp"
 #include "kernels/tile_alignment.hpp"
 
@@ -53,7 +54,12 @@ BatchPlan plan_batch(const BatchPlanInput &in) {
   }
   p.total_q = static_cast<int32_t>(total);
   p.block_table_stride = max_pages;
-  p.block_table.assign(static_cast<size_t>(in.num_seqs) * max_pages, -1);
+  p.block_table.assign(static_cast<size_t>(checked_product(Errc::OutOfMemory, "the batch's block table",
+                                                           {{"sequences", static_cast<uint64_t>(in.num_seqs)},
+                                                            {"pages of the longest", static_cast<uint64_t>(max_pages)},
+                                                            {"int32 bytes", sizeof(int32_t)}}) /
+                                           sizeof(int32_t)),
+                       -1);
   for (int32_t i = 0; i < in.num_seqs; ++i) {
     const int64_t tokens = static_cast<int64_t>(in.context_lens[i]) + in.query_lens[i];
     const int64_t used = (tokens + in.page_size - 1) / in.page_size;
