@@ -220,6 +220,20 @@ struct Tensor {
   DLTensor t{};
   int64_t shape[4]{}, strides[4]{};
   std::vector<uint8_t> buf;
+
+  // t.shape and t.strides point into the object itself: a moved Tensor points into its
+  // new home (the data moves with buf's heap block, which keeps its address).
+  Tensor() = default;
+  Tensor(Tensor &&o) noexcept { *this = std::move(o); }
+  Tensor &operator=(Tensor &&o) noexcept {
+    t = o.t;
+    std::memcpy(shape, o.shape, sizeof shape);
+    std::memcpy(strides, o.strides, sizeof strides);
+    buf = std::move(o.buf);
+    if (o.t.shape == o.shape) t.shape = shape;
+    if (o.t.strides == o.strides) t.strides = strides;
+    return *this;
+  }
 };
 
 DLDataType dl_of(bspa_dtype d) {
