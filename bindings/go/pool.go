@@ -63,6 +63,7 @@ type PoolOptions struct {
 	NumPages        int64  // zero: derived from MemoryBytes
 	MemoryBytes     uint64 // KV storage budget when NumPages is zero; zero: DefaultMemoryBytes
 	HashSeed        uint64 // zero: the library's fixed default seed (stable across processes)
+	EventsCapacity  int64  // KV cache event records kept until drained (DrainEvents); zero: no events
 }
 
 // DefaultPoolOptions are the zero value's defaults written out: CPU, F32, one layer, one
@@ -146,6 +147,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		opts.HashSeed = uint64(o.hash_seed)
 	}
 	o.hash_seed = C.uint64_t(opts.HashSeed)
+	o.events_capacity = C.int64_t(opts.EventsCapacity)
 	var p *C.bspa_pool
 	if err := call(func() C.bspa_status { return C.bspa_pool_create(&p, &o) }); err != nil {
 		return nil, err
