@@ -160,16 +160,16 @@ def probe_set(reqs: list[np.ndarray], rng: random.Random) -> list[np.ndarray]:
 
 
 # ---- the worker's side ---------------------------------------------------------------
-def serve(pool: bspa.Pool, tokens: np.ndarray, tenant: str, generate: int = 0) -> np.ndarray:
+def serve(pool: bspa.Pool, tokens: np.ndarray, tenant: str, generate: int = 0, seed: int = 0) -> np.ndarray:
     """One request: match, append, commit the prompt, then `generate` decoded tokens one
-    by one (committed as they come). Returns the whole sequence."""
+    by one (committed as they come; they differ with `seed`). Returns the whole sequence."""
     seq = pool.sequence(salt=tenant)
     cached = seq.match(tokens)
     seq.append(tokens[cached:])
     seq.commit(len(tokens))
     out = [tokens]
     for j in range(generate):
-        t = np.array([(int(tokens[-1]) * 31 + j * 7919) % 100352], dtype=np.int32)
+        t = np.array([(int(tokens[-1]) * 31 + j * 7919 + seed * 104729) % 100352], dtype=np.int32)
         seq.append(t)
         seq.commit(len(tokens) + j + 1)
         out.append(t)
@@ -331,15 +331,36 @@ def main() -> None:
             sync(pool, pub, 1)
 
             served: list[np.ndarray] = []
+            parent_of: dict[int, int] = {}
+            gone: set[int] = set()
+            orphans = [0]
+
+            def send(payload: bytes) -> None:
+                # Counts removals of pages whose parent left the index before them: the
+                # case a router must get right without ever seeing the pages as a tree.
+                for e in msgpack.unpackb(payload)[1]:
+                    if e["type"] == "BlockStored":
+                        prev = e["parent_block_hash"] or 0
+                        for h in e["block_hashes"]:
+                            parent_of[h], prev = prev, h
+                    elif e["type"] == "BlockRemoved":
+                        for h in e["block_hashes"]:
+                            orphans[0] += parent_of.get(h, 0) in gone
+                            gone.add(h)
+                    else:
+                        parent_of.clear()
+                        gone.clear()
+                pub.send(payload)
 
             def replay(rs: list[np.ndarray], first: int, publish: bool = True) -> None:
                 # Decoded tokens extend prompts whose last page was recomputed (bspa_seq_match
                 # leaves the last prompt token uncached): their pages hang under the page that
                 # was already published, which may be evicted before them.
                 for i, r in enumerate(rs):
-                    served.append(serve(pool, r, TENANTS[(first + i) % 2], generate=(first + i) % 40))
+                    served.append(serve(pool, r, TENANTS[(first + i) % 2], generate=(first + i) % 40,
+                                        seed=first + i))
                     if publish:
-                        pub.publish(pool)
+                        send(pool.drain_events_msgpack(dp_rank=0))
 
             # 1. stores only.
             replay(reqs[:6], 0)
@@ -348,12 +369,21 @@ def main() -> None:
             hits = settle(pool, probe_set(reqs[:6], rng), "after stores")
             if min(hits.values()) == 0:
                 fail("phase 1: no probe hit for some tenant, the comparison proves nothing")
-            # 2. evictions.
+            # 2. evictions. First the orphan case on purpose: a page-aligned prompt served
+            # twice, the second time with decoded tokens. bspa_seq_match leaves its last page
+            # uncached, the recomputed copy finds the published one and stands down, and the
+            # decoded page is published under that older page, which the LRU evicts first.
+            aligned = np.arange(4 * PAGE, dtype=np.int32) + 8_000_000
+            serve(pool, aligned, TENANTS[0])
+            send(pool.drain_events_msgpack(dp_rank=0))
+            orphan_seq = serve(pool, aligned, TENANTS[0], generate=2 * PAGE + 3, seed=1)
+            send(pool.drain_events_msgpack(dp_rank=0))
             replay(reqs[6:260], 6)
             ev = pool.stats().evictions
             if ev < PAGES:
                 fail(f"phase 2: only {ev} evictions")
-            hits = settle(pool, probe_set(reqs[200:260] + served[200:260], rng), f"after {ev} evictions")
+            hits = settle(pool, probe_set(reqs[200:260] + served[200:260], rng) + [orphan_seq[:6 * PAGE + 1]],
+                          f"after {ev} evictions")
             if min(hits.values()) == 0:
                 fail("phase 2: no probe hit for some tenant")
             # 3. an overflow: no drain for a while, so the queue of EVENTS records overflows.
@@ -362,7 +392,7 @@ def main() -> None:
             first = msgpack.unpackb(payload)[1][0]
             if first != {"type": "AllBlocksCleared"}:
                 fail(f"phase 3: the queue did not overflow (first event {first})")
-            pub.send(payload)
+            send(payload)
             pool.check()
             settle(pool, probe_set(reqs[260:300] + served[260:300], rng), "after an overflow (all cleared)")
             # 4. life goes on after the clear.
@@ -371,6 +401,10 @@ def main() -> None:
             if min(hits.values()) == 0:
                 fail("phase 4: no probe hit for some tenant")
             pool.check()
+            print(f"{orphans[0]} pages were evicted after their parent (orphans), e.g. decoded pages under a "
+                  f"recomputed last prompt page", flush=True)
+            if orphans[0] == 0:
+                fail("the replay never evicted a page after its parent: the orphan case went untested")
             # Negative control (c): each tenant's probes asked with the other's salt.
             bad = mismatches(pool, probe_set(reqs[290:320], rng),
                              query_tenant={TENANTS[0]: TENANTS[1], TENANTS[1]: TENANTS[0]})
