@@ -101,12 +101,58 @@ int main(int argc, char **argv) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
+
+  // The pool's side: serving the same requests (match, append, commit, destroy, with
+  // evictions) in a pool without events and in one with events drained after each.
+  auto serve_cost = [&](int64_t capacity) {
+    bspa_pool_options po = o;
+    po.events_capacity = capacity;
+    bspa_pool *p = nullptr;
+    ok(bspa_pool_create(&p, &po), "bspa_pool_create");
+    std::mt19937 g(7);
+    std::vector<double> times;
+    std::vector<int32_t> all(static_cast<size_t>(batch * page));  // a round's prompts, made before timing
+    for (int64_t r = 0; r < rounds + 2; ++r) {
+      for (int32_t &t : all) t = vocab(g);
+      const double t0 = now();
+      for (int64_t stored = 0; stored < batch; stored += seq_pages) {
+        std::memcpy(tokens.data(), all.data() + stored * page, tokens.size() * sizeof(int32_t));
+        bspa_seq *s = nullptr;
+        ok(bspa_seq_create(&s, p, nullptr), "bspa_seq_create");
+        int64_t cached = 0;
+        ok(bspa_seq_match(s, tokens.data(), static_cast<int64_t>(tokens.size()), &cached), "match");
+        ok(bspa_seq_append(s, tokens.data(), static_cast<int64_t>(tokens.size())), "append");
+        ok(bspa_seq_commit(s, static_cast<int64_t>(tokens.size())), "commit");
+        bspa_seq_destroy(s);
+        if (capacity > 0) {
+          size_t size = 0;
+          bspa_status st;
+          while ((st = bspa_pool_events_drain_msgpack(p, 1.0, 0, buffer.data(), buffer.size(), &size)) ==
+                 BSPA_ERR_BUFFER_TOO_SMALL)
+            buffer.resize(size * 2);
+          ok(st, "drain");
+        }
+      }
+      if (r >= 2) times.push_back(now() - t0);
+    }
+    bspa_pool_destroy(p);
+    return median(times);
+  };
   const double m = median(t_msgpack), s = median(t_struct);
   std::printf("page_size %d, %lld events (stored + removed pages) per drain, %lld rounds each\n", page,
               static_cast<long long>(pages_per_round), static_cast<long long>(rounds));
   std::printf("%-28s %10.3f ms  %8.2f M pages/s  %7.1f MB/s\n", "drain + vLLM msgpack encode", m * 1e3,
               pages_per_round / m / 1e6, bytes / m / 1e6);
   std::printf("%-28s %10.3f ms  %8.2f M pages/s\n", "structured drain", s * 1e3, pages_per_round / s / 1e6);
+  // Random tokens never hit, so this is the costliest case for events: every page is
+  // hashed, published (stored) and later evicted (removed). Interleaved A/B, best of 3.
+  double off = 1e30, on = 1e30;
+  for (int k = 0; k < 3; ++k) {
+    off = std::min(off, serve_cost(0));
+    on = std::min(on, serve_cost(4 * batch));
+  }
+  std::printf("%-28s %10.1f ns/page off, %.1f ns/page with events drained per request (+%.0f%%)\n",
+              "serve (match..destroy)", off / batch * 1e9, on / batch * 1e9, 100 * (on / off - 1));
   if (!json.empty()) {
     FILE *f = std::fopen(json.c_str(), "w");
     if (!f) return 1;

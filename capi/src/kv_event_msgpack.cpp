@@ -150,12 +150,11 @@ class Writer {
         p = out_ + pos_;
         continue;
       }
-      // Masks, not a ternary: the compiler turned that into a mispredicted branch.
-      const uint64_t wide = u > 0xffff;
-      const uint64_t mask = 0 - wide;
-      const uint64_t w16 = 0xcd | (static_cast<uint64_t>(__builtin_bswap16(static_cast<uint16_t>(u))) << 8);
-      const uint64_t w32 = 0xce | (static_cast<uint64_t>(__builtin_bswap32(u)) << 8);
-      const uint64_t w = (w16 & ~mask) | (w32 & mask);
+      // No ternary (it compiled to a mispredicted branch): the uint16 form is the uint32
+      // form's big-endian bytes shifted by 16, so one byte swap serves both.
+      const uint32_t wide = u > 0xffff;
+      const uint32_t be = __builtin_bswap32(u) >> ((wide ^ 1) * 16);
+      const uint64_t w = (static_cast<uint64_t>(be) << 8) | (0xcd + wide);
       if constexpr (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
         std::memcpy(p, &w, 8);
       } else {
