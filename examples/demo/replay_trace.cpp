@@ -98,7 +98,7 @@ void replay_trace(const Options &o, Device device, bspa_dtype dtype, Report &rep
   Device host;
   PoolPtr pool(create_pool(o, host, dtype, 0, num_pages, o.events));
   // --events: what a runtime's publisher does once per step, minus the socket.
-  std::vector<unsigned char> batch(1 << 24);
+  std::vector<unsigned char> batch(1 << 16);
   int64_t event_batches = 0, event_bytes = 0, event_overflows = 0;
   auto drain_events = [&] {
     size_t size = 0;
