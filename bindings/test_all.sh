@@ -108,4 +108,4 @@ for binding in ${BSPA_BINDINGS:-python rust go}; do
   esac
 done
 echo "== bindings =="
-suites_summary "$first"
+suites_summary "$first" bindings

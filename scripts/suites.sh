@@ -8,8 +8,9 @@
 #                            script: one test whose exit status is the result (0 passed,
 #                            77 skipped, having printed why: neither a pass nor a failure)
 #   step NAME CMD...         a step that runs no tests (configure, build)
-#   suites_summary [FROM]    prints records FROM (line number, default 1) on and a total
-#                            line; returns 1 when any of them failed
+#   suites_summary [FROM [LABEL]]  prints records FROM (line number, default 1) on and a
+#                            line "LABEL: N passed, N failed, N skipped" (default total);
+#                            returns 1 when any of them failed
 
 suites_init() {
   export BSPA_SUITES_FILE=$1
@@ -79,8 +80,8 @@ suite() { # name kind command...
   suites_record "$name" "$status" "$passed" "$failed" "$skipped"
 }
 
-suites_summary() { # [from]
-  local from=${1:-1} bad=0 tp=0 tf=0 ts=0
+suites_summary() { # [from [label]]
+  local from=${1:-1} label=${2:-total} bad=0 tp=0 tf=0 ts=0
   local name status p f s
   while IFS=$'\t' read -r name status p f s; do
     if [ -n "$p" ]; then
@@ -93,6 +94,6 @@ suites_summary() { # [from]
     if [ "${status%% *}" = FAILED ]; then bad=1; [ "${f:-0}" -gt 0 ] || tf=$((tf + 1)); fi
   done < <(tail -n "+$from" "$BSPA_SUITES_FILE")
   # The closing line, in the plain "N passed, N failed" form that CI reads.
-  echo "total: $tp passed, $tf failed, $ts skipped"
+  echo "$label: $tp passed, $tf failed, $ts skipped"
   return $bad
 }
