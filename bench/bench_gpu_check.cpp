@@ -38,6 +38,10 @@ struct Case {
   bool token_major = false;  // K/V pages as [pages, page_size, Hkv, D] (strided view)
   float scale = 0.0f;        // 0 = 1/sqrt(D)
   bool workspace = true;     // pass a split workspace (poisoned: it needs no initialisation)
+  // The prefix identity: the CPU oracle runs the full prefill of each sequence's ctx + q
+  // tokens from position 0 and the last q rows are compared with the GPU's rows (decode
+  // rows equal the last rows of the full prefill). One sequence.
+  bool identity = false;
 };
 
 const DLDevice kCpu{kDLCPU, 0};
@@ -48,7 +52,7 @@ std::string describe(const Case &c) {
   std::string s = std::string(c.dt == BSPA_DTYPE_BF16 ? "bf16" : "f16") + " D" + std::to_string(c.D) + " H" +
                   std::to_string(c.hq) + "/" + std::to_string(c.hkv) + " ps" + std::to_string(c.ps) + " " +
                   names[c.layout] + (c.token_major ? " tokmajor" : "") + (c.lse ? " lse" : "") +
-                  (c.workspace ? " ws" : "") + " seqs";
+                  (c.workspace ? " ws" : "") + (c.identity ? " identity" : "") + " seqs";
   for (auto &sq : c.seqs) s += " " + std::to_string(sq.first) + "+" + std::to_string(sq.second);
   return s;
 }
@@ -205,7 +209,31 @@ void run_paged(const Case &c, uint64_t seed) {
 
   std::vector<uint16_t> out_cpu(q.size(), nan16);
   std::vector<float> lse_cpu(static_cast<size_t>(c.hq) * T, NAN);
-  launch(kCpu, k.data(), v.data(), q.data(), out_cpu.data(), lse_cpu.data(), bt.data(), qs.data(), cl.data());
+  if (c.identity) {
+    // Full prefill of ctx + q tokens on the CPU (earlier rows random), then its last q rows.
+    const int ctx = cl[0], full = ctx + T;
+    std::vector<uint16_t> qf(static_cast<size_t>(full) * c.hq * c.D), of(qf.size(), nan16);
+    for (auto &x : qf) x = gpu::to_half(c.dt, rng.normal());
+    std::copy(q.begin(), q.end(), qf.begin() + static_cast<size_t>(ctx) * c.hq * c.D);
+    std::vector<float> lf(static_cast<size_t>(c.hq) * full, NAN);
+    std::vector<int32_t> qs_full = {0, full}, cl_full = {0};
+    Tensor tk(k.data(), kCpu, hdt, pshape, pstrides), tv(v.data(), kCpu, hdt, pshape, pstrides);
+    Tensor tq(qf.data(), kCpu, hdt, {full, c.hq, c.D}), to(of.data(), kCpu, hdt, {full, c.hq, c.D});
+    Tensor tl(lf.data(), kCpu, gpu::dl_f32(), {c.hq, full});
+    Tensor tbt(bt.data(), kCpu, gpu::dl_i32(), {ns, max_pages}), tqs(qs_full.data(), kCpu, gpu::dl_i32(), {2}),
+        tcl(cl_full.data(), kCpu, gpu::dl_i32(), {1});
+    bspa_paged_args a;
+    bspa_paged_args_init(&a);
+    a.q = tq.dl(), a.out = to.dl(), a.lse = tl.dl(), a.k_pages = tk.dl(), a.v_pages = tv.dl();
+    a.block_table = tbt.dl(), a.query_starts = tqs.dl(), a.context_lens = tcl.dl();
+    a.max_query_len = full, a.layout = layout, a.scale = scale;
+    BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
+    std::copy(of.begin() + static_cast<size_t>(ctx) * c.hq * c.D, of.end(), out_cpu.begin());
+    for (int h = 0; h < c.hq; ++h)
+      for (int t = 0; t < T; ++t) lse_cpu[static_cast<size_t>(h) * T + t] = lf[static_cast<size_t>(h) * full + ctx + t];
+  } else {
+    launch(kCpu, k.data(), v.data(), q.data(), out_cpu.data(), lse_cpu.data(), bt.data(), qs.data(), cl.data());
+  }
 
   uint16_t *dk = gpu::upload(k), *dv = gpu::upload(v), *dq = gpu::upload(q);
   uint16_t *dout = static_cast<uint16_t *>(gpu::dmalloc(q.size() * 2));
@@ -473,6 +501,60 @@ int main(int argc, char **argv) {
     c.seqs = {{600, 2048}};
     cases.push_back(c);
   }
+  {
+    // Decode rows (the decode kernel): q = 1..8, GQA 1/4/8 (rows q x group up to 64), every
+    // residue of the context mod 64 and mod the page size, contexts across the test layouts'
+    // local window (256 tokens) and 1024, every layout, split (workspace) and not.
+    const int groups[] = {1, 4, 8};
+    for (int i = 0; i < (quick ? 12 : 64); ++i) {
+      Case c;
+      c.dt = i % 2 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16;
+      c.D = (i / 2) % 2 ? 64 : 128;
+      const int g = groups[i % 3];
+      c.hkv = 1 + (i / 3) % 2;
+      c.hq = c.hkv * g;
+      c.ps = 16 << (i % 5);
+      c.layout = (i / 5) % 6;
+      c.lse = i % 7 != 3;
+      c.token_major = i % 11 == 5;
+      c.workspace = i % 4 != 1;
+      const int q = 1 + i % 8;
+      const int ns = 1 + (i / 4) % 3;
+      for (int s = 0; s < ns; ++s) {
+        const int ctx = (quick ? 64 * rng.range(0, 20) : 64 * rng.range(0, 70)) + mods[(i + s) % 8] + (s == 0 && i % 5 == 0 ? 3 : 0);
+        c.seqs.push_back({ctx, s == 1 && i % 6 == 0 ? 0 : q});  // an empty row now and then
+      }
+      cases.push_back(c);
+    }
+    // Long contexts: many splits, and unsplit key ranges past one listing pass (1024 tiles).
+    Case c;
+    c.hq = 32, c.hkv = 8, c.scale = 1.0f / 128;
+    c.seqs = {{40000, 1}};
+    cases.push_back(c);
+    c.hq = 8, c.hkv = 1, c.layout = 0, c.workspace = false, c.seqs = {{70001, 3}};
+    cases.push_back(c);
+    c.workspace = true, c.layout = 1;
+    cases.push_back(c);
+    // Decode rows next to prefill rows in one launch (both kernels), with and without a split.
+    c = Case{};
+    c.hq = 16, c.hkv = 2, c.ps = 64, c.seqs = {{5000, 1}, {300, 700}, {63, 8}, {2047, 200}, {9000, 2}};
+    cases.push_back(c);
+    c.workspace = false, c.layout = 0, c.dt = BSPA_DTYPE_F16, c.ps = 16;
+    cases.push_back(c);
+    // The prefix identity for decode rows: the last rows of the full prefill.
+    const int id_ctx[] = {1, 63, 64, 255, 256, 1000, 1023, 1024, 1025, 3000};
+    for (int i = 0; i < 10; ++i) {
+      Case d;
+      d.hq = i % 2 ? 8 : 4, d.hkv = i % 3 == 0 ? 1 : 2 - (i % 2 == 0);
+      d.hq = d.hkv * (i % 2 ? 4 : 8);
+      d.D = i % 4 == 3 ? 64 : 128;
+      d.ps = 16 << (i % 4);
+      d.layout = i % 6;
+      d.identity = true;
+      d.seqs = {{id_ctx[i], 1 + (i * 3) % 8}};
+      cases.push_back(d);
+    }
+  }
   if (!quick) {
     for (int i = 0; i < 40; ++i) {  // random cases
       Case c;
@@ -497,6 +579,12 @@ int main(int argc, char **argv) {
   }
   if (tiny) {  // a handful of small cases for compute-sanitizer (slow under racecheck)
     std::vector<Case> few = {cases[1], cases[4], cases[9]};
+    for (const Case &c : cases)  // a split decode case with GQA and a sparse layout
+      if (c.seqs.size() == 1 && c.seqs[0].second > 1 && c.seqs[0].second <= 8 && c.hq == 4 * c.hkv && c.layout == 1 &&
+          c.workspace && !c.identity && c.seqs[0].first < 3000) {
+        few.push_back(c);
+        break;
+      }
     for (auto &c : few) c.hq = std::min(c.hq, 2 * c.hkv), c.hq = c.hq < c.hkv ? c.hkv : c.hq;
     few[0].hq = few[0].hkv;
     few[2].hq = 4, few[2].hkv = 2;

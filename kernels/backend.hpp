@@ -23,14 +23,22 @@ void kv_write_cpu(const KvWriteProblem &p);
 // synchronise. Errors: Error(NotSupported) for dtypes/head dims the kernels lack,
 // Error(Cuda) for launch failures.
 void prefill_cuda(const PrefillProblem &p, void *stream);
-// Bytes of SplitWorkspace with which prefill_cuda may split its last round on `device`
-// for head_dim; 0 where it never splits (a GPU or build without the sm90a kernel).
+// Bytes of SplitWorkspace with which prefill_cuda may split work across SMs on `device`
+// for head_dim: the sm90a kernel's last round and the decode kernel's key ranges.
 // Throws Error(Cuda / NoDevice) for a bad device, Error(NotSupported) without CUDA.
 size_t prefill_workspace_bytes_cuda(int32_t device, int32_t head_dim);
 void kv_write_cuda(const KvWriteProblem &p, void *stream);
 
 // Query rows per work item in plans made for CUDA pools (the kernels' query tile).
 constexpr int32_t kCudaTileRows = 128;
+// Sequences with 1..kCudaDecodeMaxQueryLen new tokens (decode, speculative verification)
+// take the CUDA decode kernel (kernels/cuda/decode.hpp) rather than the prefill tiling.
+constexpr int32_t kCudaDecodeMaxQueryLen = 8;
+// kCudaDecodeMaxQueryLen, or 0 when BSPA_CUDA_DECODE=0 turns the decode kernel off (to time
+// or test the prefill kernels on decode rows); read once per process, so batch planning
+// (which leaves the decode rows out of the prefill work list) and launches agree. 0 in a
+// build without CUDA.
+int32_t cuda_decode_max_query_len();
 // Query rows per work item on the CPU.
 constexpr int32_t kCpuTileRows = 32;
 

@@ -10,10 +10,11 @@
 namespace bspa::kernels {
 
 std::vector<WorkItem> plan_work(int32_t num_seqs, const int32_t *query_starts, const int32_t *context_lens,
-                                int32_t tile_rows) {
+                                int32_t tile_rows, int32_t decode_max_query_len) {
   std::vector<WorkItem> work;
   for (int32_t s = 0; s < num_seqs; ++s) {
     const int32_t q = query_starts[s + 1] - query_starts[s];
+    if (q <= decode_max_query_len) continue;
     const int32_t shift = aligned_tile_shift(context_lens[s], q, tile_rows, std::min(tile_rows, kAlignRows));
     for (int32_t b = -shift; b < q; b += tile_rows) {
       const int32_t e = std::min(q, b + tile_rows);
@@ -66,7 +67,15 @@ BatchPlan plan_batch(const BatchPlanInput &in) {
     std::copy(in.pages + in.page_offsets[i], in.pages + in.page_offsets[i] + used,
               p.block_table.begin() + i * max_pages);
   }
-  p.work = plan_work(p.num_seqs, p.query_starts.data(), p.context_lens.data(), p.tile_rows);
+  p.decode_max_query_len = std::max(in.decode_max_query_len, 0);
+  for (int32_t i = 0; i < in.num_seqs; ++i) {
+    const int32_t q = in.query_lens[i];
+    if (q >= 1 && q <= p.decode_max_query_len) {
+      ++p.decode_seqs;
+      p.decode_max_keys = std::max(p.decode_max_keys, static_cast<int64_t>(in.context_lens[i]) + q);
+    }
+  }
+  p.work = plan_work(p.num_seqs, p.query_starts.data(), p.context_lens.data(), p.tile_rows, p.decode_max_query_len);
   return p;
 }
 

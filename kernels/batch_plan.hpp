@@ -28,6 +28,9 @@ struct BatchPlanInput {
   const int64_t *page_offsets = nullptr;  // [num_seqs + 1]
   int32_t page_size = 0;
   int32_t tile_rows = 64;  // query rows per work item
+  // Sequences with 1..decode_max_query_len new tokens get no work items: a backend's decode
+  // path computes them (0 = none; CUDA plans: cuda_decode_max_query_len()).
+  int32_t decode_max_query_len = 0;
 };
 
 struct BatchPlan {
@@ -41,6 +44,9 @@ struct BatchPlan {
   std::vector<int32_t> context_lens;  // [num_seqs]
   std::vector<int32_t> block_table;   // [num_seqs][block_table_stride], padded with -1
   std::vector<WorkItem> work;         // heaviest (largest key_end) first
+  int32_t decode_max_query_len = 0;   // as planned (BatchPlanInput)
+  int32_t decode_seqs = 0;            // sequences left to the decode path
+  int64_t decode_max_keys = 0;        // their largest context + new tokens
 };
 
 // Throws Error(OutOfRange) when a sequence's context + query tokens need more pages
@@ -49,7 +55,8 @@ BatchPlan plan_batch(const BatchPlanInput &in);
 
 // The work list alone, for callers that have only row offsets and context lengths
 // (bspa_prefill_paged on the CPU).
+// Sequences with 1..decode_max_query_len rows get no items.
 std::vector<WorkItem> plan_work(int32_t num_seqs, const int32_t *query_starts, const int32_t *context_lens,
-                                int32_t tile_rows);
+                                int32_t tile_rows, int32_t decode_max_query_len = 0);
 
 }  // namespace bspa::kernels

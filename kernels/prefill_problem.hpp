@@ -70,6 +70,12 @@ struct PrefillProblem {
   float scale = 1.0f;
 
   SplitWorkspace split;  // CUDA only, optional
+
+  // CUDA decode rows (backend.hpp: cuda_decode_max_query_len): how many sequences have
+  // 1..that many new tokens (-1 = unknown: the metadata is on the device) and an upper
+  // bound of their context + new tokens (sizes the decode kernel's key split).
+  int32_t decode_seqs = -1;
+  int64_t decode_max_keys = 0;
 };
 
 // Writes new tokens' K/V ([total_q, Hkv, head_dim], token/head strides in elements)

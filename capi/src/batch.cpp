@@ -72,6 +72,7 @@ BSPA_API bspa_status bspa_batch_create(bspa_batch **batch, bspa_pool *pool, bspa
     in.page_offsets = offsets.data();
     in.page_size = p.page_size();
     in.tile_rows = cuda ? bspa::kernels::kCudaTileRows : bspa::kernels::kCpuTileRows;
+    in.decode_max_query_len = cuda ? bspa::kernels::cuda_decode_max_query_len() : 0;
     b->pool = pool;
     b->plan = bspa::kernels::plan_batch(in);
     if (cuda) b->device = bspa::kernels::upload_batch_cuda(b->plan, p.device_id(), p.head_dim(), p.num_kv_heads(), stream);

@@ -252,6 +252,8 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
       p.num_work = static_cast<int32_t>(plan.work.size());
     }
     p.work_tile_rows = plan.tile_rows;
+    p.decode_seqs = plan.decode_seqs;
+    p.decode_max_keys = plan.decode_max_keys;
     if (plan.total_q == 0) return;
     if (g.cuda)
       bspa::kernels::prefill_cuda(p, stream);
@@ -344,6 +346,7 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
     p.query_starts = reinterpret_cast<const int32_t *>(qs.data);
     p.context_lens = reinterpret_cast<const int32_t *>(cl.data);
     p.max_query_len = args->max_query_len;
+    p.decode_max_keys = bt.dim(1) * page_size;  // the block table's reach bounds every sequence
 
     // Contradictions visible in the shapes and arguments alone are refused on every device
     // (on CUDA a launch would leave rows of out unwritten and report success).

@@ -2,12 +2,14 @@
 // stream when the batch is created, so the per-layer launches only read them.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
 #include "common/device.hpp"
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/cuda/decode.hpp"
 #include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/prefill_sm90.hpp"
 
@@ -44,10 +46,17 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, in
   meta->num_work = static_cast<int32_t>(plan.work.size());
   // A split workspace only where a launch of the plan may split: the sm90a kernel (GPU,
   // build, query tiles of 128 rows) and fewer than kSplitMaxRounds rounds of items even
-  // at the fewest query heads a launch can have (one per KV head). It is an optimisation:
-  // when the device has no room for it, the batch goes without (and never splits).
-  if (plan.max_query_len > 64 &&
-      static_cast<int64_t>(plan.work.size()) * num_kv_heads < sm90::kSplitMaxRounds * cuda::multiprocessor_count(device)) {
+  // at the fewest query heads a launch can have (one per KV head), or the decode kernel.
+  // It is an optimisation: when the device has no room for it, the batch goes without
+  // (and never splits).
+  // The decode kernel splits key ranges when its (sequence, KV head) items do not fill the GPU.
+  const int sms = cuda::multiprocessor_count(device);
+  const bool prefill_may_split = plan.max_query_len > 64 &&
+                                 static_cast<int64_t>(plan.work.size()) * num_kv_heads < sm90::kSplitMaxRounds * sms;
+  const bool decode_may_split =
+      plan.decode_seqs > 0 && decode::plan_splits(int64_t{plan.decode_seqs} * num_kv_heads, plan.decode_max_keys, sms,
+                                                  INT64_MAX) > 1;
+  if (prefill_may_split || decode_may_split) {
     const size_t bytes = prefill_workspace_bytes_cuda(device, head_dim);
     if (bytes) {
       try {

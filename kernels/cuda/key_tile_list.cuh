@@ -1,6 +1,7 @@
 // The key tiles one CTA's query tile must visit, classified and compacted into a list in
 // shared memory. Shared by the sm80 and sm90a prefill kernels, which differ in how they
-// compute a tile, not in which tiles they compute.
+// compute a tile, not in which tiles they compute; the decode kernel lists with its own
+// classification (the union over a KV group's heads) through the same compaction.
 //
 // A query tile covers query blocks qb0..qb1 (at most three 64-token blocks of the layout:
 // a 128-row tile that does not start on a block boundary touches three). A 64-token key
@@ -19,6 +20,7 @@ namespace bspa::kernels::cuda {
 constexpr int kKeyTileTokens = 64;
 constexpr int kKeyTileMasked = 1 << 28;
 constexpr int kKeyTileBlockShift = 29;
+constexpr int kKeyTileIndexMask = kKeyTileMasked - 1;  // entry -> key tile index
 
 // The barrier of all threads of the CTA.
 struct CtaBarrier {
@@ -26,42 +28,23 @@ struct CtaBarrier {
 };
 
 // Classifies key tiles [c0, c1) — kThreads threads (threadIdx.x 0..kThreads-1), kPerThread
-// tiles each, so c1 - c0 <= kThreads * kPerThread — and writes the visible ones, in order,
-// to list. scan holds kThreads / 32 ints of scratch. Returns how many were listed; list is
-// complete and visible to every calling thread on return. All kThreads threads must call
-// it; `sync` is their barrier (the whole CTA's unless a warp-specialized kernel lists with
-// some of its warps).
-template <int kThreads, int kPerThread, class Sync = CtaBarrier>
-__device__ __forceinline__ int list_key_tiles(const DeviceLayout &layout, int h, int qb0, int qb1, int p0,
-                                              int block_size, int c0, int c1, int *list, int *scan,
-                                              Sync sync = Sync{}) {
+// tiles each, so c1 - c0 <= kThreads * kPerThread — with classify(kt) (a list entry, or -1
+// for a tile nobody sees) and writes the visible ones, in order, to list. scan holds
+// kThreads / 32 ints of scratch. Returns how many were listed; list is complete and
+// visible to every calling thread on return. All kThreads threads must call it; `sync` is
+// their barrier (the whole CTA's unless a warp-specialized kernel lists with some of its
+// warps).
+template <int kThreads, int kPerThread, class Classify, class Sync = CtaBarrier>
+__device__ __forceinline__ int compact_key_tiles(Classify classify, int c0, int c1, int *list, int *scan,
+                                                 Sync sync = Sync{}) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   int entries[kPerThread];
   int count = 0;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int kt = c0 + tid * kPerThread + i;
-    entries[i] = -1;
-    if (kt < c1) {
-      const int k0 = kt * kKeyTileTokens;
-      const int kb = k0 / block_size;
-      unsigned bits = 0;
-      bool all = true;
-#pragma unroll
-      for (int j = 0; j < 3; ++j) {
-        const int qb = qb0 + j;
-        if (qb <= qb1) {
-          const bool a = layout.allowed(h, qb, kb);
-          bits |= static_cast<unsigned>(a) << j;
-          all = all && a;
-        }
-      }
-      if (bits) {
-        const bool full = all && k0 + kKeyTileTokens - 1 <= p0;
-        entries[i] = kt | (full ? 0 : kKeyTileMasked) | static_cast<int>(bits << kKeyTileBlockShift);
-        ++count;
-      }
-    }
+    entries[i] = kt < c1 ? classify(kt) : -1;
+    count += entries[i] != -1;
   }
   // Block-wide exclusive scan of the counts: a warp scan, then the warps' totals.
   int incl = count;
@@ -85,6 +68,33 @@ __device__ __forceinline__ int list_key_tiles(const DeviceLayout &layout, int h,
     if (entries[i] != -1) list[pos++] = entries[i];
   sync();
   return total;
+}
+
+// The prefill kernels' classification: for query head h and a query tile covering query
+// blocks qb0..qb1 whose first row is at position p0 (the entry encoding above).
+template <int kThreads, int kPerThread, class Sync = CtaBarrier>
+__device__ __forceinline__ int list_key_tiles(const DeviceLayout &layout, int h, int qb0, int qb1, int p0,
+                                              int block_size, int c0, int c1, int *list, int *scan,
+                                              Sync sync = Sync{}) {
+  auto classify = [&](int kt) {
+    const int k0 = kt * kKeyTileTokens;
+    const int kb = k0 / block_size;
+    unsigned bits = 0;
+    bool all = true;
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+      const int qb = qb0 + j;
+      if (qb <= qb1) {
+        const bool a = layout.allowed(h, qb, kb);
+        bits |= static_cast<unsigned>(a) << j;
+        all = all && a;
+      }
+    }
+    if (!bits) return -1;
+    const bool full = all && k0 + kKeyTileTokens - 1 <= p0;
+    return kt | (full ? 0 : kKeyTileMasked) | static_cast<int>(bits << kKeyTileBlockShift);
+  };
+  return compact_key_tiles<kThreads, kPerThread>(classify, c0, c1, list, scan, sync);
 }
 
 }  // namespace bspa::kernels::cuda

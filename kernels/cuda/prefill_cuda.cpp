@@ -1,9 +1,11 @@
 // prefill_cuda: checks what the kernels support (anything else is NotSupported, never a
-// wrong answer), maps the problem to kernel parameters, picks the kernel family (sm90a
-// wgmma on compute capability 9.0, sm80 mma.sync elsewhere) and the tile.
+// wrong answer), maps the problem to kernel parameters, routes the rows of short queries to
+// the decode kernel and the rest to a prefill kernel family (sm90a wgmma on compute
+// capability 9.0, sm80 mma.sync elsewhere) with its tile.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +14,7 @@
 
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/cuda/decode.hpp"
 #include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/prefill_sm80.hpp"
 #include "kernels/cuda/prefill_sm90.hpp"
@@ -80,11 +83,65 @@ bool device_is_sm90(int device) {
   return yes;
 }
 
+void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t stream, int device) {
+  if (p.work && p.num_work <= 0) return;
+
+  // 128-row query tiles halve the K/V traffic per row; short queries (decode, small
+  // chunks) would mostly fill them with padding, so they get 64-row tiles (sm80 only).
+  const Path path = requested_path();
+  const bool sm90_ok = built_with_sm90a() && device_is_sm90(device);
+  check(path != Path::Sm90 || sm90_ok, Errc::NotSupported,
+        "BSPA_CUDA_PATH = sm90 needs a compute capability 9.0 device and a build with sm_90a (BSPA_CUDA_ARCHS = ",
+        BSPA_CUDA_ARCHS_STRING, ")");
+  const bool use_sm90 = path == Path::Sm90 || (path == Path::Auto && sm90_ok && p.max_query_len > 64);
+  const int bm = use_sm90 || p.max_query_len > 64 ? 128 : 64;
+  dim3 grid;
+  if (p.work && p.work_tile_rows % bm == 0) {
+    prm.work = p.work;
+    prm.work_tile_rows = p.work_tile_rows;
+    const int64_t y = static_cast<int64_t>(p.num_work) * (p.work_tile_rows / bm);
+    check(y <= 65535, Errc::NotSupported, "the CUDA prefill launches at most 65535 query tiles per head (",
+          y, " needed)");
+    grid = dim3(p.num_q_heads, static_cast<unsigned>(y), 1);
+  } else {
+    const int64_t tiles = (static_cast<int64_t>(p.max_query_len) + bm - 1) / bm;
+    if (tiles == 0) return;
+    check(tiles <= 65535 && p.num_seqs <= 65535, Errc::NotSupported,
+          "the CUDA prefill launches at most 65535 query tiles per sequence and 65535 sequences");
+    grid = dim3(p.num_q_heads, static_cast<unsigned>(tiles), p.num_seqs);
+  }
+  if (use_sm90) {
+    if (p.dtype == DType::BF16) dispatch_sm90<__nv_bfloat16>(prm, p.head_dim, grid, p.split, stream);
+    else dispatch_sm90<__half>(prm, p.head_dim, grid, p.split, stream);
+  } else if (p.dtype == DType::BF16) {
+    dispatch<__nv_bfloat16>(prm, p.head_dim, bm, grid, stream);
+  } else {
+    dispatch<__half>(prm, p.head_dim, bm, grid, stream);
+  }
+}
+
+template <class T>
+void dispatch_decode(const sm80::Params &prm, int head_dim, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
+                     const decode::Split &split, cudaStream_t stream) {
+  if (head_dim == 64) decode::launch<T, 64>(prm, num_seqs, num_kv_heads, max_rows, split, stream);
+  else decode::launch<T, 128>(prm, num_seqs, num_kv_heads, max_rows, split, stream);
+}
+
 }  // namespace
 
+int32_t cuda_decode_max_query_len() {
+  static const int32_t value = [] {
+    const char *e = std::getenv("BSPA_CUDA_DECODE");
+    return e != nullptr && std::strcmp(e, "0") == 0 ? 0 : kCudaDecodeMaxQueryLen;
+  }();
+  return value;
+}
+
 size_t prefill_workspace_bytes_cuda(int32_t device, int32_t head_dim) {
-  if (!built_with_sm90a() || !device_is_sm90(device) || (head_dim != 64 && head_dim != 128)) return 0;
-  return sm90::split_workspace_bytes(head_dim, cuda::multiprocessor_count(device));
+  if (head_dim != 64 && head_dim != 128) return 0;
+  const int sms = cuda::multiprocessor_count(device);
+  const size_t prefill = built_with_sm90a() && device_is_sm90(device) ? sm90::split_workspace_bytes(head_dim, sms) : 0;
+  return std::max(prefill, decode::workspace_bytes(head_dim, sms));
 }
 
 void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
@@ -113,7 +170,6 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   check(p.scale > 0.0f, Errc::NotSupported, "scale = ", p.scale,
         ": the CUDA prefill supports positive scales (it folds the scale into exp2 after the row max)");
   if (p.num_seqs <= 0 || p.total_q <= 0 || p.num_q_heads <= 0) return;
-  if (p.work && p.num_work <= 0) return;
 
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   cuda::PointerDeviceGuard device(p.q);
@@ -146,37 +202,33 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   prm.layout = cuda::device_layout(layout, device.device(), stream);
   if (layout.kind == Layout::Kind::Dense) prm.layout.block_size = 64;
 
-  // 128-row query tiles halve the K/V traffic per row; short queries (decode, small
-  // chunks) would mostly fill them with padding, so they get 64-row tiles (sm80 only).
-  const Path path = requested_path();
-  const bool sm90_ok = built_with_sm90a() && device_is_sm90(device.device());
-  check(path != Path::Sm90 || sm90_ok, Errc::NotSupported,
-        "BSPA_CUDA_PATH = sm90 needs a compute capability 9.0 device and a build with sm_90a (BSPA_CUDA_ARCHS = ",
-        BSPA_CUDA_ARCHS_STRING, ")");
-  const bool use_sm90 = path == Path::Sm90 || (path == Path::Auto && sm90_ok && p.max_query_len > 64);
-  const int bm = use_sm90 || p.max_query_len > 64 ? 128 : 64;
-  dim3 grid;
-  if (p.work && p.work_tile_rows % bm == 0) {
-    prm.work = p.work;
-    prm.work_tile_rows = p.work_tile_rows;
-    const int64_t y = static_cast<int64_t>(p.num_work) * (p.work_tile_rows / bm);
-    check(y <= 65535, Errc::NotSupported, "the CUDA prefill launches at most 65535 query tiles per head (",
-          y, " needed)");
-    grid = dim3(p.num_q_heads, static_cast<unsigned>(y), 1);
-  } else {
-    const int64_t tiles = (static_cast<int64_t>(p.max_query_len) + bm - 1) / bm;
-    if (tiles == 0) return;
-    check(tiles <= 65535 && p.num_seqs <= 65535, Errc::NotSupported,
-          "the CUDA prefill launches at most 65535 query tiles per sequence and 65535 sequences");
-    grid = dim3(p.num_q_heads, static_cast<unsigned>(tiles), p.num_seqs);
-  }
-  if (use_sm90) {
-    if (p.dtype == DType::BF16) dispatch_sm90<__nv_bfloat16>(prm, p.head_dim, grid, p.split, stream);
-    else dispatch_sm90<__half>(prm, p.head_dim, grid, p.split, stream);
-  } else if (p.dtype == DType::BF16) {
-    dispatch<__nv_bfloat16>(prm, p.head_dim, bm, grid, stream);
-  } else {
-    dispatch<__half>(prm, p.head_dim, bm, grid, stream);
+  // Routing: sequences with 1..decode_max new tokens go to the decode kernel, the others to
+  // a prefill kernel, both launched here on the stream (the decode kernel after the
+  // prefill kernel: they may share the split workspace). Which sequences are short is known
+  // on the host for pool batches (decode_seqs); for device metadata it is not, so both run
+  // whenever max_query_len allows both kinds, each skipping the other's sequences.
+  const int32_t decode_max = cuda_decode_max_query_len();
+  prm.decode_max_query_len = decode_max;
+  const bool any_decode = decode_max > 0 && p.decode_seqs != 0;
+  const bool any_prefill = p.max_query_len > decode_max;
+  if (any_prefill) launch_prefill(p, prm, stream, device.device());
+  if (any_decode) {
+    check(p.num_seqs <= 65535, Errc::NotSupported, "the CUDA decode kernel launches at most 65535 sequences (",
+          p.num_seqs, " given)");
+    const int32_t max_rows = std::min(p.max_query_len, decode_max) * prm.group;
+    check(max_rows <= decode::kMaxRows, Errc::NotSupported, "num_q_heads / num_kv_heads = ", prm.group,
+          ": the CUDA decode kernel takes at most ", decode::kMaxRows, " rows (new tokens x query heads per KV head)");
+    decode::Split split;
+    split.rows = max_rows;
+    const int64_t items = static_cast<int64_t>(p.decode_seqs > 0 ? p.decode_seqs : p.num_seqs) * p.num_kv_heads;
+    const int64_t unit_bytes = decode::unit_floats(max_rows, p.head_dim) * static_cast<int64_t>(sizeof(float));
+    const int64_t capacity = p.split.data ? static_cast<int64_t>(p.split.bytes) / unit_bytes : 0;
+    split.splits = decode::plan_splits(items, p.decode_max_keys, cuda::multiprocessor_count(device.device()), capacity);
+    split.partials = static_cast<float *>(p.split.data);
+    if (p.dtype == DType::BF16)
+      dispatch_decode<__nv_bfloat16>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, max_rows, split, stream);
+    else
+      dispatch_decode<__half>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, max_rows, split, stream);
   }
 }
 

@@ -24,6 +24,7 @@
 #include "kernels/cuda/query_tile.cuh"
 #include "kernels/cuda/prefill_sm80.hpp"
 #include "kernels/cuda/sm80_primitives.cuh"
+#include "kernels/cuda/softmax.cuh"
 
 namespace bspa::kernels::sm80 {
 
@@ -48,12 +49,6 @@ struct Config {
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 64 + 1024;
   static constexpr int kRowsPerPass = kThreads / kChunks;  // K/V rows one cp.async pass covers
 };
-
-// Byte offset of 16-byte chunk c of row r in a swizzled tile.
-template <int D>
-__device__ __forceinline__ uint32_t swz(int r, int c) {
-  return static_cast<uint32_t>(r * D * 2 + ((c ^ (r & 7)) << 4));
-}
 
 template <class T, int D, int BM>
 __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
@@ -109,7 +104,7 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
   const int64_t v_step = static_cast<int64_t>(C::kRowsPerPass) * p.v_tok;
   const bool tile_in_page = p.page_shift >= 6;
   auto load_kv = [&](int entry, int stage) {
-    const int k0 = (entry & 0x0FFFFFFF) * kKeyTile;
+    const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
     const uint32_t dk = smem_addr(sK + stage * C::kTileBytes) + kv_dst0;
     const uint32_t dv = smem_addr(sV + stage * C::kTileBytes) + kv_dst0;
     constexpr int kPasses = kKeyTile / C::kRowsPerPass;
@@ -228,7 +223,7 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
       // Logits stay unscaled: scale > 0 (checked on the host) commutes with max, and the
       // exp2 below applies it in one FFMA.
       if (entry & cuda::kKeyTileMasked) {  // masked tile: token rule per element
-        const int k0 = (entry & 0x0FFFFFFF) * kKeyTile;
+        const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
         const unsigned bits = static_cast<unsigned>(entry) >> cuda::kKeyTileBlockShift;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -263,11 +258,8 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
           x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
           mx[mt][rr] = x * p.scale_log2;
         }
-      // Lazy rescale: the running max m only moves (and O, l are rescaled) when some row's
-      // max grew past m + kSlack; otherwise the exponentials use the stale m and stay below
-      // 2^kSlack, exact in fp32 and representable in bf16/f16 (the final O / l and lse use
-      // the same m, so the result does not depend on when m moved).
-      constexpr float kSlack = 8.f;
+      // Lazy rescale (softmax.cuh).
+      constexpr float kSlack = cuda::kSoftmaxSlack;
       bool grow = false;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -336,7 +328,6 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
   }
 
   // Epilogue: normalise, stage this warp's rows in its own part of sQ, store 16 bytes a lane.
-  constexpr float kLn2 = 0.69314718055994530942f;
   float inv[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -348,7 +339,7 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
       inv[mt][rr] = sum > 0.f ? 1.f / sum : 0.f;
       const int t = t0 + warp_row0 + mt * 16 + (lane >> 2) + rr * 8;
       if (p.lse && (lane & 3) == 0 && t < t1)
-        p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = sum > 0.f ? m[mt][rr] * kLn2 + logf(sum) : -INFINITY;
+        p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(m[mt][rr], sum);
     }
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)

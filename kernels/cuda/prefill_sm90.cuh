@@ -48,6 +48,7 @@
 #include "kernels/cuda/query_tile.cuh"
 #include "kernels/cuda/prefill_sm90.hpp"
 #include "kernels/cuda/sm90_primitives.cuh"
+#include "kernels/cuda/softmax.cuh"
 
 namespace bspa::kernels::sm90 {
 
@@ -471,7 +472,7 @@ __global__ void __launch_bounds__(384, 1)
     // and NaN included, and a row that has seen nothing yet, whose m is -inf) computes the
     // maxima and the exponentials again. The sum test is looser than the max test, so m
     // may move in a few more steps; either way every value stays within 2^kSlack.
-    constexpr float kSlack = 8.f, kSlackBound = 256.f;  // 2^kSlack
+    constexpr float kSlack = cuda::kSoftmaxSlack, kSlackBound = 256.f;  // 2^kSlack
     static_assert(kSlackBound == float(1 << int(kSlack)), "kSlackBound is 2^kSlack");
     // The row maxima of this step's logits (quad-reduced, in exp2 units).
     auto row_max = [&](float(&mx)[2]) {
@@ -706,7 +707,6 @@ __global__ void __launch_bounds__(384, 1)
   if (last_in) {
   // Epilogue: normalise, stage this warp's 16 rows in its own part of sQ (its warpgroup's
   // wgmma reads of sQ are complete), store 16 bytes a lane.
-  constexpr float kLn2 = 0.69314718055994530942f;
   float inv[2];
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
@@ -716,7 +716,7 @@ __global__ void __launch_bounds__(384, 1)
     inv[rr] = sum > 0.f ? 1.f / sum : 0.f;
     const int t = t0 + wrow + rr * 8;
     if (p.lse && (lane & 3) == 0 && t < t1)
-      p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = sum > 0.f ? m[rr] * kLn2 + logf(sum) : -INFINITY;
+      p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(m[rr], sum);
   }
 #pragma unroll
   for (int hh = 0; hh < NH; ++hh)

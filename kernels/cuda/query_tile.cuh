@@ -23,7 +23,8 @@ struct QueryTile {
   int qb0, qb1;  // layout blocks of p0 and p1
 };
 
-// False when the tile has no rows (past a sequence's end or a work item's last tile).
+// False when the tile has no rows (past a sequence's end or a work item's last tile, or
+// a sequence the decode kernel computes).
 // (y, z) is the tile's place in the launch's logical grid: blockIdx.y/z for one CTA per
 // tile; a persistent kernel's CTAs walk the logical grid themselves.
 template <int BM>
@@ -40,6 +41,7 @@ __device__ __forceinline__ bool locate_query_tile(const sm80::Params &p, int y, 
   }
   t.qs = p.query_starts[t.seq];
   t.q_len = p.query_starts[t.seq + 1] - t.qs;
+  if (t.q_len <= p.decode_max_query_len) return false;  // the decode kernel's rows (or none)
   end = min(end, t.q_len);
   if (begin >= end) return false;
   t.ctx = p.context_lens[t.seq];

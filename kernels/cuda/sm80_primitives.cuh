@@ -78,6 +78,13 @@ __device__ __forceinline__ uint32_t pack2<__half>(float x, float y) {
   return *reinterpret_cast<uint32_t *>(&v);
 }
 
+// Byte offset of 16-byte chunk c of row r in a tile of D-element rows, XOR-swizzled within
+// 8-row groups so ldmatrix of 8 rows at one chunk column is conflict-free.
+template <int D>
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  return static_cast<uint32_t>(r * D * 2 + ((c ^ (r & 7)) << 4));
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

@@ -17,6 +17,8 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &, int32_
   fail(Errc::NotSupported, "CUDA batch metadata: bspa was built without CUDA");
 }
 
+int32_t cuda_decode_max_query_len() { return 0; }
+
 size_t prefill_workspace_bytes_cuda(int32_t, int32_t) {
   fail(Errc::NotSupported, "CUDA prefill workspace: bspa was built without CUDA");
 }

@@ -487,10 +487,11 @@ typedef struct bspa_batch bspa_batch;
  * not seen by the batch. n is at most the pool's live sequences. For a CUDA pool it
  * uploads its metadata on `stream`; later launches neither allocate nor synchronise,
  * except the first use of a CSR layout on a device (see bspa_prefill). Where a launch
- * of the batch may split its last round (see bspa_prefill_workspace_bytes: a GPU that
- * has the split, and fewer than 8 rounds of (128-row query tile, KV head) items on its
- * SMs), the batch also allocates that workspace (about 18 MB for head_dim 128 on an
- * H200; left out, and the launches do not split, when the device has no room for it).
+ * of the batch may split work across SMs (see bspa_prefill_workspace_bytes: the Hopper
+ * prefill's last round when fewer than 8 rounds of (128-row query tile, KV head) items
+ * fill the SMs, or the decode rows' key ranges when their (sequence, KV head) items do
+ * not fill the GPU), the batch also allocates that workspace (about 18 MB for head_dim
+ * 128 on an H200; left out, and the launches do not split, when the device has no room).
  * That is one reason its launches must not overlap (one stream at a time).
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT (n < 1 or more than the
  * pool's live sequences, negative query_len, a sequence of another pool, the same
@@ -527,6 +528,13 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int
  * overflows (e.g. q and k entries near 1e19 in f32 or bf16; f16 inputs cannot reach it
  * with a scale <= 1) gets NaN in out and lse, without an error (detecting it would cost a
  * pass over the inputs).
+ * CUDA routing: the rows of sequences with 1..8 new tokens (decode, speculative
+ * verification) run on a decode kernel that computes the rows of all query heads of a
+ * KV group together, so each K/V page is read once per KV head, with key ranges split
+ * across SMs when the rows do not fill the GPU; longer queries run on the prefill
+ * kernels. A mixed batch launches both on `stream` from this one call. Results are the
+ * same function either way (within rounding); BSPA_CUDA_DECODE=0 in the environment
+ * (read once per process) sends every row to the prefill kernels.
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (layer; a CSR layout shorter
  * than a sequence), BSPA_ERR_SHAPE_MISMATCH (also: out or lse with overlapping rows),
  * BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH, BSPA_ERR_INVALID_ARGUMENT
@@ -545,15 +553,16 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
 
 /* Bytes of the optional bspa_paged_args.workspace for launches on a device of
  * `device_type` (kDLCPU or kDLCUDA) and `device_id` with `head_dim`: 0 where no launch
- * uses one (CPU; a GPU, build or head_dim without the Hopper kernel), about 18 MB for
- * head_dim 128 on an H200. With it, a CUDA launch whose (query tile, head) items leave
- * its last round on the SMs partly idle splits those items' key ranges across SMs and
- * merges them (e.g. a short query over a long prefix; figures in bench/NOTES.md).
- * Results agree within rounding either way (BSPA_CUDA_PATH=sm80 launches ignore it). A
- * launch that splits first clears its counters (under 1 KB of the workspace) with
- * cudaMemsetAsync on its stream, which a CUDA graph captures like the kernel: replays of
- * graphs that share a workspace must not overlap either. Any thread; the answer is fixed
- * per device and head_dim.
+ * uses one (CPU; a head_dim the CUDA kernels lack), about 18 MB for head_dim 128 on an
+ * H200. With it, a CUDA launch splits key ranges across SMs where its work would leave
+ * SMs idle, and merges the parts: the Hopper prefill's last round of (query tile, head)
+ * items (e.g. a short query over a long prefix), and decode rows whose (sequence, KV
+ * head) items do not fill the GPU (e.g. few sequences with long contexts; figures in
+ * bench/NOTES.md). Results agree within rounding either way. A Hopper prefill launch that
+ * splits first clears its counters (under 1 KB of the workspace) with cudaMemsetAsync
+ * on its stream, which a CUDA graph captures like the kernel; a decode split adds a
+ * second, merging kernel. Replays of graphs that share a workspace must not overlap. Any
+ * thread; the answer is fixed per device and head_dim.
  * Errors: BSPA_ERR_NULL_POINTER (bytes), BSPA_ERR_INVALID_ARGUMENT (head_dim <= 0),
  * BSPA_ERR_NO_DEVICE (no such CUDA device), BSPA_ERR_NOT_SUPPORTED (other device types),
  * BSPA_ERR_CUDA. */
@@ -571,7 +580,10 @@ BSPA_API bspa_status bspa_prefill_workspace_bytes(int32_t device_type, int32_t d
  *  context_lens: int32 [num_seqs], tokens before the new ones; sequence i has
  *    context_lens[i] + (query_starts[i+1] - query_starts[i]) tokens in its pages,
  *    the new tokens' K/V included.
- *  max_query_len: an upper bound of the query lengths (sizes the CUDA grid). */
+ *  max_query_len: an upper bound of the query lengths (sizes the CUDA grid). On CUDA,
+ *    when it is above 8 and some sequences have 1..8 rows, both the prefill and the
+ *    decode kernel are launched (the metadata stays on the device), each skipping the
+ *    other's sequences; a decode split is sized from the block table's width. */
 typedef struct bspa_paged_args {
   uint32_t version; /* BSPA_PAGED_ARGS_VERSION */
   const DLTensor *q;

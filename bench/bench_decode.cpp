@@ -1,0 +1,226 @@
+// Decode timing on a GPU through the public header (bspa_prefill_paged over caller-owned
+// pages, metadata on the device, as a runtime's decode step launches it). Phi-3-small
+// shapes: Hq 32, Hkv 8, head dim 128, bf16, B 64, Lb 16, V 8, heterogeneous heads, scale
+// 1/128; one new token per sequence (--q N for speculative rows). Pages of each sequence are
+// a random permutation of the pool's, so the reads are as scattered as in a long-running
+// server. Every case reads far more than L2 holds (>= 134 MB), so launches need no rotation.
+// CUDA events around each queued launch, warm-up, median of many.
+//   bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE]
+// "bytes" is the K/V a decode must read: every key of the sequence per KV head (dense), or
+// the union over the KV group's query heads of their visible keys (sparse). GB/s = bytes /
+// time. With BSPA_CUDA_DECODE=0 the same launches go through the prefill kernels (the path
+// before the decode kernel), for an A/B in one device call.
+#include <bspa/bspa.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#ifndef BSPA_HAVE_CUDA
+int main() {
+  std::printf("SKIP: bspa was built without CUDA\n");
+  return 0;
+}
+#else
+#include <algorithm>
+#include <ctime>
+
+#include "gpu_common.hpp"
+
+using gpu::Tensor;
+
+namespace {
+
+constexpr int kHq = 32, kHkv = 8, kD = 128, kB = 64, kLb = 16, kV = 8;
+constexpr int64_t kMaxTokens = 8 * 131072 + 4096;  // K/V allocated once for the largest case
+
+struct Case {
+  const char *name;
+  int seqs, ctx;
+};
+const Case kCases[] = {{"64x8191", 64, 8191},   {"8x131071", 8, 131071}, {"256x2047", 256, 2047},
+                       {"1x32767", 1, 32767},   {"128x4095", 128, 4095}};
+
+bool allowed(int h, int64_t qb, int64_t kb, bool sparse) {
+  if (kb > qb) return false;
+  if (!sparse) return true;
+  const int step = std::max(1, kV / kHq);
+  return qb - kb < kLb || (kb + h * step + 1) % kV == 0;
+}
+
+// K/V bytes a decode step must read: per sequence and KV head, the keys any query head of
+// the group sees from any of the q new rows.
+double kv_bytes(int seqs, int ctx, int q, bool sparse) {
+  const int group = kHq / kHkv, kv_len = ctx + q;
+  double keys = 0;
+  for (int g = 0; g < kHkv; ++g)
+    for (int64_t kb = 0; kb * kB < kv_len; ++kb) {
+      bool any = false;
+      for (int hh = 0; hh < group && !any; ++hh)
+        for (int64_t qb = ctx / kB; qb <= (kv_len - 1) / kB && !any; ++qb) any = allowed(g * group + hh, qb, kb, sparse);
+      if (any) keys += std::min<int64_t>(kB, kv_len - kb * kB);
+    }
+  return keys * seqs * kD * 2 /*bytes*/ * 2 /*K and V*/;
+}
+
+struct Result {
+  std::string name;
+  int page, q;
+  bool sparse;
+  double ms, bytes;
+};
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const char *json = nullptr, *commit = "unknown", *only = nullptr;
+  std::vector<int> page_sizes = {16, 64};
+  int q = 1;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--q") && i + 1 < argc) q = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--pages") && i + 1 < argc) {
+      page_sizes.clear();
+      for (char *t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) page_sizes.push_back(std::atoi(t));
+    } else {
+      std::fprintf(stderr, "usage: bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE]\n");
+      return 2;
+    }
+  }
+  int32_t n = 0;
+  if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  const char *decode_env = std::getenv("BSPA_CUDA_DECODE");
+  const bool decode_off = decode_env && !std::strcmp(decode_env, "0");
+
+  const size_t kv_elems = static_cast<size_t>(kMaxTokens) * kHkv * kD;
+  uint16_t *k = static_cast<uint16_t *>(gpu::dmalloc(kv_elems * 2)), *v = static_cast<uint16_t *>(gpu::dmalloc(kv_elems * 2));
+  {
+    const size_t chunk = 16u << 20;
+    std::vector<uint16_t> h(chunk);
+    gpu::Rng rng(7);
+    for (auto &x : h) x = gpu::f32_to_bf16(rng.normal());
+    uint16_t *d = gpu::upload(h);
+    for (uint16_t *p : {k, v})
+      for (size_t off = 0; off < kv_elems; off += chunk)
+        CUDA_OK(cudaMemcpy(p + off, d, std::min(chunk, kv_elems - off) * 2, cudaMemcpyDeviceToDevice));
+    cudaFree(d);
+  }
+  bspa_layout *sparse = nullptr, *dense = nullptr;
+  {
+    bspa_layout_strided_options o;
+    bspa_layout_strided_options_init(&o);
+    o.block_size = kB, o.local_blocks = kLb, o.vert_stride = kV, o.homo_head = 0, o.num_heads_total = kHq;
+    o.head_begin = 0, o.num_heads = kHq;
+    BSPA_OK_OR_DIE(bspa_layout_create_strided(&sparse, &o));
+    BSPA_OK_OR_DIE(bspa_layout_create_dense(&dense, kHq));
+  }
+  size_t ws_bytes = 0;
+  BSPA_OK_OR_DIE(bspa_prefill_workspace_bytes(kDLCUDA, 0, kD, &ws_bytes));
+  void *ws = ws_bytes ? gpu::dmalloc(ws_bytes) : nullptr;
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+
+  std::vector<Result> results;
+  std::printf("%s, decode kernel %s, q = %d\n", prop.name, decode_off ? "OFF (prefill path)" : "on", q);
+  std::printf("%-10s %5s %-6s %10s %9s %9s\n", "case", "page", "layout", "ms", "GB", "GB/s");
+  for (int ps : page_sizes) {
+    const int64_t num_pages = kMaxTokens / ps;
+    const DLDevice dev{kDLCUDA, 0};
+    const DLDataType bf = gpu::dl_dtype(BSPA_DTYPE_BF16);
+    Tensor tk(k, dev, bf, {num_pages, kHkv, ps, kD}), tv(v, dev, bf, {num_pages, kHkv, ps, kD});
+    for (const Case &c : kCases) {
+      if (only && std::strcmp(only, c.name) != 0) continue;
+      const int ns = c.seqs, kv_len = c.ctx + q, max_pages = (kv_len + ps - 1) / ps;
+      // Each sequence's pages: a random draw without replacement from the whole pool.
+      std::vector<int32_t> perm(num_pages);
+      for (int64_t i = 0; i < num_pages; ++i) perm[i] = static_cast<int32_t>(i);
+      gpu::Rng rng(11 + ps);
+      for (int64_t i = num_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.next() % (i + 1)]);
+      std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages), qs(ns + 1), cl(ns, c.ctx);
+      for (size_t i = 0; i < bt.size(); ++i) bt[i] = perm[i];
+      for (int i = 0; i <= ns; ++i) qs[i] = i * q;
+      const int T = ns * q;
+      int32_t *dbt = gpu::upload(bt), *dqs = gpu::upload(qs), *dcl = gpu::upload(cl);
+      uint16_t *dq = static_cast<uint16_t *>(gpu::dmalloc(static_cast<size_t>(T) * kHq * kD * 2));
+      uint16_t *dout = static_cast<uint16_t *>(gpu::dmalloc(static_cast<size_t>(T) * kHq * kD * 2));
+      CUDA_OK(cudaMemcpy(dq, k, static_cast<size_t>(T) * kHq * kD * 2, cudaMemcpyDeviceToDevice));  // N(0,1) bf16
+      Tensor tq(dq, dev, bf, {T, kHq, kD}), to(dout, dev, bf, {T, kHq, kD});
+      Tensor tbt(dbt, dev, gpu::dl_i32(), {ns, max_pages}), tqs(dqs, dev, gpu::dl_i32(), {ns + 1}),
+          tcl(dcl, dev, gpu::dl_i32(), {ns});
+      Tensor tws(ws, dev, DLDataType{kDLUInt, 8, 1}, {static_cast<int64_t>(ws_bytes)});
+      for (int sp = 0; sp < 2; ++sp) {
+        bspa_paged_args a;
+        bspa_paged_args_init(&a);
+        a.q = tq.dl(), a.out = to.dl(), a.k_pages = tk.dl(), a.v_pages = tv.dl();
+        a.block_table = tbt.dl(), a.query_starts = tqs.dl(), a.context_lens = tcl.dl();
+        a.max_query_len = q, a.layout = sp ? sparse : dense, a.scale = 1.0f / 128;
+        a.workspace = ws ? tws.dl() : nullptr;
+        for (int i = 0; i < 3; ++i) BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
+        CUDA_OK(cudaEventRecord(e0));
+        BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
+        CUDA_OK(cudaEventRecord(e1));
+        CUDA_OK(cudaEventSynchronize(e1));
+        float est = 0;
+        CUDA_OK(cudaEventElapsedTime(&est, e0, e1));
+        const int iters = static_cast<int>(std::clamp((quick ? 200.0 : 800.0) / std::max(est, 0.001f), 10.0, 200.0));
+        std::vector<cudaEvent_t> ev(2 * iters);
+        for (auto &e : ev) CUDA_OK(cudaEventCreate(&e));
+        for (int i = 0; i < iters; ++i) {
+          CUDA_OK(cudaEventRecord(ev[2 * i]));
+          BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
+          CUDA_OK(cudaEventRecord(ev[2 * i + 1]));
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> ms(iters);
+        for (int i = 0; i < iters; ++i) CUDA_OK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+        for (auto &e : ev) cudaEventDestroy(e);
+        std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
+        const double med = ms[iters / 2], bytes = kv_bytes(ns, c.ctx, q, sp);
+        results.push_back({c.name, ps, q, sp != 0, med, bytes});
+        std::printf("%-10s %5d %-6s %10.4f %9.3f %9.0f\n", c.name, ps, sp ? "sparse" : "dense", med, bytes / 1e9,
+                    bytes / (med * 1e-3) / 1e9);
+        std::fflush(stdout);
+      }
+      for (void *p : {(void *)dbt, (void *)dqs, (void *)dcl, (void *)dq, (void *)dout}) cudaFree(p);
+    }
+  }
+  if (json) {
+    FILE *f = std::fopen(json, "w");
+    if (!f) {
+      std::fprintf(stderr, "cannot write %s\n", json);
+      return 2;
+    }
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    std::fprintf(f, "{\n  \"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"decode_kernel\": %s,\n  \"results\": [\n",
+                 prop.name, commit, date, decode_off ? "false" : "true");
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result &r = results[i];
+      std::fprintf(f, "    {\"case\": \"%s\", \"page_size\": %d, \"q\": %d, \"layout\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, \"gbps\": %.1f}%s\n",
+                   r.name.c_str(), r.page, r.q, r.sparse ? "sparse" : "dense", r.ms, r.bytes, r.bytes / (r.ms * 1e-3) / 1e9,
+                   i + 1 < results.size() ? "," : "");
+    }
+    std::fprintf(f, "  ]\n}\n");
+    std::fclose(f);
+  }
+  cudaFree(k);
+  cudaFree(v);
+  if (ws) cudaFree(ws);
+  bspa_layout_destroy(sparse);
+  bspa_layout_destroy(dense);
+  return 0;
+}
+#endif

@@ -1,0 +1,421 @@
+// The decode kernel: attention of the few new tokens of a sequence (q <= 8) over its paged
+// K/V, with the query rows of a whole KV group in one tile (decode.hpp). Instantiated per
+// (element type, head dim) in decode_<dtype>.cu; runs on every sm80+ GPU (mma.sync).
+//
+// One CTA = 4 warps computes item (sequence, KV head), key split s (blockIdx x, y, z =
+// split, KV head, sequence). Its rows are r = t * group + g (new token t, head g of the
+// group), padded to 16 x WR rows; the warps form WR row groups of 16 rows times 4 / WR key
+// groups, each key group computing its share of every 64-token key tile, so all four warps
+// work even for a single row. Per CTA:
+//  1. the key tiles of its split are listed: a tile is skipped when no head of the group
+//     may see its block from the rows' query blocks (the union over the group), "full" when
+//     every row sees every key, else masked per row (token rule and the row's head);
+//  2. K and V of the listed tiles stream through a ring of kStages cp.async stages (deep
+//     enough to keep the loads of two CTAs per SM in flight: the kernel is memory bound);
+//  3. S = Q K^T and O += P V on mma.sync m16n8k16 with each warp's own online softmax;
+//  4. the key groups' partial states are merged in shared memory; with one split the rows
+//     are normalised and stored (and their lse), otherwise the CTA stores its unit and
+//     decode_merge_kernel combines the units of an item.
+// The same layout block-size rule as the prefill kernels holds (multiples of 64, checked on
+// the host), so a key tile lies in one key block; q <= 8 rows span at most two query blocks.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/decode.hpp"
+#include "kernels/cuda/key_tile_list.cuh"
+#include "kernels/cuda/launch_check.hpp"
+#include "kernels/cuda/sm80_primitives.cuh"
+#include "kernels/cuda/softmax.cuh"
+
+namespace bspa::kernels::decode {
+
+using sm80::cp_async_16;
+using sm80::cp_async_commit;
+using sm80::cp_async_wait;
+using sm80::fast_exp2;
+using sm80::ldmatrix_x4;
+using sm80::ldmatrix_x4_trans;
+using sm80::mma_16816;
+using sm80::pack2;
+using sm80::smem_addr;
+using sm80::swz;
+
+constexpr int kKeyTile = cuda::kKeyTileTokens;
+
+template <int D, int WR>
+struct Config {
+  static constexpr int kThreads = 128;
+  static constexpr int kKeyWarps = 4 / WR;
+  static constexpr int kRows = 16 * WR;
+  static constexpr int kWarpKeys = kKeyTile / kKeyWarps;  // keys of a tile one warp computes
+  static constexpr int kChunks = D / 8;                   // 16-byte chunks per row
+  static constexpr int kRowBytes = D * 2;
+  static constexpr int kQBytes = kRows * kRowBytes;
+  static constexpr int kTileBytes = kKeyTile * kRowBytes;
+  // Two CTAs per SM keep 2 x (kStages - 1) tiles of K and V in flight: 128 KB at D = 128.
+  static constexpr int kStages = D == 128 ? 3 : 4;
+  static constexpr int kListCap = 1024;  // key tiles classified per pass (64k tokens)
+  static constexpr int kPerThread = kListCap / kThreads;
+  static constexpr int kRowsPerPass = kThreads / kChunks;  // K/V rows one cp.async pass covers
+  // The key groups' partial states after the loop, in the (then idle) stage ring.
+  static constexpr int kReduceBytes = kKeyWarps * kRows * (D + 2) * 4;
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 64 + 1024;
+  static_assert(kReduceBytes <= 2 * kStages * kTileBytes, "the reduction must fit in the stage ring");
+  static_assert(kWarpKeys % 16 == 0, "a warp's keys are whole k-steps of the PV product");
+};
+
+template <class T, int D, int WR>
+__global__ void __launch_bounds__(128, 2)
+    decode_kernel(const __grid_constant__ cuda::AttentionParams p, const Split split) {
+  using C = Config<D, WR>;
+  constexpr int S = C::kStages, KW = C::kWarpKeys, RB = C::kRowBytes;
+  extern __shared__ __align__(128) char smem_raw[];
+  char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+  char *sQ = smem;
+  char *sK = sQ + C::kQBytes;
+  char *sV = sK + S * C::kTileBytes;
+  int32_t *sList = reinterpret_cast<int32_t *>(sV + S * C::kTileBytes);
+  int32_t *sScan = sList + C::kListCap;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wr = warp % WR, wk = warp / WR;  // this warp's row group and key group
+  const int split_idx = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
+  const int qs = p.query_starts[seq];
+  const int q_len = p.query_starts[seq + 1] - qs;
+  if (q_len == 0 || q_len > p.decode_max_query_len) return;  // no rows, or the prefill kernel's
+  const int ctx = p.context_lens[seq];
+  const int kv_len = ctx + q_len;
+  const int G = p.group;
+  const int rows = q_len * G;  // <= C::kRows (the host picks WR for the launch's largest)
+  const int B = p.layout.block_size;
+  const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
+  const T *kbase = static_cast<const T *>(p.k) + static_cast<int64_t>(kvh) * p.k_head;
+  const T *vbase = static_cast<const T *>(p.v) + static_cast<int64_t>(kvh) * p.v_head;
+  const int page_mask = (1 << p.page_shift) - 1;
+
+  // Q rows -> shared (padding rows zero).
+  {
+    const T *q = static_cast<const T *>(p.q);
+#pragma unroll
+    for (int i = 0; i < C::kRows * C::kChunks / C::kThreads; ++i) {
+      const int idx = tid + i * C::kThreads;
+      const int r = idx / C::kChunks, c = idx % C::kChunks;
+      const bool valid = r < rows;
+      const int t = r / G, g = r - t * G;
+      const T *src = valid ? q + static_cast<int64_t>(qs + t) * p.q_tok + static_cast<int64_t>(kvh * G + g) * p.q_head + c * 8 : q;
+      cp_async_16(smem_addr(sQ) + swz<D>(r, c), src, valid);
+    }
+    cp_async_commit();
+  }
+
+  // K/V loads of one key tile into a stage (as the sm80 prefill: chunk kc of rows kr0 + i *
+  // kRowsPerPass; one block-table read per tile when pages hold whole tiles).
+  const int kr0 = tid / C::kChunks, kc = tid % C::kChunks;
+  const uint32_t kv_dst0 = swz<D>(kr0, kc);
+  const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * 8;
+  const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * 8;
+  const int64_t k_step = static_cast<int64_t>(C::kRowsPerPass) * p.k_tok;
+  const int64_t v_step = static_cast<int64_t>(C::kRowsPerPass) * p.v_tok;
+  const bool tile_in_page = p.page_shift >= 6;
+  auto load_kv = [&](int entry, int stage) {
+    const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
+    const uint32_t dk = smem_addr(sK + stage * C::kTileBytes) + kv_dst0;
+    const uint32_t dv = smem_addr(sV + stage * C::kTileBytes) + kv_dst0;
+    constexpr int kPasses = kKeyTile / C::kRowsPerPass;
+    if (tile_in_page) {
+      const int64_t page = bt[k0 >> p.page_shift];
+      const int slot0 = k0 & page_mask;
+      const T *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
+      const T *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
+      if (k0 + kKeyTile <= kv_len) {
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
+          cp_async_16(dk + i * C::kRowsPerPass * RB, ks);
+          cp_async_16(dv + i * C::kRowsPerPass * RB, vs);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
+          const bool valid = k0 + kr0 + i * C::kRowsPerPass < kv_len;  // zero-filled past the end
+          cp_async_16(dk + i * C::kRowsPerPass * RB, ks, valid);
+          cp_async_16(dv + i * C::kRowsPerPass * RB, vs, valid);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        const int j = k0 + kr0 + i * C::kRowsPerPass;
+        const bool valid = j < kv_len;
+        const int64_t page = valid ? bt[j >> p.page_shift] : 0;
+        const int64_t slot = j & page_mask;
+        const T *ks = kbase + page * p.k_page + slot * p.k_tok + kc * 8;
+        const T *vs = vbase + page * p.v_page + slot * p.v_tok + kc * 8;
+        cp_async_16(dk + i * C::kRowsPerPass * RB, valid ? ks : kbase, valid);
+        cp_async_16(dv + i * C::kRowsPerPass * RB, valid ? vs : vbase, valid);
+      }
+    }
+  };
+
+  // This thread's two rows (mma fragment rows lane / 4 and lane / 4 + 8 of its row group):
+  // position, head and query block; padding rows see nothing.
+  int row_pos[2], row_head[2], row_qb[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int r = wr * 16 + (lane >> 2) + rr * 8;
+    const int t = r / G;
+    row_pos[rr] = r < rows ? ctx + t : -1;
+    row_head[rr] = kvh * G + (r - t * G);
+    row_qb[rr] = r < rows ? row_pos[rr] / B : 0;
+  }
+  // A key tile is listed when some head of the group may see its block from the query
+  // block of the first or the last new token (q <= 8 <= B: at most two blocks).
+  const int qb_lo = ctx / B, qb_hi = (kv_len - 1) / B;
+  const bool dense = p.layout.kind == static_cast<int32_t>(Layout::Kind::Dense);
+  auto classify = [&](int kt) {
+    const int k0 = kt * kKeyTile;
+    const int kb = k0 / B;
+    bool any = dense, all = true;
+    if (!dense)
+      for (int g = 0; g < G; ++g)
+        for (int qb = qb_lo; qb <= qb_hi; ++qb) {
+          const bool a = p.layout.allowed(kvh * G + g, qb, kb);
+          any = any || a;
+          all = all && a;
+        }
+    if (!any) return -1;
+    const bool full = all && k0 + kKeyTile - 1 <= ctx;  // ctx: the first row's position
+    return kt | (full ? 0 : cuda::kKeyTileMasked);
+  };
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  // ldmatrix offsets (the sm80 prefill's, with this warp's row group and key share).
+  const uint32_t q_off = smem_addr(sQ) + (wr * 16 + (lane & 15)) * RB + (((lane >> 4) ^ (lane & 7)) << 4);
+  const uint32_t k_off = (wk * KW + ((lane >> 4) << 3) + (lane & 7)) * RB + ((((lane >> 3) & 1) ^ (lane & 7)) << 4);
+  const uint32_t v_off = (wk * KW + (lane & 7) + (((lane >> 3) & 1) << 3)) * RB + (((lane >> 4) ^ (lane & 7)) << 4);
+  auto xo = [](uint32_t off, int kk) { return (off ^ static_cast<uint32_t>((kk & 3) * 32)) + (kk >> 2) * 128; };
+
+  // This split's key tiles.
+  const int n_kt = (kv_len + kKeyTile - 1) / kKeyTile;
+  const int c_begin = static_cast<int>(static_cast<int64_t>(split_idx) * n_kt / split.splits);
+  const int c_end = static_cast<int>(static_cast<int64_t>(split_idx + 1) * n_kt / split.splits);
+
+  for (int c0 = c_begin; c0 < c_end; c0 += C::kListCap) {
+    const int c1 = min(c_end, c0 + C::kListCap);
+    const int total = cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
+
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {
+      if (i < total) load_kv(sList[i], i);
+      cp_async_commit();
+    }
+    for (int it = 0; it < total; ++it) {
+      cp_async_wait<S - 2>();
+      __syncthreads();  // tile `it` landed; every warp is done with the stage refilled below
+      if (it + S - 1 < total) load_kv(sList[it + S - 1], (it + S - 1) % S);
+      cp_async_commit();
+      const int entry = sList[it];
+      const int stage = it % S;
+      const uint32_t tK = smem_addr(sK + stage * C::kTileBytes);
+      const uint32_t tV = smem_addr(sV + stage * C::kTileBytes);
+
+      float s[KW / 8][4];
+#pragma unroll
+      for (int i = 0; i < KW / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4(xo(q_off, kk), a[0], a[1], a[2], a[3]);
+#pragma unroll
+        for (int np = 0; np < KW / 16; ++np) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4(tK + xo(k_off, kk) + np * 16 * RB, b0, b1, b2, b3);
+          mma_16816<T>(s[2 * np], a, b0, b1);
+          mma_16816<T>(s[2 * np + 1], a, b2, b3);
+        }
+      }
+
+      if (entry & cuda::kKeyTileMasked) {  // token rule and the row's own head, per element
+        const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
+        const int kb = k0 / B;
+        const int kw0 = k0 + wk * KW + 2 * (lane & 3);  // key of this thread's element (nt, e) = 0
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const bool sees = row_pos[rr] >= 0 && p.layout.allowed(row_head[rr], row_qb[rr], kb);
+          const int lim = sees ? row_pos[rr] - kw0 : -1;  // element (nt, e) visible iff nt * 8 + e <= lim
+#pragma unroll
+          for (int nt = 0; nt < KW / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (nt * 8 + e > lim) s[nt][2 * rr + e] = -INFINITY;
+        }
+      }
+
+      float mx[2];
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        float x = s[0][2 * rr];
+#pragma unroll
+        for (int nt = 0; nt < KW / 8; ++nt) x = fmaxf(x, fmaxf(s[nt][2 * rr], s[nt][2 * rr + 1]));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+        mx[rr] = x * p.scale_log2;
+      }
+      if (__any_sync(0xffffffffu, mx[0] > m[0] + cuda::kSoftmaxSlack || mx[1] > m[1] + cuda::kSoftmaxSlack)) {
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const float m_new = fmaxf(m[rr], mx[rr]);
+          const float alpha = m_new == -INFINITY ? 1.f : fast_exp2(m[rr] - m_new);
+          m[rr] = m_new;
+          l[rr] *= alpha;
+#pragma unroll
+          for (int dt = 0; dt < D / 8; ++dt) {
+            o[dt][2 * rr] *= alpha;
+            o[dt][2 * rr + 1] *= alpha;
+          }
+        }
+      }
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const float m_use = m[rr] == -INFINITY ? 0.f : m[rr];
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < KW / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            s[nt][2 * rr + e] = fast_exp2(fmaf(s[nt][2 * rr + e], p.scale_log2, -m_use));
+            sum += s[nt][2 * rr + e];
+          }
+        l[rr] += sum;
+      }
+
+#pragma unroll
+      for (int kk = 0; kk < KW / 16; ++kk) {
+        uint32_t a[4];
+        a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4_trans(tV + xo(v_off, dp) + kk * 16 * RB, b0, b1, b2, b3);
+          mma_16816<T>(o[2 * dp], a, b0, b1);
+          mma_16816<T>(o[2 * dp + 1], a, b2, b3);
+        }
+      }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // sList and the stages are rewritten by the next pass (or the reduction)
+  }
+
+  cp_async_wait<0>();  // the Q copy of a split without key tiles
+  // Merge the key groups: each warp's (m, l, O) for its rows into the idle ring, then each
+  // thread combines a pair of columns of a row across the key groups.
+  float *red_o = reinterpret_cast<float *>(sK);                // [kKeyWarps][kRows][D]
+  float2 *red_ml = reinterpret_cast<float2 *>(red_o + C::kKeyWarps * C::kRows * D);  // [kKeyWarps][kRows]
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float sum = l[rr];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int r = wr * 16 + (lane >> 2) + rr * 8;
+    if ((lane & 3) == 0) red_ml[wk * C::kRows + r] = make_float2(m[rr], sum);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<float2 *>(red_o + (wk * C::kRows + r) * D + dt * 8 + 2 * (lane & 3)) =
+          make_float2(o[dt][2 * rr], o[dt][2 * rr + 1]);
+  }
+  __syncthreads();
+  const bool whole = split.splits == 1;
+  float *unit = whole ? nullptr
+                      : split.partials + ((static_cast<int64_t>(seq) * gridDim.y + kvh) * split.splits + split_idx) *
+                                             unit_floats(split.rows, D);
+  for (int idx = tid; idx < rows * (D / 2); idx += C::kThreads) {
+    const int r = idx / (D / 2), col = (idx % (D / 2)) * 2;
+    const cuda::MergedRow mr =
+        cuda::merge_row_stats(C::kKeyWarps, [&](int w) { return red_ml[w * C::kRows + r]; });
+    float ox = 0.f, oy = 0.f;
+    for (int w = 0; w < C::kKeyWarps; ++w) {
+      const float wt = cuda::merge_weight(mr, red_ml[w * C::kRows + r]);
+      if (wt != 0.f) {
+        const float2 v = *reinterpret_cast<const float2 *>(red_o + (w * C::kRows + r) * D + col);
+        ox += v.x * wt;
+        oy += v.y * wt;
+      }
+    }
+    if (whole) {
+      const int t = r / G, h = kvh * G + (r - t * G);
+      const float inv = mr.l > 0.f ? 1.f / mr.l : 0.f;
+      T *dst = static_cast<T *>(p.out) + static_cast<int64_t>(qs + t) * p.o_tok + static_cast<int64_t>(h) * p.o_head + col;
+      *reinterpret_cast<uint32_t *>(dst) = pack2<T>(ox * inv, oy * inv);
+      if (p.lse && col == 0) p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(mr.m, mr.l);
+    } else {
+      *reinterpret_cast<float2 *>(unit + r * D + col) = make_float2(ox, oy);
+      if (col == 0) reinterpret_cast<float2 *>(unit + split.rows * D)[r] = make_float2(mr.m, mr.l);
+    }
+  }
+}
+
+// Combines the split units of item (KV head blockIdx.x, sequence blockIdx.y) and stores
+// the rows and their lse.
+template <class T, int D>
+__global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant__ cuda::AttentionParams p,
+                                                           const Split split) {
+  const int kvh = blockIdx.x, seq = blockIdx.y;
+  const int qs = p.query_starts[seq];
+  const int q_len = p.query_starts[seq + 1] - qs;
+  if (q_len == 0 || q_len > p.decode_max_query_len) return;
+  const int G = p.group, rows = q_len * G;
+  const int64_t stride = unit_floats(split.rows, D);
+  const float *units = split.partials + (static_cast<int64_t>(seq) * gridDim.x + kvh) * split.splits * stride;
+  for (int idx = threadIdx.x; idx < rows * (D / 2); idx += blockDim.x) {
+    const int r = idx / (D / 2), col = (idx % (D / 2)) * 2;
+    auto stat = [&](int u) { return reinterpret_cast<const float2 *>(units + u * stride + split.rows * D)[r]; };
+    const cuda::MergedRow mr = cuda::merge_row_stats(split.splits, stat);
+    float ox = 0.f, oy = 0.f;
+    for (int u = 0; u < split.splits; ++u) {
+      const float wt = cuda::merge_weight(mr, stat(u));
+      if (wt != 0.f) {
+        const float2 v = *reinterpret_cast<const float2 *>(units + u * stride + r * D + col);
+        ox += v.x * wt;
+        oy += v.y * wt;
+      }
+    }
+    const int t = r / G, h = kvh * G + (r - t * G);
+    const float inv = mr.l > 0.f ? 1.f / mr.l : 0.f;
+    T *dst = static_cast<T *>(p.out) + static_cast<int64_t>(qs + t) * p.o_tok + static_cast<int64_t>(h) * p.o_head + col;
+    *reinterpret_cast<uint32_t *>(dst) = pack2<T>(ox * inv, oy * inv);
+    if (p.lse && col == 0) p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(mr.m, mr.l);
+  }
+}
+
+template <class T, int D, int WR>
+void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, const Split &split,
+                 cudaStream_t stream) {
+  constexpr int smem = Config<D, WR>::kSmemBytes;
+  cuda::check_cuda(cudaFuncSetAttribute(decode_kernel<T, D, WR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                   "cudaFuncSetAttribute(decode_kernel)");
+  decode_kernel<T, D, WR><<<dim3(split.splits, num_kv_heads, num_seqs), 128, smem, stream>>>(p, split);
+  cuda::check_launch("decode_kernel", stream);
+  if (split.splits > 1) {
+    decode_merge_kernel<T, D><<<dim3(num_kv_heads, num_seqs), 128, 0, stream>>>(p, split);
+    cuda::check_launch("decode_merge_kernel", stream);
+  }
+}
+
+template <class T, int D>
+void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
+            const Split &split, cudaStream_t stream) {
+  if (max_rows <= 16) launch_rows<T, D, 1>(p, num_seqs, num_kv_heads, split, stream);
+  else if (max_rows <= 32) launch_rows<T, D, 2>(p, num_seqs, num_kv_heads, split, stream);
+  else launch_rows<T, D, 4>(p, num_seqs, num_kv_heads, split, stream);
+}
+
+}  // namespace bspa::kernels::decode

@@ -1,0 +1,50 @@
+// Host side of the decode kernel (decode.cuh): the split of a launch's key ranges across
+// SMs and one launch function per (element type, head dim), defined in decode_<dtype>.cu.
+//
+// Rows of sequences with few new tokens (1..kCudaDecodeMaxQueryLen: decode, speculative
+// verification) take this kernel instead of the prefill tiling: one CTA per (sequence, KV
+// head, key split) computes the q x (Hq / Hkv) query rows of the KV group in one tile, so
+// each K/V page is read once per KV head rather than once per query head.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/backend.hpp"
+#include "kernels/cuda/attention_params.hpp"
+
+namespace bspa::kernels::decode {
+
+constexpr int32_t kMaxQueryLen = kCudaDecodeMaxQueryLen;
+// A CTA's rows: q x group of one KV group, at most 8 x 8.
+constexpr int32_t kMaxRows = 64;
+
+// Every (sequence, KV head) item of a launch runs as `splits` CTAs; CTA s takes the s-th
+// share of the item's key tiles. With splits > 1 each stores its unnormalised output and
+// row statistics (a "unit") to `partials`, and a second kernel merges an item's units.
+struct Split {
+  int32_t splits = 1;
+  int32_t rows = 0;           // rows a unit stores: the launch's largest q x group
+  float *partials = nullptr;  // [sequence][KV head][split] units of unit_floats(rows, D)
+};
+
+// A unit: rows x D output floats, then rows x (max, sum).
+constexpr int64_t unit_floats(int32_t rows, int32_t head_dim) { return int64_t{rows} * (head_dim + 2); }
+// Workspace bytes that let a launch on `sms` SMs split as plan_splits would (at 32 rows a
+// unit; wider launches split less).
+size_t workspace_bytes(int32_t head_dim, int32_t sms);
+// Splits for `items` (sequence, KV head) items whose longest key range is `max_keys` tokens,
+// on `sms` SMs, with room for `capacity_units` units: enough CTAs for about two waves, each
+// split at least kMinSplitTiles key tiles; 1 (no split) when there is no room or no need.
+int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int64_t capacity_units);
+
+// Launches the decode kernel over grid (splits, num_kv_heads, num_seqs) and, when split,
+// the merge. max_rows: the largest q x group of the launch (<= kMaxRows); CTAs of sequences
+// outside 1..p.decode_max_query_len new tokens exit at once.
+template <class T, int D>
+void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
+            const Split &split, cudaStream_t stream);
+
+}  // namespace bspa::kernels::decode
