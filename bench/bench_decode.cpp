@@ -8,7 +8,8 @@
 //   bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE]
 // "bytes" is the K/V a decode must read: every key of the sequence per KV head (dense), or
 // the union over the KV group's query heads of their visible keys (sparse). GB/s = bytes /
-// time. With BSPA_CUDA_DECODE=0 the same launches go through the prefill kernels (the path
+// time; host_us is the median host time of one bspa_prefill_paged call (queued: the GPU
+// is busy, so it is the call's own cost). With BSPA_CUDA_DECODE=0 the same launches go through the prefill kernels (the path
 // before the decode kernel), for an A/B in one device call.
 #include <bspa/bspa.h>
 
@@ -25,6 +26,7 @@ int main() {
 }
 #else
 #include <algorithm>
+#include <chrono>
 #include <ctime>
 
 #include "gpu_common.hpp"
@@ -69,7 +71,7 @@ struct Result {
   std::string name;
   int page, q;
   bool sparse;
-  double ms, bytes;
+  double ms, bytes, host_us;
 };
 
 }  // namespace
@@ -134,7 +136,7 @@ int main(int argc, char **argv) {
 
   std::vector<Result> results;
   std::printf("%s, decode kernel %s, q = %d\n", prop.name, decode_off ? "OFF (prefill path)" : "on", q);
-  std::printf("%-10s %5s %-6s %10s %9s %9s\n", "case", "page", "layout", "ms", "GB", "GB/s");
+  std::printf("%-10s %5s %-6s %10s %9s %9s %8s\n", "case", "page", "layout", "ms", "GB", "GB/s", "host_us");
   for (int ps : page_sizes) {
     const int64_t num_pages = kMaxTokens / ps;
     const DLDevice dev{kDLCUDA, 0};
@@ -177,20 +179,24 @@ int main(int argc, char **argv) {
         const int iters = static_cast<int>(std::clamp((quick ? 200.0 : 800.0) / std::max(est, 0.001f), 10.0, 200.0));
         std::vector<cudaEvent_t> ev(2 * iters);
         for (auto &e : ev) CUDA_OK(cudaEventCreate(&e));
+        std::vector<double> host_us(iters);
         for (int i = 0; i < iters; ++i) {
           CUDA_OK(cudaEventRecord(ev[2 * i]));
+          const auto h0 = std::chrono::steady_clock::now();
           BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
+          host_us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
           CUDA_OK(cudaEventRecord(ev[2 * i + 1]));
         }
+        std::nth_element(host_us.begin(), host_us.begin() + iters / 2, host_us.end());
         CUDA_OK(cudaDeviceSynchronize());
         std::vector<float> ms(iters);
         for (int i = 0; i < iters; ++i) CUDA_OK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
         for (auto &e : ev) cudaEventDestroy(e);
         std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
         const double med = ms[iters / 2], bytes = kv_bytes(ns, c.ctx, q, sp);
-        results.push_back({c.name, ps, q, sp != 0, med, bytes});
-        std::printf("%-10s %5d %-6s %10.4f %9.3f %9.0f\n", c.name, ps, sp ? "sparse" : "dense", med, bytes / 1e9,
-                    bytes / (med * 1e-3) / 1e9);
+        results.push_back({c.name, ps, q, sp != 0, med, bytes, host_us[iters / 2]});
+        std::printf("%-10s %5d %-6s %10.4f %9.3f %9.0f %8.1f\n", c.name, ps, sp ? "sparse" : "dense", med, bytes / 1e9,
+                    bytes / (med * 1e-3) / 1e9, host_us[iters / 2]);
         std::fflush(stdout);
       }
       for (void *p : {(void *)dbt, (void *)dqs, (void *)dcl, (void *)dq, (void *)dout}) cudaFree(p);
@@ -209,8 +215,8 @@ int main(int argc, char **argv) {
                  prop.name, commit, date, decode_off ? "false" : "true");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result &r = results[i];
-      std::fprintf(f, "    {\"case\": \"%s\", \"page_size\": %d, \"q\": %d, \"layout\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, \"gbps\": %.1f}%s\n",
-                   r.name.c_str(), r.page, r.q, r.sparse ? "sparse" : "dense", r.ms, r.bytes, r.bytes / (r.ms * 1e-3) / 1e9,
+      std::fprintf(f, "    {\"case\": \"%s\", \"page_size\": %d, \"q\": %d, \"layout\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, \"gbps\": %.1f, \"host_us\": %.2f}%s\n",
+                   r.name.c_str(), r.page, r.q, r.sparse ? "sparse" : "dense", r.ms, r.bytes, r.bytes / (r.ms * 1e-3) / 1e9, r.host_us,
                    i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");

@@ -112,7 +112,9 @@ __global__ void __launch_bounds__(128, 2)
   }
 
   // K/V loads of one key tile into a stage (as the sm80 prefill: chunk kc of rows kr0 + i *
-  // kRowsPerPass; one block-table read per tile when pages hold whole tiles).
+  // kRowsPerPass). The block-table entries of a tile (one when pages hold whole tiles, else
+  // one per row this thread copies) are read a tile ahead of its copies (fetch_pages), so
+  // the table's latency hides behind a tile of work instead of stalling the copies.
   const int kr0 = tid / C::kChunks, kc = tid % C::kChunks;
   const uint32_t kv_dst0 = swz<D>(kr0, kc);
   const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * 8;
@@ -120,13 +122,25 @@ __global__ void __launch_bounds__(128, 2)
   const int64_t k_step = static_cast<int64_t>(C::kRowsPerPass) * p.k_tok;
   const int64_t v_step = static_cast<int64_t>(C::kRowsPerPass) * p.v_tok;
   const bool tile_in_page = p.page_shift >= 6;
-  auto load_kv = [&](int entry, int stage) {
+  constexpr int kPasses = kKeyTile / C::kRowsPerPass;
+  auto fetch_pages = [&](int entry, int (&pages)[kPasses]) {
+    const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
+    if (tile_in_page) {
+      pages[0] = bt[k0 >> p.page_shift];
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        const int j = k0 + kr0 + i * C::kRowsPerPass;
+        pages[i] = j < kv_len ? bt[j >> p.page_shift] : 0;
+      }
+    }
+  };
+  auto load_kv = [&](int entry, int stage, const int (&pages)[kPasses]) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
     const uint32_t dk = smem_addr(sK + stage * C::kTileBytes) + kv_dst0;
     const uint32_t dv = smem_addr(sV + stage * C::kTileBytes) + kv_dst0;
-    constexpr int kPasses = kKeyTile / C::kRowsPerPass;
     if (tile_in_page) {
-      const int64_t page = bt[k0 >> p.page_shift];
+      const int64_t page = pages[0];
       const int slot0 = k0 & page_mask;
       const T *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
       const T *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
@@ -149,7 +163,7 @@ __global__ void __launch_bounds__(128, 2)
       for (int i = 0; i < kPasses; ++i) {
         const int j = k0 + kr0 + i * C::kRowsPerPass;
         const bool valid = j < kv_len;
-        const int64_t page = valid ? bt[j >> p.page_shift] : 0;
+        const int64_t page = pages[i];
         const int64_t slot = j & page_mask;
         const T *ks = kbase + page * p.k_page + slot * p.k_tok + kc * 8;
         const T *vs = vbase + page * p.v_page + slot * p.v_tok + kc * 8;
@@ -210,15 +224,23 @@ __global__ void __launch_bounds__(128, 2)
     const int c1 = min(c_end, c0 + C::kListCap);
     const int total = cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
 
+    int pages[kPasses];
 #pragma unroll
     for (int i = 0; i < S - 1; ++i) {
-      if (i < total) load_kv(sList[i], i);
+      if (i < total) {
+        fetch_pages(sList[i], pages);
+        load_kv(sList[i], i, pages);
+      }
       cp_async_commit();
     }
+    if (S - 1 < total) fetch_pages(sList[S - 1], pages);  // the pages of the next tile to copy
     for (int it = 0; it < total; ++it) {
       cp_async_wait<S - 2>();
       __syncthreads();  // tile `it` landed; every warp is done with the stage refilled below
-      if (it + S - 1 < total) load_kv(sList[it + S - 1], (it + S - 1) % S);
+      if (it + S - 1 < total) {
+        load_kv(sList[it + S - 1], (it + S - 1) % S, pages);
+        if (it + S < total) fetch_pages(sList[it + S], pages);  // used next iteration
+      }
       cp_async_commit();
       const int entry = sList[it];
       const int stage = it % S;
