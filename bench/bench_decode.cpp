@@ -67,6 +67,12 @@ double kv_bytes(int seqs, int ctx, int q, bool sparse) {
   return keys * seqs * kD * 2 /*bytes*/ * 2 /*K and V*/;
 }
 
+struct MixedResult {
+  std::string name;
+  bool sparse;
+  double whole_ms, chunks_ms, decode_ms;
+};
+
 struct Result {
   std::string name;
   int page, q;
@@ -135,71 +141,116 @@ int main(int argc, char **argv) {
   CUDA_OK(cudaEventCreate(&e1));
 
   std::vector<Result> results;
+  std::vector<MixedResult> mixed_rows;
+  const DLDevice dev{kDLCUDA, 0};
+  const DLDataType bf = gpu::dl_dtype(BSPA_DTYPE_BF16);
+  // Median GPU ms (and host us per call) of one bspa_prefill_paged launch over `seqs`
+  // ((context, new tokens) pairs) at page size ps.
+  auto measure = [&](const std::vector<std::pair<int, int>> &seqs, int ps, bool use_sparse, double &host_med) {
+    const int64_t num_pages = kMaxTokens / ps;
+    Tensor tk(k, dev, bf, {num_pages, kHkv, ps, kD}), tv(v, dev, bf, {num_pages, kHkv, ps, kD});
+    const int ns = static_cast<int>(seqs.size());
+    int max_pages = 1, max_q = 0, T = 0;
+    for (auto &sq : seqs) {
+      max_pages = std::max(max_pages, (sq.first + sq.second + ps - 1) / ps);
+      max_q = std::max(max_q, sq.second), T += sq.second;
+    }
+    // Each sequence's pages: a random draw without replacement from the whole pool.
+    std::vector<int32_t> perm(num_pages);
+    for (int64_t i = 0; i < num_pages; ++i) perm[i] = static_cast<int32_t>(i);
+    gpu::Rng rng(11 + ps);
+    for (int64_t i = num_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.next() % (i + 1)]);
+    std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages, 0), qs(ns + 1, 0), cl(ns);
+    size_t next = 0;
+    for (int i = 0; i < ns; ++i) {
+      for (int pg = 0; pg * ps < seqs[i].first + seqs[i].second; ++pg) bt[static_cast<size_t>(i) * max_pages + pg] = perm[next++];
+      qs[i + 1] = qs[i] + seqs[i].second, cl[i] = seqs[i].first;
+    }
+    int32_t *dbt = gpu::upload(bt), *dqs = gpu::upload(qs), *dcl = gpu::upload(cl);
+    uint16_t *dq = static_cast<uint16_t *>(gpu::dmalloc(static_cast<size_t>(T) * kHq * kD * 2));
+    uint16_t *dout = static_cast<uint16_t *>(gpu::dmalloc(static_cast<size_t>(T) * kHq * kD * 2));
+    CUDA_OK(cudaMemcpy(dq, k, static_cast<size_t>(T) * kHq * kD * 2, cudaMemcpyDeviceToDevice));  // N(0,1) bf16
+    Tensor tq(dq, dev, bf, {T, kHq, kD}), to(dout, dev, bf, {T, kHq, kD});
+    Tensor tbt(dbt, dev, gpu::dl_i32(), {ns, max_pages}), tqs(dqs, dev, gpu::dl_i32(), {ns + 1}),
+        tcl(dcl, dev, gpu::dl_i32(), {ns});
+    Tensor tws(ws, dev, DLDataType{kDLUInt, 8, 1}, {static_cast<int64_t>(ws_bytes)});
+    bspa_paged_args a;
+    bspa_paged_args_init(&a);
+    a.q = tq.dl(), a.out = to.dl(), a.k_pages = tk.dl(), a.v_pages = tv.dl();
+    a.block_table = tbt.dl(), a.query_starts = tqs.dl(), a.context_lens = tcl.dl();
+    a.max_query_len = max_q, a.layout = use_sparse ? sparse : dense, a.scale = 1.0f / 128;
+    a.workspace = ws ? tws.dl() : nullptr;
+    for (int i = 0; i < 3; ++i) BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
+    CUDA_OK(cudaEventRecord(e0));
+    BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
+    CUDA_OK(cudaEventRecord(e1));
+    CUDA_OK(cudaEventSynchronize(e1));
+    float est = 0;
+    CUDA_OK(cudaEventElapsedTime(&est, e0, e1));
+    const int iters = static_cast<int>(std::clamp((quick ? 200.0 : 800.0) / std::max(est, 0.001f), 10.0, 200.0));
+    std::vector<cudaEvent_t> ev(2 * iters);
+    for (auto &e : ev) CUDA_OK(cudaEventCreate(&e));
+    std::vector<double> host_us(iters);
+    for (int i = 0; i < iters; ++i) {
+      CUDA_OK(cudaEventRecord(ev[2 * i]));
+      const auto h0 = std::chrono::steady_clock::now();
+      BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
+      host_us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+      CUDA_OK(cudaEventRecord(ev[2 * i + 1]));
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> ms(iters);
+    for (int i = 0; i < iters; ++i) CUDA_OK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+    for (auto &e : ev) cudaEventDestroy(e);
+    std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
+    std::nth_element(host_us.begin(), host_us.begin() + iters / 2, host_us.end());
+    host_med = host_us[iters / 2];
+    for (void *ptr : {(void *)dbt, (void *)dqs, (void *)dcl, (void *)dq, (void *)dout}) cudaFree(ptr);
+    return static_cast<double>(ms[iters / 2]);
+  };
+
   std::printf("%s, decode kernel %s, q = %d\n", prop.name, decode_off ? "OFF (prefill path)" : "on", q);
   std::printf("%-10s %5s %-6s %10s %9s %9s %8s\n", "case", "page", "layout", "ms", "GB", "GB/s", "host_us");
   for (int ps : page_sizes) {
-    const int64_t num_pages = kMaxTokens / ps;
-    const DLDevice dev{kDLCUDA, 0};
-    const DLDataType bf = gpu::dl_dtype(BSPA_DTYPE_BF16);
-    Tensor tk(k, dev, bf, {num_pages, kHkv, ps, kD}), tv(v, dev, bf, {num_pages, kHkv, ps, kD});
     for (const Case &c : kCases) {
       if (only && std::strcmp(only, c.name) != 0) continue;
-      const int ns = c.seqs, kv_len = c.ctx + q, max_pages = (kv_len + ps - 1) / ps;
-      // Each sequence's pages: a random draw without replacement from the whole pool.
-      std::vector<int32_t> perm(num_pages);
-      for (int64_t i = 0; i < num_pages; ++i) perm[i] = static_cast<int32_t>(i);
-      gpu::Rng rng(11 + ps);
-      for (int64_t i = num_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.next() % (i + 1)]);
-      std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages), qs(ns + 1), cl(ns, c.ctx);
-      for (size_t i = 0; i < bt.size(); ++i) bt[i] = perm[i];
-      for (int i = 0; i <= ns; ++i) qs[i] = i * q;
-      const int T = ns * q;
-      int32_t *dbt = gpu::upload(bt), *dqs = gpu::upload(qs), *dcl = gpu::upload(cl);
-      uint16_t *dq = static_cast<uint16_t *>(gpu::dmalloc(static_cast<size_t>(T) * kHq * kD * 2));
-      uint16_t *dout = static_cast<uint16_t *>(gpu::dmalloc(static_cast<size_t>(T) * kHq * kD * 2));
-      CUDA_OK(cudaMemcpy(dq, k, static_cast<size_t>(T) * kHq * kD * 2, cudaMemcpyDeviceToDevice));  // N(0,1) bf16
-      Tensor tq(dq, dev, bf, {T, kHq, kD}), to(dout, dev, bf, {T, kHq, kD});
-      Tensor tbt(dbt, dev, gpu::dl_i32(), {ns, max_pages}), tqs(dqs, dev, gpu::dl_i32(), {ns + 1}),
-          tcl(dcl, dev, gpu::dl_i32(), {ns});
-      Tensor tws(ws, dev, DLDataType{kDLUInt, 8, 1}, {static_cast<int64_t>(ws_bytes)});
+      const std::vector<std::pair<int, int>> seqs(c.seqs, {c.ctx, q});
       for (int sp = 0; sp < 2; ++sp) {
-        bspa_paged_args a;
-        bspa_paged_args_init(&a);
-        a.q = tq.dl(), a.out = to.dl(), a.k_pages = tk.dl(), a.v_pages = tv.dl();
-        a.block_table = tbt.dl(), a.query_starts = tqs.dl(), a.context_lens = tcl.dl();
-        a.max_query_len = q, a.layout = sp ? sparse : dense, a.scale = 1.0f / 128;
-        a.workspace = ws ? tws.dl() : nullptr;
-        for (int i = 0; i < 3; ++i) BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
-        CUDA_OK(cudaEventRecord(e0));
-        BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
-        CUDA_OK(cudaEventRecord(e1));
-        CUDA_OK(cudaEventSynchronize(e1));
-        float est = 0;
-        CUDA_OK(cudaEventElapsedTime(&est, e0, e1));
-        const int iters = static_cast<int>(std::clamp((quick ? 200.0 : 800.0) / std::max(est, 0.001f), 10.0, 200.0));
-        std::vector<cudaEvent_t> ev(2 * iters);
-        for (auto &e : ev) CUDA_OK(cudaEventCreate(&e));
-        std::vector<double> host_us(iters);
-        for (int i = 0; i < iters; ++i) {
-          CUDA_OK(cudaEventRecord(ev[2 * i]));
-          const auto h0 = std::chrono::steady_clock::now();
-          BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
-          host_us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
-          CUDA_OK(cudaEventRecord(ev[2 * i + 1]));
-        }
-        std::nth_element(host_us.begin(), host_us.begin() + iters / 2, host_us.end());
-        CUDA_OK(cudaDeviceSynchronize());
-        std::vector<float> ms(iters);
-        for (int i = 0; i < iters; ++i) CUDA_OK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
-        for (auto &e : ev) cudaEventDestroy(e);
-        std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
-        const double med = ms[iters / 2], bytes = kv_bytes(ns, c.ctx, q, sp);
-        results.push_back({c.name, ps, q, sp != 0, med, bytes, host_us[iters / 2]});
+        double host = 0;
+        const double med = measure(seqs, ps, sp != 0, host), bytes = kv_bytes(c.seqs, c.ctx, q, sp);
+        results.push_back({c.name, ps, q, sp != 0, med, bytes, host});
         std::printf("%-10s %5d %-6s %10.4f %9.3f %9.0f %8.1f\n", c.name, ps, sp ? "sparse" : "dense", med, bytes / 1e9,
-                    bytes / (med * 1e-3) / 1e9, host_us[iters / 2]);
+                    bytes / (med * 1e-3) / 1e9, host);
         std::fflush(stdout);
       }
-      for (void *p : {(void *)dbt, (void *)dqs, (void *)dcl, (void *)dq, (void *)dout}) cudaFree(p);
+    }
+  }
+  // Mixed steps (prefill chunks and decode rows in one launch) against their parts launched
+  // apart, at 64-token pages: a 2048-token chunk over a 30000-token prefix with 63 decode
+  // rows at 8191, and 8 chunks of 512 over contexts 0..14k with 120 decode rows at 1k..8k.
+  struct Mixed {
+    const char *name;
+    std::vector<std::pair<int, int>> chunks, decodes;
+  };
+  std::vector<Mixed> mixed(2);
+  mixed[0].name = "chunk2048+63dec";
+  mixed[0].chunks = {{30000, 2048}};
+  mixed[0].decodes.assign(63, {8191, 1});
+  mixed[1].name = "8x512+120dec";
+  for (int i = 0; i < 8; ++i) mixed[1].chunks.push_back({2048 * i, 512});
+  for (int i = 0; i < 120; ++i) mixed[1].decodes.push_back({1024 + (i * 131) % 7168, 1});
+  std::printf("\n%-16s %-6s %10s %10s %10s %10s\n", "mixed step", "layout", "whole ms", "chunks ms", "decode ms", "whole/parts");
+  for (const Mixed &m : mixed) {
+    if (only && std::strcmp(only, m.name) != 0) continue;
+    std::vector<std::pair<int, int>> whole = m.chunks;
+    whole.insert(whole.begin() + 1, m.decodes.begin(), m.decodes.end());  // decode rows between chunks
+    for (int sp = 0; sp < 2; ++sp) {
+      double h = 0;
+      const double tw = measure(whole, 64, sp != 0, h), tc = measure(m.chunks, 64, sp != 0, h),
+                   td = measure(m.decodes, 64, sp != 0, h);
+      mixed_rows.push_back({m.name, sp != 0, tw, tc, td});
+      std::printf("%-16s %-6s %10.4f %10.4f %10.4f %10.3f\n", m.name, sp ? "sparse" : "dense", tw, tc, td, tw / (tc + td));
+      std::fflush(stdout);
     }
   }
   if (json) {
@@ -218,6 +269,13 @@ int main(int argc, char **argv) {
       std::fprintf(f, "    {\"case\": \"%s\", \"page_size\": %d, \"q\": %d, \"layout\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, \"gbps\": %.1f, \"host_us\": %.2f}%s\n",
                    r.name.c_str(), r.page, r.q, r.sparse ? "sparse" : "dense", r.ms, r.bytes, r.bytes / (r.ms * 1e-3) / 1e9, r.host_us,
                    i + 1 < results.size() ? "," : "");
+    }
+    std::fprintf(f, "  ],\n  \"mixed\": [\n");
+    for (size_t i = 0; i < mixed_rows.size(); ++i) {
+      const MixedResult &r = mixed_rows[i];
+      std::fprintf(f, "    {\"case\": \"%s\", \"layout\": \"%s\", \"whole_ms\": %.5f, \"chunks_ms\": %.5f, \"decode_ms\": %.5f}%s\n",
+                   r.name.c_str(), r.sparse ? "sparse" : "dense", r.whole_ms, r.chunks_ms, r.decode_ms,
+                   i + 1 < mixed_rows.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");
     std::fclose(f);

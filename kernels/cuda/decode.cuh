@@ -83,6 +83,10 @@ __global__ void __launch_bounds__(128, 2)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wr = warp % WR, wk = warp / WR;  // this warp's row group and key group
   const int split_idx = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
+#if __CUDA_ARCH__ >= 900
+  // Let the merge kernel (if any) launch now: its CTAs are small and wait for this grid.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   const int qs = p.query_starts[seq];
   const int q_len = p.query_starts[seq + 1] - qs;
   if (q_len == 0 || q_len > p.decode_max_query_len) return;  // no rows, or the prefill kernel's
@@ -222,27 +226,30 @@ __global__ void __launch_bounds__(128, 2)
 
   for (int c0 = c_begin; c0 < c_end; c0 += C::kListCap) {
     const int c1 = min(c_end, c0 + C::kListCap);
-    const int total = cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
+    // A dense layout lists every tile: the entries are computed, not compacted (no scan,
+    // no barrier before the first copies).
+    const int total = dense ? c1 - c0 : cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
+    auto entry_at = [&](int i) { return dense ? classify(c0 + i) : sList[i]; };
 
     int pages[kPasses];
 #pragma unroll
     for (int i = 0; i < S - 1; ++i) {
       if (i < total) {
-        fetch_pages(sList[i], pages);
-        load_kv(sList[i], i, pages);
+        fetch_pages(entry_at(i), pages);
+        load_kv(entry_at(i), i, pages);
       }
       cp_async_commit();
     }
-    if (S - 1 < total) fetch_pages(sList[S - 1], pages);  // the pages of the next tile to copy
+    if (S - 1 < total) fetch_pages(entry_at(S - 1), pages);  // the pages of the next tile to copy
     for (int it = 0; it < total; ++it) {
       cp_async_wait<S - 2>();
       __syncthreads();  // tile `it` landed; every warp is done with the stage refilled below
       if (it + S - 1 < total) {
-        load_kv(sList[it + S - 1], (it + S - 1) % S, pages);
-        if (it + S < total) fetch_pages(sList[it + S], pages);  // used next iteration
+        load_kv(entry_at(it + S - 1), (it + S - 1) % S, pages);
+        if (it + S < total) fetch_pages(entry_at(it + S), pages);  // used next iteration
       }
       cp_async_commit();
-      const int entry = sList[it];
+      const int entry = entry_at(it);
       const int stage = it % S;
       const uint32_t tK = smem_addr(sK + stage * C::kTileBytes);
       const uint32_t tV = smem_addr(sV + stage * C::kTileBytes);
@@ -390,6 +397,11 @@ __global__ void __launch_bounds__(128, 2)
 template <class T, int D>
 __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant__ cuda::AttentionParams p,
                                                            const Split split) {
+#if __CUDA_ARCH__ >= 900
+  // Launched early (programmatic dependent launch, sm90+): wait here for the decode
+  // grid's units to be complete and visible.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   const int kvh = blockIdx.x, seq = blockIdx.y;
   const int qs = p.query_starts[seq];
   const int q_len = p.query_starts[seq + 1] - qs;
@@ -420,24 +432,35 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
 
 template <class T, int D, int WR>
 void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, const Split &split,
-                 cudaStream_t stream) {
+                 bool programmatic, cudaStream_t stream) {
   constexpr int smem = Config<D, WR>::kSmemBytes;
   cuda::check_cuda(cudaFuncSetAttribute(decode_kernel<T, D, WR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                    "cudaFuncSetAttribute(decode_kernel)");
   decode_kernel<T, D, WR><<<dim3(split.splits, num_kv_heads, num_seqs), 128, smem, stream>>>(p, split);
   cuda::check_launch("decode_kernel", stream);
   if (split.splits > 1) {
-    decode_merge_kernel<T, D><<<dim3(num_kv_heads, num_seqs), 128, 0, stream>>>(p, split);
+    // Programmatic dependent launch (sm90+): the merge's launch overlaps the decode grid
+    // instead of following its completion (it waits in the kernel).
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(num_kv_heads, num_seqs);
+    cfg.blockDim = dim3(128);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = programmatic ? 1 : 0;
+    cuda::check_cuda(cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, D>, p, split), "launching decode_merge_kernel");
     cuda::check_launch("decode_merge_kernel", stream);
   }
 }
 
 template <class T, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
-            const Split &split, cudaStream_t stream) {
-  if (max_rows <= 16) launch_rows<T, D, 1>(p, num_seqs, num_kv_heads, split, stream);
-  else if (max_rows <= 32) launch_rows<T, D, 2>(p, num_seqs, num_kv_heads, split, stream);
-  else launch_rows<T, D, 4>(p, num_seqs, num_kv_heads, split, stream);
+            const Split &split, bool programmatic, cudaStream_t stream) {
+  if (max_rows <= 16) launch_rows<T, D, 1>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+  else if (max_rows <= 32) launch_rows<T, D, 2>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+  else launch_rows<T, D, 4>(p, num_seqs, num_kv_heads, split, programmatic, stream);
 }
 
 }  // namespace bspa::kernels::decode

@@ -43,9 +43,11 @@ int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int64_t capaci
 
 // Launches the decode kernel over grid (splits, num_kv_heads, num_seqs) and, when split,
 // the merge. max_rows: the largest q x group of the launch (<= kMaxRows); CTAs of sequences
-// outside 1..p.decode_max_query_len new tokens exit at once.
+// outside 1..p.decode_max_query_len new tokens exit at once. programmatic: the device
+// supports programmatic dependent launch (compute capability 9.0+), so the merge is
+// launched to overlap the decode grid's end.
 template <class T, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
-            const Split &split, cudaStream_t stream);
+            const Split &split, bool programmatic, cudaStream_t stream);
 
 }  // namespace bspa::kernels::decode

@@ -3,7 +3,7 @@
 
 namespace bspa::kernels::decode {
 
-template void launch<__nv_bfloat16, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, cudaStream_t);
-template void launch<__nv_bfloat16, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, cudaStream_t);
+template void launch<__nv_bfloat16, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool, cudaStream_t);
+template void launch<__nv_bfloat16, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool, cudaStream_t);
 
 }  // namespace bspa::kernels::decode

@@ -43,8 +43,14 @@ __device__ __forceinline__ int compact_key_tiles(Classify classify, int c0, int 
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int kt = c0 + tid * kPerThread + i;
-    entries[i] = kt < c1 ? classify(kt) : -1;
-    count += entries[i] != -1;
+    entries[i] = -1;
+    if (kt < c1) {
+      const int entry = classify(kt);
+      if (entry != -1) {
+        entries[i] = entry;
+        ++count;
+      }
+    }
   }
   // Block-wide exclusive scan of the counts: a warp scan, then the warps' totals.
   int incl = count;

@@ -122,9 +122,9 @@ void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
 
 template <class T>
 void dispatch_decode(const sm80::Params &prm, int head_dim, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
-                     const decode::Split &split, cudaStream_t stream) {
-  if (head_dim == 64) decode::launch<T, 64>(prm, num_seqs, num_kv_heads, max_rows, split, stream);
-  else decode::launch<T, 128>(prm, num_seqs, num_kv_heads, max_rows, split, stream);
+                     const decode::Split &split, bool programmatic, cudaStream_t stream) {
+  if (head_dim == 64) decode::launch<T, 64>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+  else decode::launch<T, 128>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
 }
 
 }  // namespace
@@ -225,10 +225,11 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     const int64_t capacity = p.split.data ? static_cast<int64_t>(p.split.bytes) / unit_bytes : 0;
     split.splits = decode::plan_splits(items, p.decode_max_keys, cuda::multiprocessor_count(device.device()), capacity);
     split.partials = static_cast<float *>(p.split.data);
+    const bool programmatic = device_is_sm90(device.device());
     if (p.dtype == DType::BF16)
-      dispatch_decode<__nv_bfloat16>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, max_rows, split, stream);
+      dispatch_decode<__nv_bfloat16>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, max_rows, split, programmatic, stream);
     else
-      dispatch_decode<__half>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, max_rows, split, stream);
+      dispatch_decode<__half>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, max_rows, split, programmatic, stream);
   }
 }
 
