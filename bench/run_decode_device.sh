@@ -5,7 +5,7 @@
 # the prefill tiling the decode rows took before), torch's decode baselines, and an A/B of
 # bench_prefill against a base library (the prefill must not change).
 #   bash bench/run_decode_device.sh BUILD_DIR [BASE_LIB_DIR] [stages...]
-# Stages (default all): check sanitize decode torch ab. BUILD_DIR holds binaries built on
+# Stages (default all): check sanitize decode torch ab (a plot when decode and torch ran). BUILD_DIR holds binaries built on
 # the development machine (static cudart; carry it); BASE_LIB_DIR a libbspa.so.N of the
 # same ABI to A/B bench_prefill against. Logs and JSON go to $OUT (or bench/results/local),
 # a short table is printed last.
@@ -47,6 +47,11 @@ if has torch; then
   PYTHONUNBUFFERED=1 T python3 bench/compare_torch_decode.py --json "$OUT/compare_torch_decode.json" --budget 200 \
     >"$OUT/torch_decode.log" 2>&1
   summary+=("torch decode: rc=$?")
+fi
+if has torch && has decode; then
+  python3 bench/plot_decode.py "$OUT/bench_decode.json" "$OUT/compare_torch_decode.json" --out "$OUT/h200_decode.png" \
+    >"$OUT/plot.log" 2>&1
+  summary+=("plot: rc=$?")
 fi
 if has ab && [ -n "$BASE" ]; then
   OUT="$OUT/ab" ROUNDS=2 CHECK=none T bash bench/ab_libs.sh "$BUILD" "$BASE" "$BUILD" >"$OUT/ab.log" 2>&1

@@ -205,14 +205,17 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // Routing: sequences with 1..decode_max new tokens go to the decode kernel, the others to
   // a prefill kernel, both launched here on the stream (the decode kernel after the
   // prefill kernel: they may share the split workspace). Which sequences are short is known
-  // on the host for pool batches (decode_seqs); for device metadata it is not, so both run
-  // whenever max_query_len allows both kinds, each skipping the other's sequences.
+  // on the host for pool batches (decode_seqs). For device metadata it is not: when
+  // max_query_len allows both kinds and there are several sequences, both kernels run, each
+  // skipping the other's sequences; a single sequence over decode_max rows is taken for a
+  // prefill (its rows, if fewer, are the prefill kernel's), so a prefill pays no empty
+  // decode launch.
   const int32_t decode_max = cuda_decode_max_query_len();
-  prm.decode_max_query_len = decode_max;
-  const bool any_decode = decode_max > 0 && p.decode_seqs != 0;
-  const bool any_prefill = p.max_query_len > decode_max;
-  if (any_prefill) launch_prefill(p, prm, stream, device.device());
-  if (any_decode) {
+  const bool known = p.decode_seqs >= 0;
+  const bool route_decode = decode_max > 0 && (p.max_query_len <= decode_max || (known ? p.decode_seqs > 0 : p.num_seqs > 1));
+  prm.decode_max_query_len = route_decode ? decode_max : 0;
+  if (p.max_query_len > prm.decode_max_query_len) launch_prefill(p, prm, stream, device.device());
+  if (route_decode) {
     check(p.num_seqs <= 65535, Errc::NotSupported, "the CUDA decode kernel launches at most 65535 sequences (",
           p.num_seqs, " given)");
     const int32_t max_rows = std::min(p.max_query_len, decode_max) * prm.group;
@@ -220,9 +223,13 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
           ": the CUDA decode kernel takes at most ", decode::kMaxRows, " rows (new tokens x query heads per KV head)");
     decode::Split split;
     split.rows = max_rows;
-    const int64_t items = static_cast<int64_t>(p.decode_seqs > 0 ? p.decode_seqs : p.num_seqs) * p.num_kv_heads;
+    const int64_t items = static_cast<int64_t>(known ? p.decode_seqs : p.num_seqs) * p.num_kv_heads;
     const int64_t unit_bytes = decode::unit_floats(max_rows, p.head_dim) * static_cast<int64_t>(sizeof(float));
-    const int64_t capacity = p.split.data ? static_cast<int64_t>(p.split.bytes) / unit_bytes : 0;
+    // A mixed launch over device metadata does not know how many rows are decode rows: it
+    // does not split them (a split pays for few sequences over long contexts, which a step
+    // that also carries prefill chunks rarely has; its CTAs would mostly find nothing).
+    const bool mixed_unknown = !known && p.max_query_len > decode_max;
+    const int64_t capacity = p.split.data && !mixed_unknown ? static_cast<int64_t>(p.split.bytes) / unit_bytes : 0;
     split.splits = decode::plan_splits(items, p.decode_max_keys, cuda::multiprocessor_count(device.device()), capacity);
     split.partials = static_cast<float *>(p.split.data);
     const bool programmatic = device_is_sm90(device.device());
