@@ -225,11 +225,11 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     split.rows = max_rows;
     const int64_t items = static_cast<int64_t>(known ? p.decode_seqs : p.num_seqs) * p.num_kv_heads;
     const int64_t unit_bytes = decode::unit_floats(max_rows, p.head_dim) * static_cast<int64_t>(sizeof(float));
-    // A mixed launch over device metadata does not know how many rows are decode rows: it
-    // does not split them (a split pays for few sequences over long contexts, which a step
-    // that also carries prefill chunks rarely has; its CTAs would mostly find nothing).
-    const bool mixed_unknown = !known && p.max_query_len > decode_max;
-    const int64_t capacity = p.split.data && !mixed_unknown ? static_cast<int64_t>(p.split.bytes) / unit_bytes : 0;
+    // Over device metadata the items count every sequence (the decode ones are not known):
+    // the split is planned for that many, and the CTAs of the other sequences exit at once
+    // (a few microseconds), while a lone decode row over a long context still spreads over
+    // the SMs instead of running on a handful of them after the prefill.
+    const int64_t capacity = p.split.data ? static_cast<int64_t>(p.split.bytes) / unit_bytes : 0;
     split.splits = decode::plan_splits(items, p.decode_max_keys, cuda::multiprocessor_count(device.device()), capacity);
     split.partials = static_cast<float *>(p.split.data);
     const bool programmatic = device_is_sm90(device.device());

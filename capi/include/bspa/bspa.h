@@ -584,8 +584,8 @@ BSPA_API bspa_status bspa_prefill_workspace_bytes(int32_t device_type, int32_t d
  *    at most 8 sends every row to the decode kernel (its key split sized from the block
  *    table's width); above 8 with several sequences, both the prefill and the decode
  *    kernel are launched (the metadata stays on the device), each skipping the other's
- *    sequences, and the decode rows are not split; above 8 with one sequence, only the
- *    prefill kernel. (Pool batches route exactly: bspa_batch_create sees the lengths.) */
+ *    sequences; above 8 with one sequence, only the prefill kernel. (Pool batches route
+ *    exactly: bspa_batch_create sees the lengths.) */
 typedef struct bspa_paged_args {
   uint32_t version; /* BSPA_PAGED_ARGS_VERSION */
   const DLTensor *q;
