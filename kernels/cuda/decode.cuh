@@ -393,7 +393,11 @@ __global__ void __launch_bounds__(128, 2)
 }
 
 // Combines the split units of item (KV head blockIdx.x, sequence blockIdx.y) and stores
-// the rows and their lse.
+// the rows and their lse. Latency bound (an item's units are a few KB), so the row
+// statistics are reduced once per row by a warp striding the units, and the outputs loop
+// over the units unrolled, their loads in flight together. Every unit of a decode sequence
+// was written for all its rows (an empty split stores zeros and a zero sum), so no load
+// depends on another.
 template <class T, int D>
 __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant__ cuda::AttentionParams p,
                                                            const Split split) {
@@ -402,31 +406,51 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
   // grid's units to be complete and visible.
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+  __shared__ float s_m[kMaxRows], s_l[kMaxRows];
   const int kvh = blockIdx.x, seq = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int qs = p.query_starts[seq];
   const int q_len = p.query_starts[seq + 1] - qs;
   if (q_len == 0 || q_len > p.decode_max_query_len) return;
-  const int G = p.group, rows = q_len * G;
+  const int G = p.group, rows = q_len * G, S = split.splits;
   const int64_t stride = unit_floats(split.rows, D);
-  const float *units = split.partials + (static_cast<int64_t>(seq) * gridDim.x + kvh) * split.splits * stride;
+  const float *units = split.partials + (static_cast<int64_t>(seq) * gridDim.x + kvh) * S * stride;
+  auto stat = [&](int u, int r) { return reinterpret_cast<const float2 *>(units + u * stride + split.rows * D)[r]; };
+  for (int r = warp; r < rows; r += 4) {
+    float m = -INFINITY;
+    for (int u = lane; u < S; u += 32) {
+      const float2 st = stat(u, r);
+      if (st.y > 0.f) m = fmaxf(m, st.x);
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    float l = 0.f;
+    for (int u = lane; u < S; u += 32) {
+      const float2 st = stat(u, r);
+      if (st.y > 0.f) l += st.y * exp2f(st.x - m);
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+    if (lane == 0) s_m[r] = m, s_l[r] = l;
+  }
+  __syncthreads();
   for (int idx = threadIdx.x; idx < rows * (D / 2); idx += blockDim.x) {
     const int r = idx / (D / 2), col = (idx % (D / 2)) * 2;
-    auto stat = [&](int u) { return reinterpret_cast<const float2 *>(units + u * stride + split.rows * D)[r]; };
-    const cuda::MergedRow mr = cuda::merge_row_stats(split.splits, stat);
+    const float m = s_m[r], l = s_l[r];
     float ox = 0.f, oy = 0.f;
-    for (int u = 0; u < split.splits; ++u) {
-      const float wt = cuda::merge_weight(mr, stat(u));
-      if (wt != 0.f) {
-        const float2 v = *reinterpret_cast<const float2 *>(units + u * stride + r * D + col);
-        ox += v.x * wt;
-        oy += v.y * wt;
-      }
+#pragma unroll 8
+    for (int u = 0; u < S; ++u) {
+      const float2 st = stat(u, r);
+      const float2 v = *reinterpret_cast<const float2 *>(units + u * stride + r * D + col);
+      const float wt = st.y > 0.f ? exp2f(st.x - m) : 0.f;
+      ox = fmaf(v.x, wt, ox);
+      oy = fmaf(v.y, wt, oy);
     }
     const int t = r / G, h = kvh * G + (r - t * G);
-    const float inv = mr.l > 0.f ? 1.f / mr.l : 0.f;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
     T *dst = static_cast<T *>(p.out) + static_cast<int64_t>(qs + t) * p.o_tok + static_cast<int64_t>(h) * p.o_head + col;
     *reinterpret_cast<uint32_t *>(dst) = pack2<T>(ox * inv, oy * inv);
-    if (p.lse && col == 0) p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(mr.m, mr.l);
+    if (p.lse && col == 0) p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(m, l);
   }
 }
 

@@ -231,6 +231,12 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     // the SMs instead of running on a handful of them after the prefill.
     const int64_t capacity = p.split.data ? static_cast<int64_t>(p.split.bytes) / unit_bytes : 0;
     split.splits = decode::plan_splits(items, p.decode_max_keys, cuda::multiprocessor_count(device.device()), capacity);
+    // BSPA_DECODE_SPLITS=N forces N splits where the workspace has room (a diagnostic, to
+    // time the split planner's choice against others).
+    if (const char *e = std::getenv("BSPA_DECODE_SPLITS")) {
+      const long n = std::strtol(e, nullptr, 10);
+      if (n >= 1 && n <= 1024 && n * items <= std::max<int64_t>(capacity, items)) split.splits = static_cast<int32_t>(n);
+    }
     split.partials = static_cast<float *>(p.split.data);
     const bool programmatic = device_is_sm90(device.device());
     if (p.dtype == DType::BF16)
