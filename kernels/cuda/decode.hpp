@@ -36,9 +36,9 @@ constexpr int64_t unit_floats(int32_t rows, int32_t head_dim) { return int64_t{r
 // unit; wider launches split less).
 size_t workspace_bytes(int32_t head_dim, int32_t sms);
 // Splits for `items` (sequence, KV head) items whose longest key range is `max_keys` tokens,
-// on `sms` SMs, with room for `capacity_units` units: none once the items fill two waves of
-// CTAs, else the count whose waves come out fullest (decode_split.cpp), each split at least
-// 16 key tiles; 1 (no split) when there is no room or no need.
+// on `sms` SMs, with room for `capacity_units` units: one wave of CTAs spread evenly over
+// the SMs (decode_split.cpp says why), each split at least 16 key tiles; 1 (no split) when
+// the items alone fill half the CTA slots or there is no room.
 int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int64_t capacity_units);
 
 // Launches the decode kernel over grid (splits, num_kv_heads, num_seqs) and, when split,

@@ -8,41 +8,40 @@
 
 namespace bspa::kernels::decode {
 namespace {
-// CTAs the kernel keeps resident per SM (its launch bounds) and waves worth aiming for:
-// enough that the last wave's imbalance stays small.
+// CTAs the kernel keeps resident per SM (its launch bounds and shared memory).
 constexpr int64_t kCtasPerSm = 2;
-constexpr int64_t kTargetWaves = 2;
 // A split's key range is at least this many 64-token tiles (1024 keys), so the fixed cost
 // of a CTA (Q, listing, filling the pipeline, its share of the merge) stays small against
 // its loads.
 constexpr int64_t kMinSplitTiles = 16;
+// Splits this long keep two CTAs per SM busy long enough to pay for the second one's
+// fixed cost; shorter ones run one CTA per SM.
+constexpr int64_t kLongSplitTiles = 64;
 constexpr int32_t kWorkspaceRows = 32;
 constexpr int64_t kMaxSplits = 256;
 }  // namespace
 
 size_t workspace_bytes(int32_t head_dim, int32_t sms) {
-  // Room for the splits of the largest wave-filling plans: up to 4 waves of units.
-  const int64_t units = 2 * kTargetWaves * kCtasPerSm * std::max(sms, 1);
+  // Room for one unit per CTA slot of the GPU, at 32 rows a unit, twice over.
+  const int64_t units = 2 * kCtasPerSm * std::max(sms, 1);
   return static_cast<size_t>(units * unit_floats(kWorkspaceRows, head_dim)) * sizeof(float);
 }
 
+// Measured on the H200 (bench/NOTES.md, "CUDA decode"): the kernel is memory bound, so a
+// launch runs best as ONE wave of equal CTAs spread evenly over the SMs. A partial second
+// wave is a tail (8 x 128k with 5 splits: 320 CTAs on 264 slots, 1.30 ms against 0.97 ms
+// with 4), and more waves than needed pay each CTA's fixed cost again (33 splits: 1.00 ms).
+// So: as many splits as fill the CTA slots without passing them, or, when that leaves each
+// split short, one CTA per SM (1 x 32k: 16 splits, 45 us; 32 splits, 50 us).
 int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int64_t capacity_units) {
   if (items <= 0 || sms <= 0 || max_keys <= 0) return 1;
-  const int64_t slots = kCtasPerSm * sms;  // CTAs resident at once: one wave
-  if (items >= kTargetWaves * slots) return 1;
+  const int64_t slots = kCtasPerSm * sms;
+  if (items * 2 > slots) return 1;
   const int64_t tiles = (max_keys + 63) / 64;
-  const int64_t most = std::min({(tiles + kMinSplitTiles - 1) / kMinSplitTiles, capacity_units / items, kMaxSplits});
-  // The launch takes about ceil(items * s / slots) waves of CTAs that each do 1/s of an
-  // item: pick the s with the fewest item-times, so the last wave is as full as the others
-  // (e.g. 64 items on 264 slots: 33 splits fill 8 waves; 9 would leave a third wave 18% full).
-  // Gains under 1% go to the fewer splits (less to merge, fewer fixed costs).
-  int64_t best = 1;
-  double best_time = static_cast<double>((items + slots - 1) / slots);
-  for (int64_t s = 2; s <= most; ++s) {
-    const double time = static_cast<double>((items * s + slots - 1) / slots) / static_cast<double>(s);
-    if (time < best_time * 0.99) best = s, best_time = time;
-  }
-  return static_cast<int32_t>(best);
+  int64_t splits = slots / items;
+  if (tiles / splits < kLongSplitTiles) splits = std::max<int64_t>(1, sms / items);
+  splits = std::min({splits, (tiles + kMinSplitTiles - 1) / kMinSplitTiles, capacity_units / items, kMaxSplits});
+  return static_cast<int32_t>(std::max<int64_t>(splits, 1));
 }
 
 }  // namespace bspa::kernels::decode
