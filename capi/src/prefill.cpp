@@ -2,6 +2,7 @@
 // launch as a kernels::PrefillProblem / KvWriteProblem and dispatch on the device.
 #include <bspa/bspa.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -346,7 +347,9 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
     p.query_starts = reinterpret_cast<const int32_t *>(qs.data);
     p.context_lens = reinterpret_cast<const int32_t *>(cl.data);
     p.max_query_len = args->max_query_len;
-    p.decode_max_keys = bt.dim(1) * page_size;  // the block table's reach bounds every sequence
+    // The block table's reach bounds every sequence (clamped: positions are int32, and the
+    // product must not overflow for a table of absurd width).
+    p.decode_max_keys = std::min<int64_t>(bt.dim(1), INT32_MAX) * page_size;
 
     // Contradictions visible in the shapes and arguments alone are refused on every device
     // (on CUDA a launch would leave rows of out unwritten and report success).
