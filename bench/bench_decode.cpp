@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
     }
   }
   // Mixed steps (prefill chunks and decode rows in one launch) against their parts launched
-  // apart, at 64-token pages: a 2048-token chunk over a 30000-token prefix with 63 decode
+  // apart, at 64-token pages, through bspa_prefill_paged and through a CUDA pool: a 2048-token chunk over a 30000-token prefix with 63 decode
   // rows at 8191, and 8 chunks of 512 over contexts 0..14k with 120 decode rows at 1k..8k.
   struct Mixed {
     const char *name;
@@ -253,6 +253,83 @@ int main(int argc, char **argv) {
       std::fflush(stdout);
     }
   }
+  // The same mixed steps through a CUDA pool (bspa_batch_create + bspa_prefill): the host
+  // plan knows which sequences are decode rows, so the prefill work list leaves them out.
+  bspa_pool *pool = nullptr;
+  {
+    bspa_pool_options o;
+    bspa_pool_options_init(&o);
+    o.device_type = kDLCUDA, o.dtype = BSPA_DTYPE_BF16, o.num_layers = 1, o.num_kv_heads = kHkv, o.head_dim = kD;
+    o.page_size = 64, o.num_pages = 700000 / 64;
+    BSPA_OK_OR_DIE(bspa_pool_create(&pool, &o));
+  }
+  int32_t next_token = 1;
+  auto measure_pool = [&](const std::vector<std::pair<int, int>> &seqs, bool use_sparse) {
+    const int ns = static_cast<int>(seqs.size());
+    std::vector<bspa_seq *> ss(ns);
+    std::vector<int32_t> qlen(ns);
+    int T = 0;
+    for (int i = 0; i < ns; ++i) {
+      BSPA_OK_OR_DIE(bspa_seq_create(&ss[i], pool, nullptr));
+      std::vector<int32_t> toks(seqs[i].first + seqs[i].second);
+      for (auto &t : toks) t = next_token++ % 2000000000;  // unique: no page is shared
+      BSPA_OK_OR_DIE(bspa_seq_append(ss[i], toks.data(), static_cast<int64_t>(toks.size())));
+      BSPA_OK_OR_DIE(bspa_seq_commit(ss[i], seqs[i].first));
+      T += qlen[i] = seqs[i].second;
+    }
+    bspa_batch *batch = nullptr;
+    BSPA_OK_OR_DIE(bspa_batch_create(&batch, pool, ss.data(), qlen.data(), ns, nullptr));
+    uint16_t *dq = static_cast<uint16_t *>(gpu::dmalloc(static_cast<size_t>(T) * kHq * kD * 2));
+    uint16_t *dout = static_cast<uint16_t *>(gpu::dmalloc(static_cast<size_t>(T) * kHq * kD * 2));
+    CUDA_OK(cudaMemcpy(dq, k, static_cast<size_t>(T) * kHq * kD * 2, cudaMemcpyDeviceToDevice));
+    Tensor tq(dq, dev, bf, {T, kHq, kD}), to(dout, dev, bf, {T, kHq, kD});
+    // K/V pages hold whatever the pool's memory held: timing does not depend on the values,
+    // but write them once so no NaN pattern changes a code path.
+    std::vector<uint16_t *> kv;
+    {
+      uint16_t *dk = static_cast<uint16_t *>(gpu::dmalloc(static_cast<size_t>(T) * kHkv * kD * 2));
+      CUDA_OK(cudaMemcpy(dk, k, static_cast<size_t>(T) * kHkv * kD * 2, cudaMemcpyDeviceToDevice));
+      Tensor tkn(dk, dev, bf, {T, kHkv, kD});
+      BSPA_OK_OR_DIE(bspa_kv_write(pool, batch, 0, tkn.dl(), tkn.dl(), nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      cudaFree(dk);
+    }
+    bspa_layout *layout = use_sparse ? sparse : dense;
+    for (int i = 0; i < 3; ++i) BSPA_OK_OR_DIE(bspa_prefill(pool, batch, 0, layout, tq.dl(), to.dl(), 1.0f / 128, nullptr, nullptr));
+    const int iters = quick ? 20 : 60;
+    std::vector<cudaEvent_t> ev(2 * iters);
+    for (auto &e : ev) CUDA_OK(cudaEventCreate(&e));
+    for (int i = 0; i < iters; ++i) {
+      CUDA_OK(cudaEventRecord(ev[2 * i]));
+      BSPA_OK_OR_DIE(bspa_prefill(pool, batch, 0, layout, tq.dl(), to.dl(), 1.0f / 128, nullptr, nullptr));
+      CUDA_OK(cudaEventRecord(ev[2 * i + 1]));
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> ms(iters);
+    for (int i = 0; i < iters; ++i) CUDA_OK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+    for (auto &e : ev) cudaEventDestroy(e);
+    std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
+    bspa_batch_destroy(batch);
+    for (bspa_seq *sq : ss) bspa_seq_destroy(sq);
+    cudaFree(dq);
+    cudaFree(dout);
+    return static_cast<double>(ms[iters / 2]);
+  };
+  std::printf("\n%-16s %-6s %10s %10s %10s %10s   (CUDA pool: bspa_batch_create + bspa_prefill)\n", "mixed step",
+              "layout", "whole ms", "chunks ms", "decode ms", "whole/parts");
+  for (const Mixed &m : mixed) {
+    if (only && std::strcmp(only, m.name) != 0) continue;
+    std::vector<std::pair<int, int>> whole = m.chunks;
+    whole.insert(whole.begin() + 1, m.decodes.begin(), m.decodes.end());
+    for (int sp = 0; sp < 2; ++sp) {
+      const double tw = measure_pool(whole, sp != 0), tc = measure_pool(m.chunks, sp != 0),
+                   td = measure_pool(m.decodes, sp != 0);
+      mixed_rows.push_back({std::string(m.name) + " (pool)", sp != 0, tw, tc, td});
+      std::printf("%-16s %-6s %10.4f %10.4f %10.4f %10.3f\n", m.name, sp ? "sparse" : "dense", tw, tc, td, tw / (tc + td));
+      std::fflush(stdout);
+    }
+  }
+  bspa_pool_destroy(pool);
   if (json) {
     FILE *f = std::fopen(json, "w");
     if (!f) {
