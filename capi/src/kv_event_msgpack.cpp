@@ -2,6 +2,10 @@
 
 #include <cstring>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 namespace bspa::capi {
 
 namespace {
@@ -47,6 +51,61 @@ bool valid_utf8(const unsigned char *s, size_t n) {
   }
   return true;
 }
+
+// Token ids of 256 or more (nearly all of them for vocabularies of 32k-256k ids) take
+// msgpack's uint16 (0xcd, 2 bytes big-endian) or uint32 (0xce, 4 bytes) form. With SSSE3,
+// four at a time: one byte shuffle per group picks each id's big-endian bytes into place
+// and leaves room for the tags, chosen by which of the four need 4 bytes (16 patterns,
+// tabled once). Returns how many tokens it wrote (a group with a smaller or negative id
+// stops it: the caller writes that one the general way); writes up to 32 bytes past the
+// end of what it encodes.
+#if defined(__x86_64__) && defined(__GNUC__)
+struct ShuffleTable {
+  alignas(16) unsigned char shuffle[16][32];
+  alignas(16) unsigned char tags[16][32];
+  unsigned char length[16];
+  ShuffleTable() {
+    for (int m = 0; m < 16; ++m) {
+      for (int i = 0; i < 32; ++i) shuffle[m][i] = 0x80, tags[m][i] = 0;  // 0x80: a zero byte
+      int pos = 0;
+      for (int k = 0; k < 4; ++k) {
+        const bool wide = (m >> k) & 1;
+        tags[m][pos] = wide ? 0xce : 0xcd;
+        const int bytes = wide ? 4 : 2;
+        for (int b = 0; b < bytes; ++b) shuffle[m][pos + 1 + b] = static_cast<unsigned char>(4 * k + bytes - 1 - b);
+        pos += 1 + bytes;
+      }
+      length[m] = static_cast<unsigned char>(pos);
+      // The second 16 output bytes are shuffled from the same 16 source bytes.
+    }
+  }
+};
+
+__attribute__((target("ssse3"))) size_t tokens_ssse3(unsigned char *&p, const int32_t *t, size_t n) {
+  static const ShuffleTable table;
+  const __m128i floor = _mm_set1_epi32(0x100), narrow_max = _mm_set1_epi32(0xffff);
+  size_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(t + j));
+    if (_mm_movemask_epi8(_mm_cmplt_epi32(v, floor))) break;  // an id below 256, or negative
+    const int m = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(v, narrow_max)));
+    const __m128i lo = _mm_or_si128(_mm_shuffle_epi8(v, _mm_load_si128(reinterpret_cast<const __m128i *>(table.shuffle[m]))),
+                                    _mm_load_si128(reinterpret_cast<const __m128i *>(table.tags[m])));
+    const __m128i hi =
+        _mm_or_si128(_mm_shuffle_epi8(v, _mm_load_si128(reinterpret_cast<const __m128i *>(table.shuffle[m] + 16))),
+                     _mm_load_si128(reinterpret_cast<const __m128i *>(table.tags[m] + 16)));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(p), lo);
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(p + 16), hi);
+    p += table.length[m];
+  }
+  return j;
+}
+
+bool have_ssse3() {
+  static const bool yes = __builtin_cpu_supports("ssse3");
+  return yes;
+}
+#endif
 
 // Writes into [out, out + cap) while it fits and counts every byte regardless, so one
 // pass both encodes and sizes.
@@ -141,7 +200,20 @@ class Writer {
       return;
     }
     unsigned char *p = out_ + pos_;
-    for (int32_t j = 0; j < n; ++j) {
+    int32_t j = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    // 32 bytes of slack for the vector stores: the scalar path below when they do not fit.
+    if (cap_ - pos_ >= 5 * static_cast<size_t>(n) + 32 && have_ssse3()) {
+      while (j < n) {
+        j += static_cast<int32_t>(tokens_ssse3(p, t + j, static_cast<size_t>(n - j)));
+        if (n - j < 4) break;
+        pos_ = static_cast<size_t>(p - out_);  // a group with a small id: that id the general way
+        sint(t[j++]);
+        p = out_ + pos_;
+      }
+    }
+#endif
+    for (; j < n; ++j) {
       const int32_t v = t[j];
       const uint32_t u = static_cast<uint32_t>(v);
       if (__builtin_expect(v < 0x100, 0)) {  // fixint, uint8 or negative: the general path

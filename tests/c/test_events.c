@@ -171,6 +171,62 @@ Test(events, msgpack_drain_encodes_a_vllm_event_batch) {
   bspa_pool_destroy(pool);
 }
 
+/* msgpack ints as the encoder may write them (fixint, uint8-32, int8-32). */
+static int64_t mp_int(const unsigned char **pp) {
+  const unsigned char *p = *pp;
+  int64_t v;
+  if (p[0] < 0x80) v = p[0], *pp += 1;
+  else if (p[0] >= 0xe0) v = (int8_t)p[0], *pp += 1;
+  else if (p[0] == 0xcc) v = p[1], *pp += 2;
+  else if (p[0] == 0xcd) v = (p[1] << 8) | p[2], *pp += 3;
+  else if (p[0] == 0xce) v = ((int64_t)p[1] << 24) | (p[2] << 16) | (p[3] << 8) | p[4], *pp += 5;
+  else if (p[0] == 0xd0) v = (int8_t)p[1], *pp += 2;
+  else if (p[0] == 0xd1) v = (int16_t)((p[1] << 8) | p[2]), *pp += 3;
+  else if (p[0] == 0xd2) v = (int32_t)(((uint32_t)p[1] << 24) | (p[2] << 16) | (p[3] << 8) | p[4]), *pp += 5;
+  else cr_assert_fail("unexpected msgpack byte %#x", p[0]);
+  return v;
+}
+
+/* Every width of token id, mixed at random (the vector path handles runs of ids >= 256,
+ * the general path the rest), must come back as it went in. */
+Test(events, msgpack_token_ids_of_every_width_round_trip) {
+  enum { kPages = 40, kPs = 64 };
+  bspa_pool *pool = events_pool(kPages + 1, kPs, 64);
+  static int32_t t[kPages * kPs];
+  test_rng rng = {test_seed()};
+  for (int i = 0; i < kPages * kPs; ++i) {
+    const uint64_t r = test_rng_next(&rng);
+    switch ((r >> 32) % (i < kPs * kPages / 2 ? 16 : 5)) { /* the first half: mostly wide ids */
+      case 0: t[i] = (int32_t)(r % 128); break;
+      case 1: t[i] = 128 + (int32_t)(r % 128); break;
+      case 2: t[i] = -1 - (int32_t)(r % 70000); break;
+      case 3: t[i] = 256 + (int32_t)(r % (65536 - 256)); break;
+      default: t[i] = 65536 + (int32_t)(r % (INT32_MAX - 65536)); break;
+    }
+  }
+  bspa_seq *s = seq_salted(pool, NULL, 0);
+  EXPECT_OK(bspa_seq_append(s, t, kPages * kPs));
+  EXPECT_OK(bspa_seq_commit(s, kPages * kPs));
+  bspa_seq_destroy(s);
+  static unsigned char buf[kPages * kPs * 5 + 4096];
+  size_t size = 0;
+  EXPECT_OK(bspa_pool_events_drain_msgpack(pool, 0.0, 0, buf, sizeof buf, &size));
+  /* One BlockStored: find "token_ids", then an array32/16 header and the ids. */
+  const unsigned char *p = NULL;
+  for (size_t i = 0; i + 9 < size; ++i)
+    if (memcmp(buf + i, "\xa9token_ids", 10) == 0) p = buf + i + 10;
+  cr_assert_not_null(p);
+  cr_assert_eq(p[0], 0xdc, "an array16 of %d ids", kPages * kPs);
+  cr_assert_eq((p[1] << 8) | p[2], kPages * kPs);
+  p += 3;
+  for (int i = 0; i < kPages * kPs; ++i) {
+    const int64_t v = mp_int(&p);
+    cr_assert_eq(v, t[i], "token %d: %lld, want %d", i, (long long)v, t[i]);
+  }
+  cr_assert(memcmp(p, "\xaa" "block_size", 11) == 0, "the ids end where block_size begins");
+  bspa_pool_destroy(pool);
+}
+
 Test(events, bad_input_errors_and_loses_nothing) {
   bspa_pool *off = events_pool(4, 16, 0);
   int64_t n = -1, nt = -1;
