@@ -56,8 +56,7 @@ def fail(msg: str) -> None:
 
 
 def trace_path() -> Path:
-    for p in [os.environ.get("BSPA_TRACE"), ROOT / "data/traces/mooncake_conversation_trace.jsonl",
-              Path("/work/shared/traces/mooncake_conversation_trace.jsonl")]:
+    for p in [os.environ.get("BSPA_TRACE"), ROOT / "data/traces/mooncake_conversation_trace.jsonl"]:
         if p and Path(p).is_file():
             return Path(p)
     fail("no Mooncake trace (data/traces/mooncake_conversation_trace.jsonl)")
