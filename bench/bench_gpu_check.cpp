@@ -375,6 +375,32 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
     BSPA_OK_OR_DIE(bspa_seq_append(seqs[g][2], &p2.back(), 1));
   }
   step({1, 2}, {&p1, &p2}, {1500, 77}, tag + " decode 1501 & 78");
+  // Step 4: nine fresh prompts and, last in the batch, a decode row of sequence 1: a pool
+  // batch whose decode rows come after prefill rows (units indexed by batch position), its
+  // key range split.
+  std::vector<std::vector<int32_t>> fresh(9, std::vector<int32_t>(100));
+  for (auto &f : fresh)
+    for (auto &t : f) t = rng.range(0, 50000);
+  p1.push_back(rng.range(0, 50000));
+  for (int g = 0; g < 2; ++g) {
+    for (int i = 0; i < 9; ++i) {
+      bspa_seq *s = nullptr;
+      int64_t c = 0;
+      BSPA_OK_OR_DIE(bspa_seq_create(&s, pools[g], nullptr));
+      BSPA_OK_OR_DIE(bspa_seq_match(s, fresh[i].data(), 100, &c));
+      BSPA_OK_OR_DIE(bspa_seq_append(s, fresh[i].data() + c, 100 - c));
+      seqs[g].push_back(s);
+    }
+    BSPA_OK_OR_DIE(bspa_seq_append(seqs[g][1], &p1.back(), 1));
+  }
+  {
+    std::vector<int> which;
+    std::vector<const std::vector<int32_t> *> prompts;
+    std::vector<int> starts;
+    for (int i = 0; i < 9; ++i) which.push_back(3 + i), prompts.push_back(&fresh[i]), starts.push_back(0);
+    which.push_back(1), prompts.push_back(&p1), starts.push_back(1501);
+    step(which, prompts, starts, tag + " 9 fresh x 100 & decode 1502 last");
+  }
   for (int g = 0; g < 2; ++g) {
     for (auto *s : seqs[g]) bspa_seq_destroy(s);
     if (bspa_pool_check(pools[g]) != BSPA_OK) {
@@ -540,6 +566,15 @@ int main(int argc, char **argv) {
     c.hq = 16, c.hkv = 2, c.ps = 64, c.seqs = {{5000, 1}, {300, 700}, {63, 8}, {2047, 200}, {9000, 2}};
     cases.push_back(c);
     c.workspace = false, c.layout = 0, c.dt = BSPA_DTYPE_F16, c.ps = 16;
+    cases.push_back(c);
+    // Groups the decode kernel cannot take whole: 16 query heads per KV head (q <= 4 decode,
+    // q 5..8 on the prefill kernels) and 72 (every row on the prefill kernels).
+    c = Case{};
+    c.hq = 32, c.hkv = 2, c.ps = 32, c.seqs = {{1000, 1}, {500, 6}, {2100, 4}, {63, 300}, {3000, 8}};
+    cases.push_back(c);
+    c.layout = 0, c.seqs = {{1000, 1}, {2000, 3}};
+    cases.push_back(c);
+    c.hq = 72, c.hkv = 1, c.D = 64, c.seqs = {{1000, 1}, {129, 5}, {700, 64}};
     cases.push_back(c);
     // The prefix identity for decode rows: the last rows of the full prefill.
     const int id_ctx[] = {1, 63, 64, 255, 256, 1000, 1023, 1024, 1025, 3000};

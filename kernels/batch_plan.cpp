@@ -73,6 +73,7 @@ BatchPlan plan_batch(const BatchPlanInput &in) {
     if (q >= 1 && q <= p.decode_max_query_len) {
       ++p.decode_seqs;
       p.decode_max_keys = std::max(p.decode_max_keys, static_cast<int64_t>(in.context_lens[i]) + q);
+      p.decode_max_q = std::max(p.decode_max_q, q);
     }
   }
   p.work = plan_work(p.num_seqs, p.query_starts.data(), p.context_lens.data(), p.tile_rows, p.decode_max_query_len);

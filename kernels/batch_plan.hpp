@@ -47,6 +47,7 @@ struct BatchPlan {
   int32_t decode_max_query_len = 0;   // as planned (BatchPlanInput)
   int32_t decode_seqs = 0;            // sequences left to the decode path
   int64_t decode_max_keys = 0;        // their largest context + new tokens
+  int32_t decode_max_q = 0;           // their largest new-token count
 };
 
 // Throws Error(OutOfRange) when a sequence's context + query tokens need more pages

@@ -76,6 +76,8 @@ struct PrefillProblem {
   // bound of their context + new tokens (sizes the decode kernel's key split).
   int32_t decode_seqs = -1;
   int64_t decode_max_keys = 0;
+  int32_t decode_max_q = 0;         // their largest new-token count (0 = unknown)
+  int32_t work_excludes_up_to = 0;  // the work list leaves out sequences of 1..this many rows
 };
 
 // Writes new tokens' K/V ([total_q, Hkv, head_dim], token/head strides in elements)

@@ -255,6 +255,8 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
     p.work_tile_rows = plan.tile_rows;
     p.decode_seqs = plan.decode_seqs;
     p.decode_max_keys = plan.decode_max_keys;
+    p.decode_max_q = plan.decode_max_q;
+    p.work_excludes_up_to = plan.decode_max_query_len;
     if (plan.total_q == 0) return;
     if (g.cuda)
       bspa::kernels::prefill_cuda(p, stream);

@@ -93,7 +93,10 @@ __global__ void __launch_bounds__(128, 2)
   const int ctx = p.context_lens[seq];
   const int kv_len = ctx + q_len;
   const int G = p.group;
-  const int rows = q_len * G;  // <= C::kRows (the host picks WR for the launch's largest)
+  const int rows = q_len * G;
+  // The host picks WR from the launch's largest rows; a sequence past it (max_query_len
+  // understated by the caller) is left unwritten rather than overrunning the tile.
+  if (rows > split.rows) return;
   const int B = p.layout.block_size;
   const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
   const T *kbase = static_cast<const T *>(p.k) + static_cast<int64_t>(kvh) * p.k_head;
@@ -413,6 +416,7 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
   const int q_len = p.query_starts[seq + 1] - qs;
   if (q_len == 0 || q_len > p.decode_max_query_len) return;
   const int G = p.group, rows = q_len * G, S = split.splits;
+  if (rows > split.rows) return;  // as in decode_kernel
   const int64_t stride = unit_floats(split.rows, D);
   const float *units = split.partials + (static_cast<int64_t>(seq) * gridDim.x + kvh) * S * stride;
   auto stat = [&](int u, int r) { return reinterpret_cast<const float2 *>(units + u * stride + split.rows * D)[r]; };
@@ -485,6 +489,11 @@ void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_hea
   if (max_rows <= 16) launch_rows<T, D, 1>(p, num_seqs, num_kv_heads, split, programmatic, stream);
   else if (max_rows <= 32) launch_rows<T, D, 2>(p, num_seqs, num_kv_heads, split, programmatic, stream);
   else launch_rows<T, D, 4>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+}
+
+template <int D>
+constexpr size_t shared_bytes_for(int32_t max_rows) {
+  return max_rows <= 16 ? Config<D, 1>::kSmemBytes : max_rows <= 32 ? Config<D, 2>::kSmemBytes : Config<D, 4>::kSmemBytes;
 }
 
 }  // namespace bspa::kernels::decode

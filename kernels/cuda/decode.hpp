@@ -46,6 +46,10 @@ int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int64_t capaci
 // outside 1..p.decode_max_query_len new tokens exit at once. programmatic: the device
 // supports programmatic dependent launch (compute capability 9.0+), so the merge is
 // launched to overlap the decode grid's end.
+// Dynamic shared memory of the instantiation that a launch of `max_rows` rows uses (the
+// same for both element types); 0 for a head_dim the kernel lacks.
+size_t shared_bytes(int32_t head_dim, int32_t max_rows);
+
 template <class T, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
             const Split &split, bool programmatic, cudaStream_t stream);

@@ -26,7 +26,10 @@ void check_launch(const char *kernel, cudaStream_t stream) {
   }
 }
 
-int multiprocessor_count(int device) {
+namespace {
+// A device attribute, asked once per device (they do not change).
+template <cudaDeviceAttr kAttr>
+int cached_attribute(int device, const char *what) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cached[kMaxDevices];  // 0 = not asked yet
   if (device < 0) check_cuda(cudaGetDevice(&device), "cudaGetDevice");
@@ -35,9 +38,19 @@ int multiprocessor_count(int device) {
     if (n > 0) return n;
   }
   int n = 0;
-  check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute(SM count)");
+  check_cuda(cudaDeviceGetAttribute(&n, kAttr, device), what);
   if (device >= 0 && device < kMaxDevices) cached[device].store(n, std::memory_order_relaxed);
   return n;
+}
+}  // namespace
+
+int multiprocessor_count(int device) {
+  return cached_attribute<cudaDevAttrMultiProcessorCount>(device, "cudaDeviceGetAttribute(SM count)");
+}
+
+int max_shared_bytes_per_block(int device) {
+  return cached_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device,
+                                                                   "cudaDeviceGetAttribute(shared memory per block)");
 }
 
 PointerDeviceGuard::PointerDeviceGuard(const void *ptr) {

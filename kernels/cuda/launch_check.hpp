@@ -27,6 +27,8 @@ constexpr size_t align_to_256(size_t v) { return (v + 255) & ~size_t{255}; }
 // Streaming multiprocessors of `device` (sizes persistent grids and their workspaces;
 // cached per device after the first query); -1 = the current device.
 int multiprocessor_count(int device = -1);
+// The dynamic shared memory a block may opt in to on `device` (cached likewise).
+int max_shared_bytes_per_block(int device = -1);
 
 // Makes the device that owns `ptr` current for the guard's lifetime (launches go to the
 // current device) and restores the caller's device afterwards.

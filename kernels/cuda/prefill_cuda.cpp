@@ -204,45 +204,61 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
 
   // Routing: sequences with 1..decode_max new tokens go to the decode kernel, the others to
   // a prefill kernel, both launched here on the stream (the decode kernel after the
-  // prefill kernel: they may share the split workspace). Which sequences are short is known
-  // on the host for pool batches (decode_seqs). For device metadata it is not: when
-  // max_query_len allows both kinds and there are several sequences, both kernels run, each
-  // skipping the other's sequences; a single sequence over decode_max rows is taken for a
-  // prefill (its rows, if fewer, are the prefill kernel's), so a prefill pays no empty
-  // decode launch.
-  const int32_t decode_max = cuda_decode_max_query_len();
+  // prefill kernel: they may share the split workspace). decode_max is the planned bound,
+  // lowered where the decode kernel cannot take the rows: q x group must fit its 64-row
+  // tile (GQA groups over 8, MQA) and its shared memory must fit the device (GPUs with
+  // under 120 KB a block: sm86/sm89). Which sequences are short is known on the host for
+  // pool batches (decode_seqs). For device metadata it is not: when max_query_len allows
+  // both kinds and there are several sequences, both kernels run, each skipping the
+  // other's sequences; a single sequence over decode_max rows is taken for a prefill (its
+  // rows, if fewer, are the prefill kernel's), so a prefill pays no empty decode launch.
+  // Every check comes before the first launch (a failed call writes nothing).
+  const int32_t planned = cuda_decode_max_query_len();
+  int32_t decode_max = std::min(planned, decode::kMaxRows / prm.group);
+  if (decode_max > 0 && (p.num_seqs > 65535 ||
+                         decode::shared_bytes(p.head_dim, std::min(p.max_query_len, decode_max) * prm.group) >
+                             static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()))))
+    decode_max = 0;
   const bool known = p.decode_seqs >= 0;
   const bool route_decode = decode_max > 0 && (p.max_query_len <= decode_max || (known ? p.decode_seqs > 0 : p.num_seqs > 1));
   prm.decode_max_query_len = route_decode ? decode_max : 0;
-  if (p.max_query_len > prm.decode_max_query_len) launch_prefill(p, prm, stream, device.device());
+  // A pool batch's work list leaves out the sequences of up to `planned` new tokens: where
+  // this launch routes fewer of them to the decode kernel, the prefill covers every
+  // sequence through the grid instead (skipping only the ones decode computes).
+  PrefillProblem prefill = p;
+  if (prefill.work && prm.decode_max_query_len != p.work_excludes_up_to) prefill.work = nullptr;
+  const bool any_prefill = p.max_query_len > prm.decode_max_query_len;
+  decode::Split split;
   if (route_decode) {
-    check(p.num_seqs <= 65535, Errc::NotSupported, "the CUDA decode kernel launches at most 65535 sequences (",
-          p.num_seqs, " given)");
-    const int32_t max_rows = std::min(p.max_query_len, decode_max) * prm.group;
-    check(max_rows <= decode::kMaxRows, Errc::NotSupported, "num_q_heads / num_kv_heads = ", prm.group,
-          ": the CUDA decode kernel takes at most ", decode::kMaxRows, " rows (new tokens x query heads per KV head)");
-    decode::Split split;
-    split.rows = max_rows;
+    // Rows: the launch's largest decode q (known for pool batches) times the group.
+    const int32_t max_q = p.decode_max_q > 0 ? std::min(p.decode_max_q, decode_max) : std::min(p.max_query_len, decode_max);
+    split.rows = max_q * prm.group;
+    // Items to fill the GPU with: the decode sequences (all of them over device metadata,
+    // where the decode ones are not known; the CTAs of the others exit at once). Units are
+    // indexed by the sequence's place in the batch, so the workspace bounds the splits by
+    // every sequence's units.
     const int64_t items = static_cast<int64_t>(known ? p.decode_seqs : p.num_seqs) * p.num_kv_heads;
-    const int64_t unit_bytes = decode::unit_floats(max_rows, p.head_dim) * static_cast<int64_t>(sizeof(float));
-    // Over device metadata the items count every sequence (the decode ones are not known):
-    // the split is planned for that many, and the CTAs of the other sequences exit at once
-    // (a few microseconds), while a lone decode row over a long context still spreads over
-    // the SMs instead of running on a handful of them after the prefill.
+    const int64_t indexed = static_cast<int64_t>(p.num_seqs) * p.num_kv_heads;
+    const int64_t unit_bytes = decode::unit_floats(split.rows, p.head_dim) * static_cast<int64_t>(sizeof(float));
     const int64_t capacity = p.split.data ? static_cast<int64_t>(p.split.bytes) / unit_bytes : 0;
-    split.splits = decode::plan_splits(items, p.decode_max_keys, cuda::multiprocessor_count(device.device()), capacity);
+    // plan_splits bounds splits by capacity / items; pass what keeps splits * indexed within it.
+    const int64_t room = indexed > 0 ? capacity / indexed * items : 0;
+    split.splits = decode::plan_splits(items, p.decode_max_keys, cuda::multiprocessor_count(device.device()), room);
     // BSPA_DECODE_SPLITS=N forces N splits where the workspace has room (a diagnostic, to
     // time the split planner's choice against others).
     if (const char *e = std::getenv("BSPA_DECODE_SPLITS")) {
       const long n = std::strtol(e, nullptr, 10);
-      if (n >= 1 && n <= 1024 && n * items <= std::max<int64_t>(capacity, items)) split.splits = static_cast<int32_t>(n);
+      if (n >= 1 && n <= 1024 && n * indexed <= capacity) split.splits = static_cast<int32_t>(n);
     }
     split.partials = static_cast<float *>(p.split.data);
+  }
+  if (any_prefill) launch_prefill(prefill, prm, stream, device.device());
+  if (route_decode) {
     const bool programmatic = device_is_sm90(device.device());
     if (p.dtype == DType::BF16)
-      dispatch_decode<__nv_bfloat16>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, max_rows, split, programmatic, stream);
+      dispatch_decode<__nv_bfloat16>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, programmatic, stream);
     else
-      dispatch_decode<__half>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, max_rows, split, programmatic, stream);
+      dispatch_decode<__half>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, programmatic, stream);
   }
 }
 

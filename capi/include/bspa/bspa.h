@@ -532,7 +532,10 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int
  * verification) run on a decode kernel that computes the rows of all query heads of a
  * KV group together, so each K/V page is read once per KV head, with key ranges split
  * across SMs when the rows do not fill the GPU; longer queries run on the prefill
- * kernels. A mixed batch launches both on `stream` from this one call. Results are the
+ * kernels. The decode kernel takes at most 64 rows (new tokens x Hq / num_kv_heads):
+ * with larger groups it takes fewer new tokens (q <= 64 / group; none above 64 query
+ * heads per KV head), and on GPUs with less than about 120 KB of shared memory per block
+ * (sm86, sm89) head_dim 128 rows stay on the prefill kernels. A mixed batch launches both on `stream` from this one call. Results are the
  * same function either way (within rounding); BSPA_CUDA_DECODE=0 in the environment
  * (read once per process) sends every row to the prefill kernels.
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (layer; a CSR layout shorter
