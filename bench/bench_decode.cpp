@@ -80,6 +80,29 @@ struct Result {
   double ms, bytes, host_us;
 };
 
+// Medians of `iters` queued launches, each between its own pair of events (the GPU's
+// time), and of the host time of each launch call.
+template <class Launch>
+std::pair<double, double> time_queued(int iters, Launch launch) {
+  std::vector<cudaEvent_t> ev(2 * iters);
+  for (auto &e : ev) CUDA_OK(cudaEventCreate(&e));
+  std::vector<double> host_us(iters);
+  for (int i = 0; i < iters; ++i) {
+    CUDA_OK(cudaEventRecord(ev[2 * i]));
+    const auto h0 = std::chrono::steady_clock::now();
+    launch();
+    host_us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+    CUDA_OK(cudaEventRecord(ev[2 * i + 1]));
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> ms(iters);
+  for (int i = 0; i < iters; ++i) CUDA_OK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto &e : ev) cudaEventDestroy(e);
+  std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
+  std::nth_element(host_us.begin(), host_us.begin() + iters / 2, host_us.end());
+  return {static_cast<double>(ms[iters / 2]), host_us[iters / 2]};
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -188,25 +211,10 @@ int main(int argc, char **argv) {
     float est = 0;
     CUDA_OK(cudaEventElapsedTime(&est, e0, e1));
     const int iters = static_cast<int>(std::clamp((quick ? 200.0 : 800.0) / std::max(est, 0.001f), 10.0, 200.0));
-    std::vector<cudaEvent_t> ev(2 * iters);
-    for (auto &e : ev) CUDA_OK(cudaEventCreate(&e));
-    std::vector<double> host_us(iters);
-    for (int i = 0; i < iters; ++i) {
-      CUDA_OK(cudaEventRecord(ev[2 * i]));
-      const auto h0 = std::chrono::steady_clock::now();
-      BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
-      host_us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
-      CUDA_OK(cudaEventRecord(ev[2 * i + 1]));
-    }
-    CUDA_OK(cudaDeviceSynchronize());
-    std::vector<float> ms(iters);
-    for (int i = 0; i < iters; ++i) CUDA_OK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
-    for (auto &e : ev) cudaEventDestroy(e);
-    std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
-    std::nth_element(host_us.begin(), host_us.begin() + iters / 2, host_us.end());
-    host_med = host_us[iters / 2];
+    const auto [med, host] = time_queued(iters, [&] { BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr)); });
+    host_med = host;
     for (void *ptr : {(void *)dbt, (void *)dqs, (void *)dcl, (void *)dq, (void *)dout}) cudaFree(ptr);
-    return static_cast<double>(ms[iters / 2]);
+    return med;
   };
 
   std::printf("%s, decode kernel %s, q = %d\n", prop.name, decode_off ? "OFF (prefill path)" : "on", q);
@@ -296,24 +304,15 @@ int main(int argc, char **argv) {
     }
     bspa_layout *layout = use_sparse ? sparse : dense;
     for (int i = 0; i < 3; ++i) BSPA_OK_OR_DIE(bspa_prefill(pool, batch, 0, layout, tq.dl(), to.dl(), 1.0f / 128, nullptr, nullptr));
-    const int iters = quick ? 20 : 60;
-    std::vector<cudaEvent_t> ev(2 * iters);
-    for (auto &e : ev) CUDA_OK(cudaEventCreate(&e));
-    for (int i = 0; i < iters; ++i) {
-      CUDA_OK(cudaEventRecord(ev[2 * i]));
-      BSPA_OK_OR_DIE(bspa_prefill(pool, batch, 0, layout, tq.dl(), to.dl(), 1.0f / 128, nullptr, nullptr));
-      CUDA_OK(cudaEventRecord(ev[2 * i + 1]));
-    }
-    CUDA_OK(cudaDeviceSynchronize());
-    std::vector<float> ms(iters);
-    for (int i = 0; i < iters; ++i) CUDA_OK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
-    for (auto &e : ev) cudaEventDestroy(e);
-    std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
+    const double med =
+        time_queued(quick ? 20 : 60, [&] {
+          BSPA_OK_OR_DIE(bspa_prefill(pool, batch, 0, layout, tq.dl(), to.dl(), 1.0f / 128, nullptr, nullptr));
+        }).first;
     bspa_batch_destroy(batch);
     for (bspa_seq *sq : ss) bspa_seq_destroy(sq);
     cudaFree(dq);
     cudaFree(dout);
-    return static_cast<double>(ms[iters / 2]);
+    return med;
   };
   std::printf("\n%-16s %-6s %10s %10s %10s %10s   (CUDA pool: bspa_batch_create + bspa_prefill)\n", "mixed step",
               "layout", "whole ms", "chunks ms", "decode ms", "whole/parts");
