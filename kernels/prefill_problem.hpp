@@ -24,6 +24,12 @@ struct PagedKV {
   int64_t k_page_stride = 0, k_head_stride = 0, k_token_stride = 0;
   int64_t v_page_stride = 0, v_head_stride = 0, v_token_stride = 0;
   int64_t num_pages = 0;  // pages both pointers cover (bounds the Hopper kernel's TMA descriptors)
+  // FP8_E4M3: the pages hold e4m3 with fp32 dequantization scales per KV head (value =
+  // scale[h] * e4m3; same memory space as the metadata, already offset to the launch's
+  // layer). Any other value: the pages are of the problem's dtype and the scales are unused.
+  DType kv_dtype = DType::BF16;
+  const float *k_scale = nullptr;
+  const float *v_scale = nullptr;
 };
 
 // Device scratch a CUDA launch may use to split the key range of its last round's
@@ -83,7 +89,11 @@ struct PrefillProblem {
 // Writes new tokens' K/V ([total_q, Hkv, head_dim], token/head strides in elements)
 // into the pages the block table names, at positions ctx .. ctx + q_i of each sequence.
 struct KvWriteProblem {
-  DType dtype = DType::BF16;
+  DType dtype = DType::BF16;     // of k_new / v_new
+  DType kv_dtype = DType::BF16;  // FP8_E4M3: the pages are e4m3, quantized on write (round to
+                                 // nearest even of value / scale[h], saturated to +-448); any
+                                 // other value: the pages are of dtype
+  const float *k_scale = nullptr, *v_scale = nullptr;  // [Hkv] for FP8_E4M3, same memory as pages
   int32_t num_kv_heads = 0, head_dim = 0, page_size = 0;
   int32_t num_seqs = 0;
   const int32_t *query_starts = nullptr, *context_lens = nullptr, *block_table = nullptr;
