@@ -3,8 +3,8 @@
 the 16 sparse + 16 dense layer stack against the prefix hit rate (8k and 32k, aligned and
 unaligned contexts); right, useful TFLOP/s per case, sparse and dense, with torch SDPA
 (cuDNN) beside the dense rows.
-    python3 bench/plot_results.py bench/results/h200_sm80_bench_prefill.json \
-        [--torch bench/results/h200_compare_torch.json] --out bench/results/h200_sm80.png
+    python3 bench/plot_results.py bench/results/h200_7f0a740_bench_prefill.json \
+        [--torch bench/results/h200_7f0a740_compare_torch.json] --out /tmp/h200.png
 """
 import argparse
 import json

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-item phases of the sm90a prefill kernel from a clock64 trace.
 
-The trace comes from a diagnostic build (bench/results/h200_sm90_trace_instrumentation.patch,
+The trace comes from a diagnostic build (bench/results/h200_sm90_trace_instrumentation.patch at commit 0c66ae2,
 made against bf8eba1; not part of the library): each consumer warpgroup's first warp stamps
 an item's start, Q landed, first S done, first softmax done, key loop done and epilogue
 done, counts its steps and masked steps, and stamps the phases of its sixth step; the
