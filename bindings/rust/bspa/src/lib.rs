@@ -13,6 +13,11 @@
 //! pages, a block table and per-sequence lengths; [`prefill_workspace_bytes`] sizes their
 //! optional workspace.
 //!
+//! KV cache events for a prefix-aware router: a pool made with
+//! [`PoolOptions::events_capacity`] > 0 records pages entering and leaving its prefix
+//! index; [`Pool::drain_events`] returns them as [`KvEvent`]s and
+//! [`Pool::drain_events_msgpack`] as one vLLM `EventBatch` for a ZMQ publisher.
+//!
 //! ```no_run
 //! # fn main() -> bspa::Result<()> {
 //! use bspa::{DType, Layout, Pool, PoolOptions};
@@ -37,12 +42,14 @@
 pub use bspa_sys as sys;
 
 mod error;
+mod events;
 mod layout;
 mod paged;
 mod pool;
 mod tensor;
 
 pub use error::{Error, ErrorKind, Result};
+pub use events::KvEvent;
 pub use layout::{Layout, StridedOptions};
 pub use paged::{prefill_paged, prefill_paged_host, prefill_workspace_bytes, HostPagedArgs, PagedArgs};
 pub use pool::{Batch, Device, Pool, PoolOptions, PoolStats, SeqInfo, Sequence, DEFAULT_MEMORY_BYTES};

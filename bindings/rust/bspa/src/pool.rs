@@ -41,6 +41,10 @@ pub struct PoolOptions {
     pub num_pages: i64,
     pub memory_bytes: u64,
     pub hash_seed: u64,
+    /// KV cache event records kept until drained ([`Pool::drain_events`]), in
+    /// `[0, i32::MAX]`; 0 (the default) = no events and no event work. Reserved at
+    /// creation: about (48 + 4 * page_size) bytes per record.
+    pub events_capacity: i64,
 }
 
 impl Default for PoolOptions {
@@ -58,6 +62,7 @@ impl Default for PoolOptions {
             num_pages: raw.num_pages,
             memory_bytes: DEFAULT_MEMORY_BYTES,
             hash_seed: raw.hash_seed,
+            events_capacity: raw.events_capacity,
         }
     }
 }
@@ -115,6 +120,7 @@ impl Pool {
         raw.num_pages = options.num_pages;
         raw.memory_bytes = options.memory_bytes;
         raw.hash_seed = options.hash_seed;
+        raw.events_capacity = options.events_capacity;
         let mut pool = ptr::null_mut();
         check(unsafe { sys::bspa_pool_create(&mut pool, &raw) })?;
         Ok(Pool { raw: NonNull::new(pool).expect("bspa returned BSPA_OK and a NULL pool"), options: *options })
