@@ -5,9 +5,11 @@ set -euo pipefail
 
 # The Rust crates need no Debian crate (bspa-sys ships its bindings); `bindgen` (the tool)
 # with the libclang it loads (libclang1-14) is for CI's check that they match bspa.h.
-# cargo and rustfmt come with the machine's Rust toolchain.
+# cargo and rustfmt come with the machine's Rust toolchain. libzmq3-dev: the C KV event
+# publisher example (examples/events) and its end-to-end CTest test; without it they are
+# not built.
 apt_packages=(cmake ninja-build pkg-config g++ libomp-dev libxxhash-dev libdlpack-dev libcriterion-dev
-              swig golang-go bindgen libclang1-14 clang libclang-rt-14-dev)
+              swig golang-go bindgen libclang1-14 clang libclang-rt-14-dev libzmq3-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,6 +7,8 @@
 #
 #   bash tests/router/run.sh BUILD_DIR BSPA_SITE_PACKAGES
 #
+# It runs twice when BUILD_DIR has the C publisher (examples/events/libbspa_kv_publisher.so,
+# built where libzmq is found): with the Python binding's publisher, then with the C one.
 # BSPA_SITE_PACKAGES holds the installed bspa Python package (bindings/test_all.sh passes
 # its venv's). Exit 0 passed, 1 failed, 77 skipped (no venv, no network namespace): a skip
 # says why and never counts as a pass.
@@ -30,4 +32,12 @@ unshare -n true 2>/dev/null || skip "unshare -n is not permitted here (needs roo
 export PYTHONPATH="$bspa_site${PYTHONPATH:+:$PYTHONPATH}"
 export DYN_TCP_RPC_HOST=127.0.0.1 DYN_EVENT_PLANE_HOST=127.0.0.1 DYN_TCP_RESPONSE_STREAM_HOST=127.0.0.1 \
        DYN_SYSTEM_HOST=127.0.0.1 BSPA_ROUTER_TEST_LOG="$build/router-indexer.log"
-timeout 240 unshare -n sh -c 'ip link set lo up && exec "$0" tests/router/test_dynamo_router.py' "$venv/bin/python"
+run() { timeout 240 unshare -n sh -c 'ip link set lo up && exec "$0" tests/router/test_dynamo_router.py' "$venv/bin/python"; }
+run || exit 1
+# Again through the C publisher over libzmq (examples/events), where it was built.
+c_publisher=$build/examples/events/libbspa_kv_publisher.so
+if [ -e "$c_publisher" ]; then
+  BSPA_ROUTER_C_PUBLISHER=$c_publisher run || exit 1
+else
+  echo "router test: $c_publisher not built (no libzmq): the C publisher is not checked against Dynamo"
+fi
