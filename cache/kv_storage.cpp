@@ -1,5 +1,6 @@
 #include "cache/kv_storage.hpp"
 
+#include <cstring>
 #include <new>
 
 #include "common/device.hpp"
@@ -22,6 +23,15 @@ KvStorage::KvStorage(DeviceKind device, int32_t device_id, size_t bytes)
   // it has been written (rows past a sequence's tokens are masked by the kernels).
   data_ = ::operator new(bytes, kHostAlignment, std::nothrow);
   check(data_ != nullptr, Errc::OutOfMemory, "host allocation of ", bytes, " bytes of KV storage failed");
+}
+
+void KvStorage::write(size_t offset, const void *src, size_t bytes) {
+  if (bytes == 0) return;
+  char *dst = static_cast<char *>(data_) + offset;
+  if (device_ == DeviceKind::Cuda)
+    cuda_copy_to_device(device_id_, dst, src, bytes);
+  else
+    std::memcpy(dst, src, bytes);
 }
 
 KvStorage::~KvStorage() {

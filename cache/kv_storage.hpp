@@ -1,4 +1,5 @@
 // The pool's KV memory: one allocation, host (256-byte aligned) or CUDA (one cudaMalloc).
+// Also holds an FP8 pool's device copy of its scales (a second, small KvStorage).
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,10 @@ class KvStorage {
 
   void *data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  // Copies host memory into [offset, offset + bytes) of the allocation: memcpy for host
+  // storage, a synchronous cudaMemcpy for CUDA storage (Error(Cuda) on failure).
+  // Precondition: offset + bytes <= bytes().
+  void write(size_t offset, const void *src, size_t bytes);
 
  private:
   DeviceKind device_ = DeviceKind::Cpu;

@@ -71,6 +71,11 @@ size_t layer_bytes_of(const PoolConfig &c) {
          static_cast<size_t>(c.head_dim) * element_bytes(c.dtype);
 }
 
+// [num_layers][K, V][num_kv_heads] scales of an FP8 pool (bounded by the KV bytes above).
+size_t kv_scales_count(const PoolConfig &c) {
+  return static_cast<size_t>(c.num_layers) * 2 * static_cast<size_t>(c.num_kv_heads);
+}
+
 }  // namespace
 
 Pool::Pool(const PoolConfig &config)
@@ -78,6 +83,10 @@ Pool::Pool(const PoolConfig &config)
       num_pages_(static_cast<int32_t>(config_.num_pages)),
       layer_bytes_(config_.num_layers > 0 ? layer_bytes_of(config_) : 0),
       storage_(config_.device, config_.device_id, layer_bytes_ * 2 * static_cast<size_t>(config_.num_layers)),
+      kv_scales_(config_.dtype == ElementType::FP8_E4M3 ? kv_scales_count(config_) : 0, 0.0f),
+      kv_scales_set_(config_.dtype == ElementType::FP8_E4M3 ? static_cast<size_t>(config_.num_layers) : 0, 0),
+      kv_scales_device_(config_.device, config_.device_id,
+                        config_.device == DeviceKind::Cuda ? kv_scales_.size() * sizeof(float) : 0),
       // Not value-initialised: the OS backs only the pages that are ever written.
       tokens_(new int32_t[static_cast<size_t>(num_pages_) * config_.page_size]),
       pages_(static_cast<size_t>(num_pages_)),

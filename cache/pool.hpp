@@ -6,6 +6,8 @@
 //     page_size() / num_pages()        geometry
 //   pool.k_data(layer), v_data(layer)  base pointers of a layer's K and V, each
 //                                      [num_pages, num_kv_heads, page_size, head_dim] row-major
+//   pool.set_kv_scales / get_kv_scales / launch_kv_scales
+//                                      FP8 pools: fp32 scales per (layer, KV head), K and V
 //   pool.create_sequence(...)          the pool owns its sequences; destroy_sequence(seq)
 //   pool.stats(), pool.check()         counters; invariant check (Error(Internal) names it)
 //   pool.mutex()                       guards everything in the pool and its sequences
@@ -34,8 +36,11 @@
 
 namespace bspa::cache {
 
-enum class ElementType : int32_t { F32 = 0, F16 = 1, BF16 = 2 };
-inline size_t element_bytes(ElementType t) { return t == ElementType::F32 ? 4 : 2; }
+// FP8_E4M3: one byte per element, dequantized with the pool's per-(layer, KV head) scales.
+enum class ElementType : int32_t { F32 = 0, F16 = 1, BF16 = 2, FP8_E4M3 = 3 };
+inline size_t element_bytes(ElementType t) {
+  return t == ElementType::F32 ? 4 : t == ElementType::FP8_E4M3 ? 1 : 2;
+}
 
 struct PoolConfig {
   DeviceKind device = DeviceKind::Cpu;
@@ -97,6 +102,27 @@ class Pool {
   // Throws Error(InvalidState) for a pool without storage, Error(OutOfRange) for the layer.
   void *k_data(int32_t layer) const;
   void *v_data(int32_t layer) const;
+
+  // FP8_E4M3 pools: dequantization scales (value = scale * e4m3) of one layer, [n] each for
+  // K and V with n == num_kv_heads. set validates everything first (Error InvalidState for
+  // a pool of another dtype, OutOfRange for the layer, InvalidArgument for n or a scale that
+  // is not finite and positive, naming layer, head and value), then stores a host copy and,
+  // for a CUDA pool, uploads the device copy (a synchronous copy; Error(Cuda) leaves the
+  // layer's previous scales in place). get copies them out (either pointer may be null);
+  // Error(InvalidState) for a layer whose scales were never set.
+  void set_kv_scales(int32_t layer, const float *k, const float *v, int32_t n);
+  void get_kv_scales(int32_t layer, float *k, float *v, int32_t n) const;
+  // Layers whose scales are set (0 for other dtypes).
+  int32_t kv_scales_layers() const;
+  // The scales a launch on `layer` reads, in the launch's memory: for a CPU pool a copy into
+  // k_host / v_host ([num_kv_heads] each, taken under the lock, so a concurrent set cannot
+  // tear it), for a CUDA pool the device copy of the layer ([num_kv_heads] floats for K,
+  // then as many for V). Error(InvalidState) when the layer's scales were never set: a
+  // launch never runs with a made-up scale.
+  struct LaunchScales {
+    const float *k = nullptr, *v = nullptr;
+  };
+  LaunchScales launch_kv_scales(int32_t layer, float *k_host, float *v_host) const;
 
   // salt is copied (only its digest is kept); salt_len 0 means no salt.
   Sequence *create_sequence(const void *salt, size_t salt_len, uint64_t extra_key);
@@ -173,6 +199,11 @@ class Pool {
   size_t layer_bytes_ = 0;
   int64_t layer_shape_[4] = {0, 0, 0, 0};
   KvStorage storage_;
+  // FP8 pools: [num_layers][K, V][num_kv_heads] scales (host copy), which layers have them,
+  // and for CUDA pools the device copy of the same array (allocated with the pool).
+  std::vector<float> kv_scales_;
+  std::vector<uint8_t> kv_scales_set_;
+  KvStorage kv_scales_device_;
   std::unique_ptr<int32_t[]> tokens_;  // [num_pages][page_size]: a hit is verified against them
   std::vector<Page> pages_;
   std::vector<int32_t> free_;          // a stack of never-published free pages

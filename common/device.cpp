@@ -62,6 +62,15 @@ void cuda_free(int32_t device, void *ptr) noexcept {
   if (previous >= 0) cudaSetDevice(previous);
 }
 
+void cuda_copy_to_device(int32_t device, void *dst, const void *src, size_t bytes) {
+  DeviceGuard guard(device);
+  const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail(Errc::Cuda, "cudaMemcpy of ", bytes, " bytes to device ", device, ": ", cudaGetErrorString(e));
+  }
+}
+
 #else
 
 bool cuda_compiled_in() { return false; }
@@ -70,6 +79,9 @@ void *cuda_malloc(int32_t, size_t) {
   fail(Errc::NotSupported, "device_type = kDLCUDA but this build of bspa has no CUDA backend");
 }
 void cuda_free(int32_t, void *) noexcept {}
+void cuda_copy_to_device(int32_t, void *, const void *, size_t) {
+  fail(Errc::NotSupported, "a copy to a CUDA device, but this build of bspa has no CUDA backend");
+}
 
 #endif
 

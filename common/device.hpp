@@ -16,5 +16,8 @@ bool cuda_compiled_in();
 void *cuda_malloc(int32_t device, size_t bytes);
 // cudaFree; never throws (errors during teardown are ignored).
 void cuda_free(int32_t device, void *ptr) noexcept;
+// A synchronous cudaMemcpy of host memory to `dst` on `device` (for small, rare uploads
+// such as an FP8 pool's scales, never per step); throws Error(Cuda / NotSupported).
+void cuda_copy_to_device(int32_t device, void *dst, const void *src, size_t bytes);
 
 }  // namespace bspa

@@ -1,4 +1,5 @@
-// C shims of the pool: options, create/destroy, KV views, stats, invariant check.
+// C shims of the pool: options, create/destroy, KV views, stats, info, FP8 scales,
+// invariant check.
 #include <bspa/bspa.h>
 
 #include "capi/src/guard.hpp"
@@ -20,9 +21,10 @@ bspa::cache::PoolConfig config_of(const bspa_pool_options &o) {
     bspa::fail(Errc::InvalidArgument, "options->device_type = ", o.device_type,
                " is neither kDLCPU (1) nor kDLCUDA (2)");
   }
-  bspa::check(o.dtype == BSPA_DTYPE_F32 || o.dtype == BSPA_DTYPE_F16 || o.dtype == BSPA_DTYPE_BF16,
+  bspa::check(o.dtype == BSPA_DTYPE_F32 || o.dtype == BSPA_DTYPE_F16 || o.dtype == BSPA_DTYPE_BF16 ||
+                  o.dtype == BSPA_DTYPE_FP8_E4M3,
               Errc::InvalidArgument, "options->dtype = ", o.dtype,
-              " is not BSPA_DTYPE_F32 (0), BSPA_DTYPE_F16 (1) or BSPA_DTYPE_BF16 (2)");
+              " is not BSPA_DTYPE_F32 (0), BSPA_DTYPE_F16 (1), BSPA_DTYPE_BF16 (2) or BSPA_DTYPE_FP8_E4M3 (3)");
   c.dtype = static_cast<bspa::cache::ElementType>(o.dtype);
   c.device_id = o.device_id;
   c.num_layers = o.num_layers;
@@ -40,6 +42,7 @@ DLDataType dl_dtype(bspa::cache::ElementType t) {
   switch (t) {
     case bspa::cache::ElementType::F32: return DLDataType{kDLFloat, 32, 1};
     case bspa::cache::ElementType::F16: return DLDataType{kDLFloat, 16, 1};
+    case bspa::cache::ElementType::FP8_E4M3: return DLDataType{BSPA_DL_FLOAT8_E4M3FN, 8, 1};
     case bspa::cache::ElementType::BF16: break;
   }
   return DLDataType{kDLBfloat, 16, 1};
@@ -119,6 +122,45 @@ BSPA_API bspa_status bspa_pool_stats(const bspa_pool *pool, struct bspa_pool_sta
     stats->hashed_tokens = s.hashed_tokens;
     stats->published_pages = s.published_pages;
     stats->evictions = s.evictions;
+  });
+}
+
+BSPA_API bspa_status bspa_pool_info(const bspa_pool *pool, struct bspa_pool_info *info) {
+  return bspa::capi::guarded(__func__, [&] {
+    const bspa::cache::Pool &p = *pool_of(require(pool, "pool"));
+    require(info, "info");
+    bspa::check(info->version != 0 && info->version <= BSPA_POOL_INFO_VERSION, Errc::Version, "info->version = ",
+                info->version, " but this library fills versions 1 to ", BSPA_POOL_INFO_VERSION,
+                " (set it to BSPA_POOL_INFO_VERSION)");
+    const bool cuda = p.device() == bspa::cache::DeviceKind::Cuda;
+    info->device_type = cuda ? kDLCUDA : kDLCPU;
+    info->device_id = p.device_id();
+    info->dtype = static_cast<bspa_dtype>(p.dtype());
+    info->num_layers = p.num_layers();
+    info->num_kv_heads = p.num_kv_heads();
+    info->head_dim = p.head_dim();
+    info->page_size = p.page_size();
+    info->num_pages = p.num_pages();
+    // Per page over all layers, K and V (bounded by the pool's size checks).
+    info->page_bytes = static_cast<uint64_t>(p.num_layers()) * 2 * static_cast<uint64_t>(p.num_kv_heads()) *
+                       static_cast<uint64_t>(p.page_size()) * static_cast<uint64_t>(p.head_dim()) *
+                       bspa::cache::element_bytes(p.dtype());
+    info->storage_bytes = p.storage_bytes();
+    info->kv_scales_layers = p.kv_scales_layers();
+  });
+}
+
+BSPA_API bspa_status bspa_pool_set_kv_scales(bspa_pool *pool, int32_t layer, const float *k_scales,
+                                             const float *v_scales, int32_t n) {
+  return bspa::capi::guarded(__func__, [&] {
+    pool_of(require(pool, "pool"))->set_kv_scales(layer, k_scales, v_scales, n);
+  });
+}
+
+BSPA_API bspa_status bspa_pool_get_kv_scales(const bspa_pool *pool, int32_t layer, float *k_scales, float *v_scales,
+                                             int32_t n) {
+  return bspa::capi::guarded(__func__, [&] {
+    pool_of(require(pool, "pool"))->get_kv_scales(layer, k_scales, v_scales, n);
   });
 }
 

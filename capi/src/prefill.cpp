@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "capi/src/batch_handle.hpp"
 #include "capi/src/guard.hpp"
@@ -127,10 +129,40 @@ void check_paged_metadata(const bspa::kernels::PrefillProblem &p, int64_t num_pa
 }
 
 struct PoolGeometry {
-  DType dtype;
+  DType dtype;  // of the pages
   DLDevice device;
   bool cuda;
+  bool fp8() const { return dtype == DType::FP8_E4M3; }
 };
+
+// An FP8 pool's scales for one launch on `layer` (bspa::cache::Pool::launch_kv_scales):
+// device pointers for a CUDA pool, else a host copy held here for the launch's duration.
+struct LaunchScales {
+  std::vector<float> host;
+  const float *k = nullptr, *v = nullptr;
+  LaunchScales(const bspa::cache::Pool &pool, int32_t layer) {
+    const size_t hkv = static_cast<size_t>(pool.num_kv_heads());
+    if (pool.device() != bspa::cache::DeviceKind::Cuda) host.resize(2 * hkv);
+    const auto s = pool.launch_kv_scales(layer, host.data(), host.data() + hkv);
+    k = s.k;
+    v = s.v;
+  }
+};
+
+// FP8 page scales of bspa_prefill_paged: float32 [hkv], compact, on the pages' device; on
+// CPU every value finite and positive (the kernels trust them).
+const float *paged_scale(const DLTensor *t, const char *name, int64_t hkv, DLDevice device) {
+  check(t != nullptr, Errc::NullPointer, name, " is NULL but k_pages/v_pages are fp8_e4m3 (their scales)");
+  const TensorView s = bspa::capi::view_compact(t, name, {hkv});
+  bspa::capi::check_float32(t, name);
+  bspa::capi::check_device(t, device, name, "k_pages");
+  const float *f = reinterpret_cast<const float *>(s.data);
+  if (device.device_type == kDLCPU)
+    for (int64_t h = 0; h < hkv; ++h)
+      check(std::isfinite(f[h]) && f[h] > 0.0f, Errc::InvalidArgument, name, "[", h, "] = ", f[h],
+            " (KV head ", h, ") is not a finite positive scale");
+  return f;
+}
 
 PoolGeometry geometry_of(const bspa::cache::Pool &pool, const bspa_pool *handle, const bspa_batch *batch) {
   require(batch, "batch");
@@ -160,6 +192,16 @@ void describe_batch(Problem &p, const bspa_batch &b, bool cuda) {
   }
 }
 
+// Until the CUDA prefill and decode kernels dequantize FP8 pages (issue 20, kernels/cuda),
+// an FP8 attention launch on a GPU is refused here rather than reading e4m3 bytes as
+// 16-bit values. The CUDA kv write already quantizes. Remove this guard (and say
+// fp8_e4m3 under "cuda" in bspa_build_info) when the kernels read PagedKV::kv_dtype.
+void check_cuda_fp8_attention(bool cuda) {
+  check(!cuda, Errc::NotSupported,
+        "fp8_e4m3 KV pages: the CUDA attention kernels of this build do not dequantize them yet "
+        "(the CPU backend and the CUDA kv write do)");
+}
+
 }  // namespace
 
 extern "C" {
@@ -174,8 +216,10 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int
     const int64_t t = batch->plan.total_q, hkv = pl.num_kv_heads(), d = pl.head_dim();
     const TensorView k = bspa::capi::view_tensor(k_new, "k_new", {t, hkv, d});
     const TensorView v = bspa::capi::view_tensor(v_new, "v_new", {t, hkv, d});
-    bspa::capi::check_dtype(k_new, g.dtype, "k_new");
-    bspa::capi::check_dtype(v_new, g.dtype, "v_new");
+    // An FP8 pool quantizes 16-bit input (either kind; K and V alike).
+    const DType in_dtype = g.fp8() ? bspa::capi::fp8_companion_dtype(k_new, "k_new", "an fp8_e4m3 pool") : g.dtype;
+    bspa::capi::check_dtype(k_new, in_dtype, "k_new");
+    bspa::capi::check_dtype(v_new, in_dtype, "v_new");
     bspa::capi::check_device(k_new, g.device, "k_new", "the pool");
     bspa::capi::check_device(v_new, g.device, "v_new", "the pool");
     // The write reads k_new/v_new while it writes the pool: a source inside the storage
@@ -184,7 +228,14 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int
     bspa::capi::check_disjoint(k, "k_new", storage, storage + pl.storage_bytes(), "the pool's KV storage");
     bspa::capi::check_disjoint(v, "v_new", storage, storage + pl.storage_bytes(), "the pool's KV storage");
     bspa::kernels::KvWriteProblem p;
-    p.dtype = g.dtype;
+    p.dtype = in_dtype;
+    p.kv_dtype = g.dtype;
+    std::unique_ptr<LaunchScales> scales;  // an FP8 pool's, checked set before anything is written
+    if (g.fp8()) {
+      scales = std::make_unique<LaunchScales>(pl, layer);
+      p.k_scale = scales->k;
+      p.v_scale = scales->v;
+    }
     p.num_kv_heads = pl.num_kv_heads();
     p.head_dim = pl.head_dim();
     p.page_size = pl.page_size();
@@ -218,7 +269,9 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
     // wrong q is reported as q.
     bspa::capi::view_tensor(q, "q", {batch->plan.total_q, -1, pl.head_dim()});
     bspa::kernels::PrefillProblem p;
-    const AttentionViews views = describe_attention(p, layout, q, out, lse, scale, g.dtype, pl.num_kv_heads(),
+    // q and out of an FP8 pool are 16-bit (their own dtype); otherwise the pool's.
+    const DType qdtype = g.fp8() ? bspa::capi::fp8_companion_dtype(q, "q", "an fp8_e4m3 pool") : g.dtype;
+    const AttentionViews views = describe_attention(p, layout, q, out, lse, scale, qdtype, pl.num_kv_heads(),
                                                     pl.head_dim(), g.device, "the pool");
     const char *storage = static_cast<const char *>(pl.storage_data());
     bspa::capi::check_disjoint(views.out, "out", storage, storage + pl.storage_bytes(), "the pool's KV storage");
@@ -244,6 +297,14 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
     p.kv.k_head_stride = p.kv.v_head_stride = head_stride;
     p.kv.k_token_stride = p.kv.v_token_stride = pl.head_dim();
     p.kv.num_pages = pl.num_pages();
+    std::unique_ptr<LaunchScales> scales;
+    if (g.fp8()) {
+      scales = std::make_unique<LaunchScales>(pl, layer);
+      p.kv.kv_dtype = DType::FP8_E4M3;
+      p.kv.k_scale = scales->k;
+      p.kv.v_scale = scales->v;
+      check_cuda_fp8_attention(g.cuda);
+    }
     if (g.cuda) {
       p.work = batch->device->work;
       p.num_work = batch->device->num_work;
@@ -312,8 +373,17 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
           Errc::ShapeMismatch, "k_pages.shape = [", num_pages, ", ", hkv, ", ", page_size, ", ", head_dim,
           "] has a dimension past INT32_MAX");
     const TensorView v = bspa::capi::view_tensor(args->v_pages, "v_pages", {num_pages, hkv, page_size, head_dim});
-    const DType dtype = bspa::capi::attention_dtype(args->k_pages, "k_pages");
-    bspa::capi::check_dtype(args->v_pages, dtype, "v_pages");
+    // FP8 pages (since version 3) go with 16-bit q/out; other pages share q's dtype.
+    const bool fp8 = bspa::capi::is_fp8_e4m3(args->k_pages->dtype);
+    check(!fp8 || args->version >= 3, Errc::Version, "k_pages are fp8_e4m3 but args->version = ", args->version,
+          ": FP8 pages need version 3 (k_scale, v_scale)");
+    const DType dtype = fp8 ? bspa::capi::fp8_companion_dtype(args->q, "q", "fp8_e4m3 k_pages")
+                            : bspa::capi::attention_dtype(args->k_pages, "k_pages");
+    if (fp8)
+      check(bspa::capi::is_fp8_e4m3(args->v_pages->dtype), Errc::DtypeMismatch,
+            "v_pages.dtype is not fp8_e4m3 (float8_e4m3fn or uint8) but k_pages' is");
+    else
+      bspa::capi::check_dtype(args->v_pages, dtype, "v_pages");
     const DLDevice device = args->k_pages->device;
     check(device.device_type == kDLCPU || device.device_type == kDLCUDA, Errc::DeviceMismatch,
           "k_pages is on device type ", device.device_type, " (", bspa::capi::device_name(device.device_type),
@@ -326,6 +396,16 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
                                                     device, "k_pages");
     p.page_size = static_cast<int32_t>(page_size);
     describe_pages(p.kv, k, v);
+    const DLTensor *k_scale = args->version >= 3 ? args->k_scale : nullptr;
+    const DLTensor *v_scale = args->version >= 3 ? args->v_scale : nullptr;
+    if (fp8) {
+      p.kv.kv_dtype = DType::FP8_E4M3;
+      p.kv.k_scale = paged_scale(k_scale, "args->k_scale", hkv, device);
+      p.kv.v_scale = paged_scale(v_scale, "args->v_scale", hkv, device);
+    } else {
+      check(!k_scale && !v_scale, Errc::InvalidArgument, "args->", k_scale ? "k_scale" : "v_scale",
+            " is given but k_pages are ", bspa::kernels::dtype_name(dtype), ", not fp8_e4m3");
+    }
 
     const TensorView bt = bspa::capi::view_tensor(args->block_table, "block_table", {-1, -1});
     const int64_t num_seqs = bt.dim(0);
@@ -378,6 +458,20 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
       bspa::capi::check_disjoint(w, "args->workspace", views.out, "out");
       if (views.lse.t) bspa::capi::check_disjoint(w, "args->workspace", views.lse, "lse");
       p.split = bspa::kernels::SplitWorkspace{w.data, static_cast<size_t>(w.dim(0))};
+    }
+    if (fp8) {  // the scales are read too: no output may overlap them
+      const TensorView ks = bspa::capi::view_compact(k_scale, "args->k_scale", {hkv});
+      const TensorView vs = bspa::capi::view_compact(v_scale, "args->v_scale", {hkv});
+      for (const TensorView *s : {&ks, &vs}) {
+        const char *name = s == &ks ? "args->k_scale" : "args->v_scale";
+        bspa::capi::check_disjoint(views.out, "out", *s, name);
+        if (views.lse.t) bspa::capi::check_disjoint(views.lse, "lse", *s, name);
+        if (p.split.data) {
+          const char *w = static_cast<const char *>(p.split.data);
+          bspa::capi::check_disjoint(*s, name, w, w + p.split.bytes, "args->workspace");
+        }
+      }
+      check_cuda_fp8_attention(device.device_type == kDLCUDA);
     }
     if (device.device_type == kDLCPU && num_seqs > 0) check_paged_metadata(p, num_pages, bt.dim(1));
     if (p.total_q == 0) return;

@@ -4,6 +4,8 @@
 #include <sstream>
 #include <string>
 
+#include <bspa/bspa.h>
+
 #include "common/checked_size.hpp"
 #include "common/error.hpp"
 
@@ -29,6 +31,8 @@ std::string expected_string(std::initializer_list<int64_t> shape) {
 }
 
 std::string dtype_string(DLDataType d) {
+  if (d.code == BSPA_DL_FLOAT8_E4M3FN && d.bits == 8)
+    return cat("float8_e4m3fn", d.lanes != 1 ? cat("x", d.lanes) : std::string());
   const char *code = d.code == kDLFloat ? "float" : d.code == kDLBfloat ? "bfloat" : d.code == kDLInt ? "int"
                      : d.code == kDLUInt ? "uint" : "code";
   return cat(code, static_cast<int>(d.bits), d.lanes != 1 ? cat("x", d.lanes) : std::string());
@@ -153,6 +157,18 @@ void check_dtype(const DLTensor *t, kernels::DType want, const char *name) {
                                    (want == kernels::DType::BF16 && d.code == kDLBfloat && d.bits == 16));
   check(ok, Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d), " but expected ", kernels::dtype_name(want));
   check_aligned(t, static_cast<uint64_t>(kernels::dtype_bytes(want)), name);
+}
+
+bool is_fp8_e4m3(DLDataType d) {
+  return d.lanes == 1 && d.bits == 8 && (d.code == BSPA_DL_FLOAT8_E4M3FN || d.code == kDLUInt);
+}
+
+kernels::DType fp8_companion_dtype(const DLTensor *t, const char *name, const char *with) {
+  const DLDataType d = t->dtype;
+  const bool ok = d.lanes == 1 && d.bits == 16 && (d.code == kDLFloat || d.code == kDLBfloat);
+  check(ok, Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d), " but ", with,
+        " takes bfloat16 or float16 (only the pages are fp8_e4m3)");
+  return attention_dtype(t, name);
 }
 
 void check_float32(const DLTensor *t, const char *name) {

@@ -34,6 +34,11 @@ TensorView view_compact(const DLTensor *t, const char *name, std::initializer_li
 // float32 / float16 / bfloat16 with one lane -> DType, else Error(DtypeMismatch).
 kernels::DType attention_dtype(const DLTensor *t, const char *name);
 void check_dtype(const DLTensor *t, kernels::DType want, const char *name);
+// FP8 e4m3 data: {BSPA_DL_FLOAT8_E4M3FN, 8, 1} (torch.float8_e4m3fn) or {kDLUInt, 8, 1}.
+bool is_fp8_e4m3(DLDataType d);
+// The 16-bit dtype of what goes with FP8 pages (k_new/v_new, q/out): float16 or bfloat16,
+// else Error(DtypeMismatch) saying why (`with` names the pages, e.g. "an fp8_e4m3 pool").
+kernels::DType fp8_companion_dtype(const DLTensor *t, const char *name, const char *with);
 void check_float32(const DLTensor *t, const char *name);
 void check_int32(const DLTensor *t, const char *name);
 void check_uint8(const DLTensor *t, const char *name);

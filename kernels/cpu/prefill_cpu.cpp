@@ -13,6 +13,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cpu/convert.hpp"
+#include "kernels/fp8_e4m3.hpp"
 
 namespace bspa::kernels {
 
@@ -37,6 +38,19 @@ struct Scratch {
 
 const char *element(const void *base, DType t, int64_t offset) {
   return static_cast<const char *>(base) + offset * dtype_bytes(t);
+}
+
+// One K or V row of the pages into fp32: e4m3 times the head's scale for FP8 pages (the
+// oracle dequantizes in fp32, without rounding to 16 bits), else the problem's dtype.
+void load_kv_row(const PrefillProblem &p, const void *pages, const float *scales, int32_t kvh, int64_t offset,
+                 float *dst) {
+  if (p.kv.kv_dtype == DType::FP8_E4M3) {
+    const uint8_t *src = static_cast<const uint8_t *>(pages) + offset;
+    const float s = scales[kvh];
+    for (int i = 0; i < p.head_dim; ++i) dst[i] = fp8_e4m3_to_f32(src[i]) * s;
+  } else {
+    cpu::load_f32(p.dtype, element(pages, p.dtype, offset), dst, p.head_dim);
+  }
 }
 
 // Which key blocks each query block of the tile may see: allow[(qb - qb0) * nkb + kb].
@@ -91,14 +105,12 @@ void run_tile(const PrefillProblem &p, const WorkItem &w, int32_t h, Scratch &sc
       for (int c = 0; c < nc; ++c) {
         const int64_t j = c0 + c;
         const int64_t page = table[j / p.page_size], slot = j % p.page_size;
-        cpu::load_f32(p.dtype,
-                      element(p.kv.k, p.dtype, page * p.kv.k_page_stride + kvh * p.kv.k_head_stride +
-                                                   slot * p.kv.k_token_stride),
-                      sc.k.data() + static_cast<size_t>(c) * d, d);
-        cpu::load_f32(p.dtype,
-                      element(p.kv.v, p.dtype, page * p.kv.v_page_stride + kvh * p.kv.v_head_stride +
-                                                   slot * p.kv.v_token_stride),
-                      sc.v.data() + static_cast<size_t>(c) * d, d);
+        load_kv_row(p, p.kv.k, p.kv.k_scale, kvh,
+                    page * p.kv.k_page_stride + kvh * p.kv.k_head_stride + slot * p.kv.k_token_stride,
+                    sc.k.data() + static_cast<size_t>(c) * d);
+        load_kv_row(p, p.kv.v, p.kv.v_scale, kvh,
+                    page * p.kv.v_page_stride + kvh * p.kv.v_head_stride + slot * p.kv.v_token_stride,
+                    sc.v.data() + static_cast<size_t>(c) * d);
       }
       // K transposed ([d][kKeyChunk]) so a query row's logits are one vector loop over keys
       // per dimension (no horizontal reductions); columns past nc hold stale values, never read.
@@ -211,8 +223,24 @@ void prefill_cpu(const PrefillProblem &p) {
   }
 }
 
+namespace {
+
+// FP8 pages: each element of a 16-bit row quantized as e4m3(x / scale), round to nearest
+// even with saturation (kernels/fp8_e4m3.hpp; the CUDA kv write stores the same bytes).
+void quantize_row(DType src_dtype, const void *src, uint8_t *dst, int n, float scale) {
+  const uint16_t *s = static_cast<const uint16_t *>(src);
+  for (int i = 0; i < n; ++i) {
+    const float x = src_dtype == DType::BF16 ? cpu::bf16_to_f32(s[i]) : cpu::f16_to_f32(s[i]);
+    dst[i] = f32_to_fp8_e4m3(x / scale);
+  }
+}
+
+}  // namespace
+
 void kv_write_cpu(const KvWriteProblem &p) {
+  const bool fp8 = p.kv_dtype == DType::FP8_E4M3;
   const int64_t bytes = dtype_bytes(p.dtype), row = static_cast<int64_t>(p.head_dim) * bytes;
+  const int64_t page_bytes = fp8 ? 1 : bytes;  // of a page element
   const int64_t head_stride = static_cast<int64_t>(p.page_size) * p.head_dim;
   const int64_t page_stride = p.num_kv_heads * head_stride;
   // Copies are memory-bound: waking the thread team costs more than it saves below a few MiB.
@@ -225,6 +253,17 @@ void kv_write_cpu(const KvWriteProblem &p) {
     const int64_t j = static_cast<int64_t>(p.context_lens[s]) + (t - p.query_starts[s]);
     const int64_t base = table[j / p.page_size] * page_stride + (j % p.page_size) * p.head_dim;
     for (int32_t h = 0; h < p.num_kv_heads; ++h) {
+      if (fp8) {
+        quantize_row(p.dtype,
+                     static_cast<const char *>(p.k_new) + (t * p.k_new_token_stride + h * p.k_new_head_stride) * bytes,
+                     static_cast<uint8_t *>(p.k_pages) + (base + h * head_stride) * page_bytes, p.head_dim,
+                     p.k_scale[h]);
+        quantize_row(p.dtype,
+                     static_cast<const char *>(p.v_new) + (t * p.v_new_token_stride + h * p.v_new_head_stride) * bytes,
+                     static_cast<uint8_t *>(p.v_pages) + (base + h * head_stride) * page_bytes, p.head_dim,
+                     p.v_scale[h]);
+        continue;
+      }
       std::memcpy(static_cast<char *>(p.k_pages) + (base + h * head_stride) * bytes,
                   static_cast<const char *>(p.k_new) + (t * p.k_new_token_stride + h * p.k_new_head_stride) * bytes,
                   row);

@@ -1,14 +1,19 @@
 // kv_write_cuda: new tokens' K and V into their pages in one pass. Each thread moves one
 // vector (16 bytes when pointers, strides and rows allow it, else the widest that fits)
 // of K and the same of V; the thread's sequence is found by binary search over
-// query_starts, so the launch needs no host-side metadata.
+// query_starts, so the launch needs no host-side metadata. FP8 pages: each thread
+// quantizes up to 8 consecutive elements (16-byte loads of bf16/f16, 8-byte stores of
+// e4m3) with the shared encoder of kernels/fp8_e4m3.hpp, so the bytes equal the CPU's.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cuda/launch_check.hpp"
+#include "kernels/fp8_e4m3.hpp"
 
 namespace bspa::kernels {
 namespace {
@@ -23,38 +28,125 @@ struct KvParams {
   int64_t row_bytes;      // head_dim * element size
   int32_t vecs_per_row;   // row_bytes / sizeof(V)
   int64_t total;          // total_q * num_kv_heads * vecs_per_row
+  const float *k_scale, *v_scale;  // FP8 pages: [num_kv_heads] on the device
 };
+
+// Finds the page byte offset of (row, head) and the source row: shared by both kernels.
+struct RowTarget {
+  int32_t row, head, vec;
+  int64_t dst;  // byte offset of the vector in the pages
+};
+
+__device__ inline RowTarget locate(const KvParams &p, int64_t i, int64_t vec_bytes_out) {
+  RowTarget r;
+  r.vec = static_cast<int32_t>(i % p.vecs_per_row);
+  const int64_t th = i / p.vecs_per_row;
+  r.head = static_cast<int32_t>(th % p.num_kv_heads);
+  r.row = static_cast<int32_t>(th / p.num_kv_heads);
+  int32_t lo = 0, hi = p.num_seqs - 1;  // last sequence with query_starts[s] <= row
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) >> 1;
+    if (p.query_starts[mid] <= r.row) lo = mid; else hi = mid - 1;
+  }
+  const int64_t pos = static_cast<int64_t>(p.context_lens[lo]) + (r.row - p.query_starts[lo]);
+  const int64_t page = p.block_table[lo * p.bt_stride + pos / p.page_size];
+  const int64_t slot = pos % p.page_size;
+  r.dst = ((page * p.num_kv_heads + r.head) * p.page_size + slot) * p.row_bytes + r.vec * vec_bytes_out;
+  return r;
+}
+
+// G elements per thread: the load of G 16-bit values and the store of G bytes.
+template <int G> struct Fp8Vec;
+template <> struct Fp8Vec<8> { using In = uint4; using Out = uint2; };
+template <> struct Fp8Vec<4> { using In = uint2; using Out = uint32_t; };
+template <> struct Fp8Vec<2> { using In = uint32_t; using Out = uint16_t; };
+template <> struct Fp8Vec<1> { using In = uint16_t; using Out = uint8_t; };
+
+template <int G, bool kBf16>
+__device__ inline void quantize_vec(const char *src, char *dst, float scale) {
+  const typename Fp8Vec<G>::In in = *reinterpret_cast<const typename Fp8Vec<G>::In *>(src);
+  uint16_t h[G];
+  memcpy(h, &in, sizeof(h));
+  uint8_t q[G];
+#pragma unroll
+  for (int j = 0; j < G; ++j) {
+    const float x = kBf16 ? __uint_as_float(static_cast<uint32_t>(h[j]) << 16) : __half2float(__ushort_as_half(h[j]));
+    q[j] = f32_to_fp8_e4m3(x / scale);  // IEEE division, as the CPU backend's
+  }
+  typename Fp8Vec<G>::Out out;
+  memcpy(&out, q, sizeof(q));
+  *reinterpret_cast<typename Fp8Vec<G>::Out *>(dst) = out;
+}
+
+template <int G, bool kBf16>
+__global__ void kv_write_fp8_kernel(const __grid_constant__ KvParams p) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const RowTarget r = locate(p, i, G);
+    const int64_t src = static_cast<int64_t>(r.vec) * G * 2;
+    quantize_vec<G, kBf16>(p.k_new + r.row * p.k_tok + r.head * p.k_head + src, p.k_pages + r.dst, p.k_scale[r.head]);
+    quantize_vec<G, kBf16>(p.v_new + r.row * p.v_tok + r.head * p.v_head + src, p.v_pages + r.dst, p.v_scale[r.head]);
+  }
+}
 
 template <class V>
 __global__ void kv_write_kernel(const __grid_constant__ KvParams p) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int32_t vec = static_cast<int32_t>(i % p.vecs_per_row);
-    const int64_t th = i / p.vecs_per_row;
-    const int32_t head = static_cast<int32_t>(th % p.num_kv_heads);
-    const int32_t row = static_cast<int32_t>(th / p.num_kv_heads);
-    int32_t lo = 0, hi = p.num_seqs - 1;  // last sequence with query_starts[s] <= row
-    while (lo < hi) {
-      const int32_t mid = (lo + hi + 1) >> 1;
-      if (p.query_starts[mid] <= row) lo = mid; else hi = mid - 1;
-    }
-    const int64_t pos = static_cast<int64_t>(p.context_lens[lo]) + (row - p.query_starts[lo]);
-    const int64_t page = p.block_table[lo * p.bt_stride + pos / p.page_size];
-    const int64_t slot = pos % p.page_size;
-    const int64_t dst = ((page * p.num_kv_heads + head) * p.page_size + slot) * p.row_bytes + vec * sizeof(V);
-    const V kv = *reinterpret_cast<const V *>(p.k_new + row * p.k_tok + head * p.k_head + vec * sizeof(V));
-    const V vv = *reinterpret_cast<const V *>(p.v_new + row * p.v_tok + head * p.v_head + vec * sizeof(V));
-    *reinterpret_cast<V *>(p.k_pages + dst) = kv;
-    *reinterpret_cast<V *>(p.v_pages + dst) = vv;
+    const RowTarget r = locate(p, i, sizeof(V));
+    const int64_t src = static_cast<int64_t>(r.vec) * sizeof(V);
+    const V kv = *reinterpret_cast<const V *>(p.k_new + r.row * p.k_tok + r.head * p.k_head + src);
+    const V vv = *reinterpret_cast<const V *>(p.v_new + r.row * p.v_tok + r.head * p.v_head + src);
+    *reinterpret_cast<V *>(p.k_pages + r.dst) = kv;
+    *reinterpret_cast<V *>(p.v_pages + r.dst) = vv;
   }
+}
+
+unsigned grid_for(int64_t total, int threads) {
+  const int64_t blocks = (total + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 65536 * 8 ? blocks : 65536 * 8);
 }
 
 template <class V>
 void launch(const KvParams &p, cudaStream_t stream) {
-  const int threads = 256;
-  const int64_t blocks = (p.total + threads - 1) / threads;
-  kv_write_kernel<V><<<static_cast<unsigned>(blocks < 65536 * 8 ? blocks : 65536 * 8), threads, 0, stream>>>(p);
+  kv_write_kernel<V><<<grid_for(p.total, 256), 256, 0, stream>>>(p);
   cuda::check_launch("kv_write_kernel", stream);
+}
+
+template <int G>
+void launch_fp8(const KvParams &p, bool bf16, cudaStream_t stream) {
+  if (bf16)
+    kv_write_fp8_kernel<G, true><<<grid_for(p.total, 256), 256, 0, stream>>>(p);
+  else
+    kv_write_fp8_kernel<G, false><<<grid_for(p.total, 256), 256, 0, stream>>>(p);
+  cuda::check_launch("kv_write_fp8_kernel", stream);
+}
+
+// FP8 pages: k/v_new 16-bit (es = 2), pages one byte per element.
+void kv_write_fp8(KvParams k, const KvWriteProblem &p, cudaStream_t stream) {
+  check(p.k_scale != nullptr && p.v_scale != nullptr, Errc::Internal, "kv write: fp8 pages without scales");
+  check(p.dtype == DType::BF16 || p.dtype == DType::F16, Errc::NotSupported, "kv write: fp8 pages from ",
+        dtype_name(p.dtype), " (bf16 or f16 only)");
+  k.k_scale = p.k_scale;
+  k.v_scale = p.v_scale;
+  k.row_bytes = p.head_dim;
+  // The most elements per thread that every load (2 bytes each) and store (1 byte) allows.
+  const uint64_t in_bits = reinterpret_cast<uintptr_t>(k.k_new) | reinterpret_cast<uintptr_t>(k.v_new) |
+                           static_cast<uint64_t>(k.k_tok) | static_cast<uint64_t>(k.k_head) |
+                           static_cast<uint64_t>(k.v_tok) | static_cast<uint64_t>(k.v_head);
+  const uint64_t out_bits = reinterpret_cast<uintptr_t>(k.k_pages) | reinterpret_cast<uintptr_t>(k.v_pages) |
+                            static_cast<uint64_t>(p.head_dim);
+  int g = 8;
+  while (g > 1 && (in_bits % (2 * g) != 0 || out_bits % g != 0)) g /= 2;
+  k.vecs_per_row = p.head_dim / g;
+  k.total = static_cast<int64_t>(p.total_q) * p.num_kv_heads * k.vecs_per_row;
+  const bool bf16 = p.dtype == DType::BF16;
+  switch (g) {
+    case 8: launch_fp8<8>(k, bf16, stream); break;
+    case 4: launch_fp8<4>(k, bf16, stream); break;
+    case 2: launch_fp8<2>(k, bf16, stream); break;
+    default: launch_fp8<1>(k, bf16, stream); break;
+  }
 }
 
 }  // namespace
@@ -82,6 +174,10 @@ void kv_write_cuda(const KvWriteProblem &p, void *stream_ptr) {
   k.num_seqs = p.num_seqs;
   k.num_kv_heads = p.num_kv_heads;
   k.page_size = p.page_size;
+  if (p.kv_dtype == DType::FP8_E4M3) {
+    kv_write_fp8(k, p, stream);
+    return;
+  }
   k.row_bytes = p.head_dim * es;
   // The widest access every address is aligned to.
   const uint64_t bits = reinterpret_cast<uintptr_t>(k.k_new) | reinterpret_cast<uintptr_t>(k.v_new) |

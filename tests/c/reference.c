@@ -67,9 +67,10 @@ void ref_attention(const ref_layout *l, int hq, int hkv, int d, int64_t n, int64
 
 #include "support.h"
 
-size_t ref_dtype_bytes(bspa_dtype t) { return t == BSPA_DTYPE_F32 ? 4 : 2; }
+size_t ref_dtype_bytes(bspa_dtype t) { return t == BSPA_DTYPE_F32 ? 4 : t == BSPA_DTYPE_FP8_E4M3 ? 1 : 2; }
 
 double ref_load(bspa_dtype t, const void *buf, size_t i) {
+  if (t == BSPA_DTYPE_FP8_E4M3) return test_fp8_to_double(((const uint8_t *)buf)[i]); /* unscaled */
   if (t == BSPA_DTYPE_F32) return ((const float *)buf)[i];
   if (t == BSPA_DTYPE_F16) return test_f16_to_f32(((const uint16_t *)buf)[i]);
   return test_bf16_to_f32(((const uint16_t *)buf)[i]);

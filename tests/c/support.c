@@ -96,10 +96,39 @@ void test_tensor_init(test_tensor *tt, void *data, bspa_dtype dtype, int ndim, c
   tt->t.device.device_type = kDLCPU;
   tt->t.device.device_id = 0;
   tt->t.ndim = ndim;
-  tt->t.dtype.code = dtype == BSPA_DTYPE_F32 ? kDLFloat : dtype == BSPA_DTYPE_F16 ? kDLFloat : kDLBfloat;
-  tt->t.dtype.bits = dtype == BSPA_DTYPE_F32 ? 32 : 16;
+  tt->t.dtype.code = dtype == BSPA_DTYPE_F32 ? kDLFloat : dtype == BSPA_DTYPE_F16 ? kDLFloat
+                     : dtype == BSPA_DTYPE_FP8_E4M3 ? BSPA_DL_FLOAT8_E4M3FN : kDLBfloat;
+  tt->t.dtype.bits = dtype == BSPA_DTYPE_F32 ? 32 : dtype == BSPA_DTYPE_FP8_E4M3 ? 8 : 16;
   tt->t.dtype.lanes = 1;
   tt->t.shape = tt->shape;
   tt->t.strides = NULL;
   tt->t.byte_offset = 0;
+}
+
+double test_fp8_to_double(uint8_t code) {
+  const int sign = code >> 7, exp = (code >> 3) & 15, mant = code & 7;
+  double v;
+  if (exp == 15 && mant == 7) return sign ? -NAN : NAN;
+  if (exp == 0)
+    v = ldexp((double)mant, -9);
+  else
+    v = ldexp(1.0 + mant / 8.0, exp - 7);
+  return sign ? -v : v;
+}
+
+uint8_t test_fp8_nearest(float x) {
+  const uint8_t sign = signbit(x) ? 0x80 : 0;
+  if (isnan(x)) return (uint8_t)(sign | 0x7f);
+  const double a = fabs((double)x);
+  if (a >= 448.0) return (uint8_t)(sign | 0x7e);
+  int best = 0;
+  double best_d = INFINITY;
+  for (int c = 0; c <= 0x7e; ++c) { /* the non-negative finite codes, in increasing value */
+    const double d = fabs(test_fp8_to_double((uint8_t)c) - a);
+    if (d < best_d || (d == best_d && (c & 1) == 0)) {
+      best = c;
+      best_d = d;
+    }
+  }
+  return (uint8_t)(sign | best);
 }

@@ -33,7 +33,14 @@ float test_f16_to_f32(uint16_t h);
 uint16_t test_f32_to_bf16(float f);
 float test_bf16_to_f32(uint16_t b);
 
-/* A host DLTensor over caller memory; shape copied into the struct's own storage. */
+/* FP8 e4m3fn, written independently of the library: a code's value (NaN for 0x7f / 0xff),
+ * and the code nearest to x by search over all 256 (ties to the even code, |x| >= 448 and
+ * inf saturated to +-448, NaN to 0x7f with x's sign, the sign of zero kept). */
+double test_fp8_to_double(uint8_t code);
+uint8_t test_fp8_nearest(float x);
+
+/* A host DLTensor over caller memory; shape copied into the struct's own storage.
+ * BSPA_DTYPE_FP8_E4M3 gives dtype {BSPA_DL_FLOAT8_E4M3FN, 8, 1}. */
 typedef struct test_tensor {
   DLTensor t;
   int64_t shape[4];

@@ -265,7 +265,7 @@ static void pool_cases(env *e) {
   POOL_FIELD(device_type, -1, BSPA_ERR_INVALID_ARGUMENT, "device_type");
   POOL_FIELD(device_id, 1, BSPA_ERR_INVALID_ARGUMENT, "device_id");
   POOL_FIELD(device_id, -1, BSPA_ERR_INVALID_ARGUMENT, "device_id");
-  POOL_FIELD(dtype, 3, BSPA_ERR_INVALID_ARGUMENT, "dtype");
+  POOL_FIELD(dtype, 4, BSPA_ERR_INVALID_ARGUMENT, "dtype"); /* 3 is BSPA_DTYPE_FP8_E4M3 */
   POOL_FIELD(dtype, -1, BSPA_ERR_INVALID_ARGUMENT, "dtype");
   POOL_FIELD(num_layers, -1, BSPA_ERR_INVALID_ARGUMENT, "num_layers");
   POOL_FIELD(num_layers, INT32_MIN, BSPA_ERR_INVALID_ARGUMENT, "num_layers");

@@ -15,6 +15,7 @@
 /* The structs share their names with the functions that fill them. */
 %rename(bspa_pool_stats_t, %$isclass) bspa_pool_stats;
 %rename(bspa_seq_info_t, %$isclass) bspa_seq_info;
+%rename(bspa_pool_info_t, %$isclass) bspa_pool_info;
 /* Wrapped by bspa_py_seq_create below: a raw const void * salt is unusable from Python. */
 %ignore bspa_seq_options::salt;
 
@@ -68,6 +69,37 @@ static int bspa_py_get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsiz
 %typemap(typecheck, precedence=SWIG_TYPECHECK_POINTER) const int32_t * {
   $1 = $input == Py_None || PyObject_CheckBuffer($input);
 }
+
+/* const float * (an FP8 pool's scales in): any float32 buffer. The pure-Python layer
+ * checks its length against n. */
+%typemap(in) const float * (Py_buffer view, int have = 0) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!bspa_py_get_buffer($input, &view, 4, 0, "$1_name")) SWIG_fail;
+    have = 1;
+    $1 = ($1_ltype)view.buf;
+  }
+}
+%typemap(freearg) const float * { if (have$argnum) PyBuffer_Release(&view$argnum); }
+%typemap(typecheck, precedence=SWIG_TYPECHECK_POINTER) const float * {
+  $1 = $input == Py_None || PyObject_CheckBuffer($input);
+}
+/* float *k_scales, float *v_scales (scales out): writable float32 buffers, or None. */
+%define BSPA_FLOAT_OUT(NAME)
+%typemap(in) float *NAME (Py_buffer view, int have = 0) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!bspa_py_get_buffer($input, &view, 4, 1, "NAME")) SWIG_fail;
+    have = 1;
+    $1 = ($1_ltype)view.buf;
+  }
+}
+%typemap(freearg) float *NAME { if (have$argnum) PyBuffer_Release(&view$argnum); }
+%enddef
+BSPA_FLOAT_OUT(k_scales)
+BSPA_FLOAT_OUT(v_scales)
 
 /* (tokens, n): the count comes from the buffer. */
 %typemap(in) (const int32_t *tokens, int64_t n) (Py_buffer view, int have = 0) {

@@ -99,7 +99,8 @@ BSPA_API const char *bspa_version_string(void);
 BSPA_API uint32_t bspa_abi_version(void);
 /* Static one-line description of what was compiled in, e.g.
  * "bspa 0.1.0; backends: cpu,cuda; cuda_archs: 80,90a; dtypes: f32,f16,bf16 (cuda: f16,bf16);
- * head_dims: any (cuda: 64,128)". 
+ * kv_dtypes: f32,f16,bf16,fp8_e4m3 (cuda: f16,bf16,fp8_e4m3); head_dims: any (cuda: 64,128)".
+ * "dtypes" are those of q/out (and of pages of the same dtype); "kv_dtypes" those of pages.
  * Never NULL, never freed. */
 BSPA_API const char *bspa_build_info(void);
 
@@ -165,8 +166,21 @@ typedef int32_t bspa_dtype;
 enum {
   BSPA_DTYPE_F32 = 0,
   BSPA_DTYPE_F16 = 1,
-  BSPA_DTYPE_BF16 = 2
+  BSPA_DTYPE_BF16 = 2,
+  /* FP8 e4m3 ("e4m3fn": no infinities, NaN = 0x7f / 0xff, largest finite 448, subnormals
+   * m * 2^-9), for KV pages only: a pool of this dtype stores K and V as one byte per
+   * element with fp32 dequantization scales per (layer, KV head), value = scale * e4m3
+   * (bspa_pool_set_kv_scales); bspa_prefill_paged takes such pages with scale tensors.
+   * Everything else stays 16-bit: k_new / v_new of bspa_kv_write are bf16 or f16
+   * (quantized on write), q and out of the attention are bf16 or f16 (one dtype for both),
+   * accumulation is fp32. DLPack tensors of e4m3 data carry dtype
+   * {BSPA_DL_FLOAT8_E4M3FN, 8, 1} (what torch.float8_e4m3fn exports) or {kDLUInt, 8, 1}
+   * (raw bytes, e.g. a numpy uint8 array; the call says what they mean). */
+  BSPA_DTYPE_FP8_E4M3 = 3
 };
+
+/* DLPack's type code kDLFloat8_e4m3fn (DLPack >= 1.1; the dlpack.h bspa ships predates it). */
+#define BSPA_DL_FLOAT8_E4M3FN 10
 
 /* Number of devices of a DLPack device type (kDLCPU: 1; kDLCUDA: visible GPUs, 0 on a
  * machine with no GPU or no driver, or in a build without CUDA).
@@ -197,7 +211,8 @@ typedef struct bspa_pool_options {
   uint32_t version;     /* BSPA_POOL_OPTIONS_VERSION (set by bspa_pool_options_init) */
   int32_t device_type;  /* kDLCPU (default) or kDLCUDA */
   int32_t device_id;    /* CUDA device ordinal; 0 for CPU */
-  bspa_dtype dtype;     /* element type of K and V (default BSPA_DTYPE_BF16) */
+  bspa_dtype dtype;     /* element type of K and V (default BSPA_DTYPE_BF16); BSPA_DTYPE_FP8_E4M3
+                           halves the bytes of a page (see bspa_pool_set_kv_scales) */
   int32_t num_layers;   /* >= 0; 0 = bookkeeping and prefix lookup only, no KV storage */
   int32_t num_kv_heads; /* >= 1 */
   int32_t head_dim;     /* >= 1 (the CUDA prefill supports 64 and 128) */
@@ -234,6 +249,7 @@ BSPA_API void bspa_pool_destroy(bspa_pool *pool);
 
 /* Fills *k and *v with views of one layer's K and V storage,
  * [num_pages, num_kv_heads, page_size, head_dim], strides NULL (compact row-major).
+ * The views' dtype is the pool's; an FP8 pool's is {BSPA_DL_FLOAT8_E4M3FN, 8, 1}.
  * The shape arrays belong to the pool and stay valid until bspa_pool_destroy; the
  * views alias the pool's storage. Either of k, v may be NULL.
  * Errors: BSPA_ERR_NULL_POINTER (pool), BSPA_ERR_OUT_OF_RANGE (layer),
@@ -268,6 +284,61 @@ BSPA_API bspa_status bspa_pool_stats(const bspa_pool *pool, struct bspa_pool_sta
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INTERNAL (an invariant is broken; the
  * message says which). */
 BSPA_API bspa_status bspa_pool_check(const bspa_pool *pool);
+
+/* ------------------------------------------------------------------------------
+ * Pool geometry and FP8 scales
+ * ---------------------------------------------------------------------------- */
+
+#define BSPA_POOL_INFO_VERSION 1
+/* What a pool was made with and what its storage costs. The caller sets `version` (to
+ * BSPA_POOL_INFO_VERSION, or the version it was built with); bspa_pool_info fills the
+ * fields of that version and leaves the rest of a newer struct alone. */
+struct bspa_pool_info {
+  uint32_t version;     /* in: BSPA_POOL_INFO_VERSION */
+  int32_t device_type;  /* kDLCPU or kDLCUDA */
+  int32_t device_id;
+  bspa_dtype dtype;     /* element type of the pages (BSPA_DTYPE_FP8_E4M3 for an fp8 pool) */
+  int32_t num_layers;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t page_size;
+  int64_t num_pages;    /* as created (resolved from memory_bytes when that was given) */
+  uint64_t page_bytes;  /* KV bytes of one page over all layers, K and V: num_layers x 2 x
+                           num_kv_heads x page_size x head_dim x element size (1 for fp8) */
+  uint64_t storage_bytes; /* the KV allocation: num_pages x page_bytes */
+  int32_t kv_scales_layers; /* fp8 pools: layers whose scales are set; 0 otherwise */
+};
+
+/* Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_VERSION (info->version 0 or newer than this
+ * library knows). Any thread, any time. */
+BSPA_API bspa_status bspa_pool_info(const bspa_pool *pool, struct bspa_pool_info *info);
+
+/* Sets the fp32 dequantization scales of one layer of a BSPA_DTYPE_FP8_E4M3 pool:
+ * k_scales[h] and v_scales[h] for KV head h in [0, n), n == num_kv_heads, host arrays
+ * (copied; the caller keeps them). A page element of head h holds e4m3(x / scale[h])
+ * (bspa_kv_write) and reads back as scale[h] * e4m3. A common choice is amax / 448 per head
+ * from calibration (448 is e4m3's largest finite value); values above 448 * scale saturate.
+ * Every layer needs its scales before its first bspa_kv_write or bspa_prefill: a launch on
+ * a layer without them fails (BSPA_ERR_INVALID_STATE), it never assumes 1. They may be set
+ * again at any time; pages already written keep their bytes and are then read with the new
+ * scales. A CUDA pool keeps a device copy ([num_layers][K, V][num_kv_heads] floats,
+ * allocated with the pool) that this call updates with a synchronous cudaMemcpy: set scales
+ * while no launch on that layer is queued or running (not per step; not during CUDA graph
+ * capture). Any thread (the pool is internally synchronised).
+ * Errors: BSPA_ERR_NULL_POINTER (pool, k_scales, v_scales), BSPA_ERR_OUT_OF_RANGE (layer),
+ * BSPA_ERR_INVALID_ARGUMENT (n != num_kv_heads; a scale that is not finite or not > 0: the
+ * message names the layer, head and value), BSPA_ERR_INVALID_STATE (a pool of another
+ * dtype), BSPA_ERR_CUDA. On any error the layer keeps its previous scales (or none). */
+BSPA_API bspa_status bspa_pool_set_kv_scales(bspa_pool *pool, int32_t layer, const float *k_scales,
+                                             const float *v_scales, int32_t n);
+
+/* Copies one layer's scales into k_scales[0, n) and v_scales[0, n) (n == num_kv_heads;
+ * either pointer may be NULL to skip it). Any thread.
+ * Errors: BSPA_ERR_NULL_POINTER (pool), BSPA_ERR_OUT_OF_RANGE (layer),
+ * BSPA_ERR_INVALID_ARGUMENT (n), BSPA_ERR_INVALID_STATE (a pool of another dtype, or a
+ * layer whose scales were never set). */
+BSPA_API bspa_status bspa_pool_get_kv_scales(const bspa_pool *pool, int32_t layer, float *k_scales, float *v_scales,
+                                             int32_t n);
 
 #define BSPA_SEQ_OPTIONS_VERSION 1
 typedef struct bspa_seq_options {
@@ -507,7 +578,10 @@ BSPA_API void bspa_batch_destroy(bspa_batch *batch);
 
 /* Writes the new tokens' K and V, [T_new, num_kv_heads, head_dim] of the pool's dtype
  * on the pool's device (last dimension contiguous; other strides free), into their
- * pages of `layer`. k_new and v_new must not overlap the pool's storage (any layer, K
+ * pages of `layer`. An FP8 pool takes bf16 or f16 k_new / v_new (both the same dtype)
+ * and stores e4m3(x / scale[h]) rounded to nearest even, finite values past +-448 and
+ * +-inf saturated to +-448, NaN kept as NaN (0x7f / 0xff), the sign of zero kept; the
+ * layer's scales must be set (BSPA_ERR_INVALID_STATE otherwise). k_new and v_new must not overlap the pool's storage (any layer, K
  * or V; e.g. views from bspa_pool_kv): the write would copy a row over itself.
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (layer),
  * BSPA_ERR_SHAPE_MISMATCH, BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH,
@@ -518,8 +592,9 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int
 
 /* Block-sparse causal attention of the batch's new tokens over each sequence's cached
  * prefix plus themselves, reading K/V of `layer` from the pool (write them first with
- * bspa_kv_write). q and out: [T_new, Hq, head_dim] of the pool's dtype on its device,
- * last dimension contiguous; Hq == layout's head count and a multiple of
+ * bspa_kv_write). q and out: [T_new, Hq, head_dim] of the pool's dtype on its device
+ * (for an FP8 pool: both bf16 or both f16; the pages are dequantized with the layer's
+ * scales, which must be set, else BSPA_ERR_INVALID_STATE), last dimension contiguous; Hq == layout's head count and a multiple of
  * num_kv_heads (query head h reads kv head h / (Hq / num_kv_heads)). scale multiplies
  * the logits (Phi-3-small: 1/128). lse, optional: [Hq, T_new] float32, the natural log
  * of each row's softmax denominator of scaled logits. Accumulation is fp32.
@@ -572,7 +647,7 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
 BSPA_API bspa_status bspa_prefill_workspace_bytes(int32_t device_type, int32_t device_id, int32_t head_dim,
                                                   size_t *bytes);
 
-#define BSPA_PAGED_ARGS_VERSION 2
+#define BSPA_PAGED_ARGS_VERSION 3
 /* Bring-your-own cache: the same attention over caller-owned pages. All tensors live
  * on one device (the integer metadata too).
  *  k_pages, v_pages: [num_pages, num_kv_heads, page_size, head_dim], any strides with
@@ -588,7 +663,10 @@ BSPA_API bspa_status bspa_prefill_workspace_bytes(int32_t device_type, int32_t d
  *    table's width); above 8 with several sequences, both the prefill and the decode
  *    kernel are launched (the metadata stays on the device), each skipping the other's
  *    sequences; above 8 with one sequence, only the prefill kernel. (Pool batches route
- *    exactly: bspa_batch_create sees the lengths.) */
+ *    exactly: bspa_batch_create sees the lengths.)
+ *  FP8 pages (since version 3): k_pages and v_pages of dtype {BSPA_DL_FLOAT8_E4M3FN, 8, 1}
+ *    or {kDLUInt, 8, 1} hold e4m3 (BSPA_DTYPE_FP8_E4M3); q and out are then bf16 or f16
+ *    (one dtype), and k_scale / v_scale are required. */
 typedef struct bspa_paged_args {
   uint32_t version; /* BSPA_PAGED_ARGS_VERSION */
   const DLTensor *q;
@@ -607,11 +685,22 @@ typedef struct bspa_paged_args {
    * at all). Needs no initialisation; its contents are the launch's until the launch
    * completes on `stream`, so launches that share it must not overlap. */
   DLTensor *workspace;
+  /* Since version 3: the dequantization scales of FP8 pages, float32 [num_kv_heads]
+   * (compact) each, on the tensors' device: element x of KV head h reads as
+   * k_scale[h] * e4m3(x) (v_scale for V). Required with FP8 pages, NULL otherwise. On CPU
+   * every scale must be finite and > 0 (BSPA_ERR_INVALID_ARGUMENT naming the head and
+   * value); on CUDA the values are the caller's responsibility (the launch does not read
+   * device memory back to the host). Read by the launch only while it runs on `stream`. */
+  const DLTensor *k_scale;
+  const DLTensor *v_scale;
 } bspa_paged_args;
 
 /* Errors: BSPA_ERR_NULL_POINTER. */
 BSPA_API bspa_status bspa_paged_args_init(bspa_paged_args *args);
-/* Errors: as bspa_prefill, plus BSPA_ERR_VERSION; for the workspace:
+/* Errors: as bspa_prefill, plus BSPA_ERR_VERSION; for k_scale / v_scale:
+ * BSPA_ERR_NULL_POINTER (missing with FP8 pages, or NULL data), BSPA_ERR_INVALID_ARGUMENT
+ * (given with pages that are not FP8; a bad value on CPU), BSPA_ERR_SHAPE_MISMATCH,
+ * BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH; for the workspace:
  * BSPA_ERR_SHAPE_MISMATCH, BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH,
  * BSPA_ERR_NULL_POINTER (NULL data) and BSPA_ERR_INVALID_ARGUMENT (not 16-byte aligned,
  * a requirement of the argument, not a kernel limit; overlapping any other argument);

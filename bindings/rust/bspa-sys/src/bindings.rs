@@ -6,10 +6,12 @@ pub const BSPA_VERSION_PATCH: u32 = 0;
 pub const BSPA_VERSION_NUMBER: u32 = 100;
 pub const BSPA_VERSION_STRING: &[u8; 6usize] = b"0.1.0\0";
 pub const BSPA_ABI_VERSION: u32 = 2;
+pub const BSPA_DL_FLOAT8_E4M3FN: u32 = 10;
 pub const BSPA_POOL_OPTIONS_VERSION: u32 = 2;
+pub const BSPA_POOL_INFO_VERSION: u32 = 1;
 pub const BSPA_SEQ_OPTIONS_VERSION: u32 = 1;
 pub const BSPA_LAYOUT_STRIDED_OPTIONS_VERSION: u32 = 1;
-pub const BSPA_PAGED_ARGS_VERSION: u32 = 2;
+pub const BSPA_PAGED_ARGS_VERSION: u32 = 3;
 pub type __uint8_t = ::std::os::raw::c_uchar;
 pub type __uint16_t = ::std::os::raw::c_ushort;
 pub type __int32_t = ::std::os::raw::c_int;
@@ -419,6 +421,7 @@ pub type bspa_dtype = i32;
 pub const BSPA_DTYPE_F32: _bindgen_ty_2 = 0;
 pub const BSPA_DTYPE_F16: _bindgen_ty_2 = 1;
 pub const BSPA_DTYPE_BF16: _bindgen_ty_2 = 2;
+pub const BSPA_DTYPE_FP8_E4M3: _bindgen_ty_2 = 3;
 pub type _bindgen_ty_2 = ::std::os::raw::c_uint;
 extern "C" {
     pub fn bspa_device_count(device_type: i32, count: *mut i32) -> bspa_status;
@@ -942,6 +945,260 @@ extern "C" {
 }
 extern "C" {
     pub fn bspa_pool_check(pool: *const bspa_pool) -> bspa_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct bspa_pool_info {
+    pub version: u32,
+    pub device_type: i32,
+    pub device_id: i32,
+    pub dtype: bspa_dtype,
+    pub num_layers: i32,
+    pub num_kv_heads: i32,
+    pub head_dim: i32,
+    pub page_size: i32,
+    pub num_pages: i64,
+    pub page_bytes: u64,
+    pub storage_bytes: u64,
+    pub kv_scales_layers: i32,
+}
+#[test]
+fn bindgen_test_layout_bspa_pool_info() {
+    assert_eq!(
+        ::std::mem::size_of::<bspa_pool_info>(),
+        64usize,
+        concat!("Size of: ", stringify!(bspa_pool_info))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<bspa_pool_info>(),
+        8usize,
+        concat!("Alignment of ", stringify!(bspa_pool_info))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_info),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_device_type() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).device_type) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_info),
+                "::",
+                stringify!(device_type)
+            )
+        );
+    }
+    test_field_device_type();
+    fn test_field_device_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).device_id) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_info),
+                "::",
+                stringify!(device_id)
+            )
+        );
+    }
+    test_field_device_id();
+    fn test_field_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dtype) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_info),
+                "::",
+                stringify!(dtype)
+            )
+        );
+    }
+    test_field_dtype();
+    fn test_field_num_layers() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_layers) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_info),
+                "::",
+                stringify!(num_layers)
+            )
+        );
+    }
+    test_field_num_layers();
+    fn test_field_num_kv_heads() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_kv_heads) as usize - ptr as usize
+            },
+            20usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_info),
+                "::",
+                stringify!(num_kv_heads)
+            )
+        );
+    }
+    test_field_num_kv_heads();
+    fn test_field_head_dim() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).head_dim) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_info),
+                "::",
+                stringify!(head_dim)
+            )
+        );
+    }
+    test_field_head_dim();
+    fn test_field_page_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).page_size) as usize - ptr as usize
+            },
+            28usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_info),
+                "::",
+                stringify!(page_size)
+            )
+        );
+    }
+    test_field_page_size();
+    fn test_field_num_pages() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_pages) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_info),
+                "::",
+                stringify!(num_pages)
+            )
+        );
+    }
+    test_field_num_pages();
+    fn test_field_page_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).page_bytes) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_info),
+                "::",
+                stringify!(page_bytes)
+            )
+        );
+    }
+    test_field_page_bytes();
+    fn test_field_storage_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).storage_bytes) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_info),
+                "::",
+                stringify!(storage_bytes)
+            )
+        );
+    }
+    test_field_storage_bytes();
+    fn test_field_kv_scales_layers() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kv_scales_layers) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_info),
+                "::",
+                stringify!(kv_scales_layers)
+            )
+        );
+    }
+    test_field_kv_scales_layers();
+}
+extern "C" {
+    pub fn bspa_pool_info(pool: *const bspa_pool, info: *mut bspa_pool_info) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_pool_set_kv_scales(
+        pool: *mut bspa_pool,
+        layer: i32,
+        k_scales: *const f32,
+        v_scales: *const f32,
+        n: i32,
+    ) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_pool_get_kv_scales(
+        pool: *const bspa_pool,
+        layer: i32,
+        k_scales: *mut f32,
+        v_scales: *mut f32,
+        n: i32,
+    ) -> bspa_status;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -1648,12 +1905,14 @@ pub struct bspa_paged_args {
     pub layout: *const bspa_layout,
     pub scale: f32,
     pub workspace: *mut DLTensor,
+    pub k_scale: *const DLTensor,
+    pub v_scale: *const DLTensor,
 }
 #[test]
 fn bindgen_test_layout_bspa_paged_args() {
     assert_eq!(
         ::std::mem::size_of::<bspa_paged_args>(),
-        104usize,
+        120usize,
         concat!("Size of: ", stringify!(bspa_paged_args))
     );
     assert_eq!(
@@ -1882,6 +2141,40 @@ fn bindgen_test_layout_bspa_paged_args() {
         );
     }
     test_field_workspace();
+    fn test_field_k_scale() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_paged_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).k_scale) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_paged_args),
+                "::",
+                stringify!(k_scale)
+            )
+        );
+    }
+    test_field_k_scale();
+    fn test_field_v_scale() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_paged_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).v_scale) as usize - ptr as usize
+            },
+            112usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_paged_args),
+                "::",
+                stringify!(v_scale)
+            )
+        );
+    }
+    test_field_v_scale();
 }
 extern "C" {
     pub fn bspa_paged_args_init(args: *mut bspa_paged_args) -> bspa_status;
