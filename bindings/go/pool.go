@@ -36,6 +36,10 @@ const (
 	F32  DType = C.BSPA_DTYPE_F32
 	F16  DType = C.BSPA_DTYPE_F16
 	BF16 DType = C.BSPA_DTYPE_BF16
+	// FP8E4M3 is for pools (and PrefillPaged's pages) only: e4m3 bytes with per-(layer, KV
+	// head) scales (SetKVScales, required before a layer is written); KVWrite's K/V, Q and
+	// Out stay BF16 or F16.
+	FP8E4M3 DType = C.BSPA_DTYPE_FP8_E4M3
 )
 
 // Element types of tensors only, not of pools (NewPool refuses them): PagedArgs' integer
@@ -198,6 +202,65 @@ func (p *Pool) Stats() (PoolStats, error) {
 		Hits: uint64(s.hits), Misses: uint64(s.misses), MatchedTokens: uint64(s.matched_tokens),
 		QueriedTokens: uint64(s.queried_tokens), HashedTokens: uint64(s.hashed_tokens),
 		PublishedPages: uint64(s.published_pages), Evictions: uint64(s.evictions),
+	}, err
+}
+
+// SetKVScales sets one layer's fp32 dequantization scales of an FP8E4M3 pool, one per KV
+// head for K and for V (value = scale × e4m3; e.g. amax / 448 from calibration). The
+// slices are copied. Errors: ErrInvalidArgument (a length other than NumKVHeads, or a
+// scale not finite and > 0: the message names layer, head and value), ErrOutOfRange
+// (layer), ErrInvalidState (a pool of another dtype); a failed call changes nothing.
+func (p *Pool) SetKVScales(layer int, k, v []float32) error {
+	if len(k) != len(v) || len(k) == 0 {
+		return argError(StatusInvalidArgument, fmt.Sprintf("SetKVScales: %d K scales and %d V scales", len(k), len(v)))
+	}
+	return p.use(func() error {
+		return call(func() C.bspa_status {
+			return C.bspa_pool_set_kv_scales(p.p, C.int32_t(layer), (*C.float)(unsafe.Pointer(&k[0])),
+				(*C.float)(unsafe.Pointer(&v[0])), C.int32_t(len(k)))
+		})
+	})
+}
+
+// KVScales returns one layer's K and V scales of an FP8E4M3 pool; ErrInvalidState when
+// they were never set.
+func (p *Pool) KVScales(layer int) (k, v []float32, err error) {
+	n := p.opts.NumKVHeads
+	if n < 1 {
+		return nil, nil, argError(StatusInvalidState, "KVScales: the pool has no KV heads")
+	}
+	k, v = make([]float32, n), make([]float32, n)
+	err = p.use(func() error {
+		return call(func() C.bspa_status {
+			return C.bspa_pool_get_kv_scales(p.p, C.int32_t(layer), (*C.float)(unsafe.Pointer(&k[0])),
+				(*C.float)(unsafe.Pointer(&v[0])), C.int32_t(n))
+		})
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return k, v, nil
+}
+
+// PoolInfo is what a pool was made with (bspa_pool_info); PageBytes counts one page over
+// all layers, K and V.
+type PoolInfo struct {
+	DType                                    DType
+	NumLayers, NumKVHeads, HeadDim, PageSize int
+	NumPages                                 int64
+	PageBytes, StorageBytes                  uint64
+	KVScalesLayers                           int
+}
+
+// Info returns the pool's geometry, dtype and storage bytes.
+func (p *Pool) Info() (PoolInfo, error) {
+	var i C.struct_bspa_pool_info
+	i.version = C.BSPA_POOL_INFO_VERSION
+	err := p.use(func() error { return call(func() C.bspa_status { return C.bspa_pool_info(p.p, &i) }) })
+	return PoolInfo{
+		DType: DType(i.dtype), NumLayers: int(i.num_layers), NumKVHeads: int(i.num_kv_heads), HeadDim: int(i.head_dim),
+		PageSize: int(i.page_size), NumPages: int64(i.num_pages), PageBytes: uint64(i.page_bytes),
+		StorageBytes: uint64(i.storage_bytes), KVScalesLayers: int(i.kv_scales_layers),
 	}, err
 }
 

@@ -42,13 +42,14 @@ static bspa_status go_prefill(bspa_pool *pool, const bspa_batch *batch, int32_t 
   return bspa_prefill(pool, batch, layer, layout, &tq, &tout, scale, has_lse ? &tlse : NULL, (bspa_stream)stream);
 }
 
-// desc: q, out, k_pages, v_pages, block_table, query_starts, context_lens, then lse and
-// workspace where given.
+// desc: q, out, k_pages, v_pages, block_table, query_starts, context_lens, then lse,
+// workspace and the two scales where given.
 static bspa_status go_prefill_paged(void *q, void *out, void *k, void *v, void *block_table, void *query_starts,
                                     void *context_lens, void *lse, int has_lse, void *workspace, int has_workspace,
+                                    void *k_scale, void *v_scale, int has_scales,
                                     const int64_t *desc, int32_t max_query_len, const bspa_layout *layout,
                                     float scale, uintptr_t stream) {
-  DLTensor tq, tout, tk, tv, tbt, tqs, tcl, tlse, tws;
+  DLTensor tq, tout, tk, tv, tbt, tqs, tcl, tlse, tws, tks, tvs;
   desc = go_fill(&tq, q, desc);
   desc = go_fill(&tout, out, desc);
   desc = go_fill(&tk, k, desc);
@@ -57,7 +58,11 @@ static bspa_status go_prefill_paged(void *q, void *out, void *k, void *v, void *
   desc = go_fill(&tqs, query_starts, desc);
   desc = go_fill(&tcl, context_lens, desc);
   if (has_lse) desc = go_fill(&tlse, lse, desc);
-  if (has_workspace) go_fill(&tws, workspace, desc);
+  if (has_workspace) desc = go_fill(&tws, workspace, desc);
+  if (has_scales) {
+    desc = go_fill(&tks, k_scale, desc);
+    go_fill(&tvs, v_scale, desc);
+  }
   bspa_paged_args args;
   bspa_status status = bspa_paged_args_init(&args);
   if (status != BSPA_OK) return status;
@@ -73,6 +78,8 @@ static bspa_status go_prefill_paged(void *q, void *out, void *k, void *v, void *
   args.layout = layout;
   args.scale = scale;
   args.workspace = has_workspace ? &tws : NULL;
+  args.k_scale = has_scales ? &tks : NULL;
+  args.v_scale = has_scales ? &tvs : NULL;
   return bspa_prefill_paged(&args, (bspa_stream)stream);
 }
 */
@@ -117,6 +124,12 @@ func HostI32(data []int32, shape ...int64) Tensor {
 	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: I32, Shape: shape}
 }
 
+// HostFP8 describes e4m3 bytes (PrefillPaged's FP8 pages); it panics like HostF32.
+func HostFP8(data []byte, shape ...int64) Tensor {
+	checkLen(len(data), shape)
+	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: FP8E4M3, Shape: shape}
+}
+
 // HostU8 describes a byte slice (PrefillPaged's workspace); it panics like HostF32.
 func HostU8(data []byte, shape ...int64) Tensor {
 	checkLen(len(data), shape)
@@ -144,6 +157,8 @@ func (t *Tensor) appendDesc(desc []int64) []int64 {
 		code = int64(C.kDLInt)
 	case U8:
 		code, bits = int64(C.kDLUInt), 8
+	case FP8E4M3:
+		code, bits = int64(C.BSPA_DL_FLOAT8_E4M3FN), 8
 	}
 	hasStrides := int64(0)
 	if t.Strides != nil {
@@ -297,6 +312,10 @@ type PagedArgs struct {
 	// n >= PrefillWorkspaceBytes (a smaller one splits less or not at all). Needs no
 	// initialisation; launches that share it must not overlap.
 	Workspace *Tensor
+	// FP8E4M3 pages (KPages/VPages of that dtype, or U8): their F32 [num_kv_heads]
+	// dequantization scales on the tensors' device, both or neither; Q and Out are then
+	// BF16 or F16.
+	KScale, VScale *Tensor
 }
 
 // PrefillPaged runs block-sparse causal attention of the new tokens over caller-owned
@@ -333,10 +352,20 @@ func PrefillPaged(args PagedArgs, stream Stream) error {
 		desc = args.Workspace.appendDesc(desc)
 		wsData, hasWS = args.Workspace.Data, 1
 	}
+	if (args.KScale == nil) != (args.VScale == nil) {
+		return argError(StatusNullPointer, "PrefillPaged: KScale and VScale go together")
+	}
+	var ksData, vsData unsafe.Pointer
+	hasScales := C.int(0)
+	if args.KScale != nil {
+		desc = args.VScale.appendDesc(args.KScale.appendDesc(desc))
+		ksData, vsData, hasScales = args.KScale.Data, args.VScale.Data, 1
+	}
 	return l.use(func() error {
 		return call(func() C.bspa_status {
 			return C.go_prefill_paged(args.Q.Data, args.Out.Data, args.KPages.Data, args.VPages.Data,
 				args.BlockTable.Data, args.QueryStarts.Data, args.ContextLens.Data, lseData, hasLSE, wsData, hasWS,
+				ksData, vsData, hasScales,
 				(*C.int64_t)(unsafe.Pointer(&desc[0])), C.int32_t(args.MaxQueryLen), l.l, C.float(args.Scale),
 				C.uintptr_t(stream))
 		})

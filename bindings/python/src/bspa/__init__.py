@@ -18,8 +18,8 @@ stream (torch's current stream unless ``stream=`` says otherwise).
 from __future__ import annotations
 
 from . import _bspa
-from ._core import (DEFAULT_MEMORY_BYTES, Batch, KVTensor, Layout, Pool, PoolStats, Sequence, SeqInfo, kv_write, prefill,
-                    prefill_paged, prefill_workspace_bytes)
+from ._core import (DEFAULT_MEMORY_BYTES, Batch, KVTensor, Layout, Pool, PoolInfo, PoolStats, Sequence, SeqInfo,
+                    fp8_e4m3_to_float32, kv_write, prefill, prefill_paged, prefill_workspace_bytes)
 from ._errors import (BspaError, BufferTooSmallError, CudaError, DeviceMismatchError,
                       DtypeMismatchError, InternalError, InvalidArgumentError, InvalidStateError,
                       NoDeviceError, NotSupportedError, NullPointerError, OutOfMemoryError,
@@ -66,7 +66,7 @@ __all__ = [
     "ABI_VERSION", "DEFAULT_MEMORY_BYTES", "Batch", "BspaError", "BufferTooSmallError", "CudaError", "DeviceMismatchError",
     "DtypeMismatchError", "InternalError", "InvalidArgumentError", "InvalidStateError", "KVTensor", "Layout",
     "NoDeviceError", "NotSupportedError", "NullPointerError", "OutOfMemoryError", "OutOfPagesError",
-    "OutOfRangeError", "Pool", "PoolStats", "ResourceError", "SeqInfo", "Sequence", "ShapeMismatchError",
-    "VersionError", "build_info", "device_count", "error_for", "kDLCPU", "kDLCUDA", "kv_write", "prefill",
+    "OutOfRangeError", "Pool", "PoolInfo", "PoolStats", "ResourceError", "SeqInfo", "Sequence", "ShapeMismatchError",
+    "VersionError", "build_info", "device_count", "error_for", "fp8_e4m3_to_float32", "kDLCPU", "kDLCUDA", "kv_write", "prefill",
     "prefill_paged", "prefill_workspace_bytes", "version",
 ]

@@ -12,11 +12,13 @@ import numpy as np
 
 from . import _bspa
 from ._errors import InvalidStateError, check
-from ._tensor import (DLTensor, StreamLike, TensorLike, bfloat16_dtype, device_of, kDLCPU, kDLCUDA,
-                      resolve_stream, tensor_arg)
+from ._tensor import (DLTensor, StreamLike, TensorLike, bfloat16_dtype, device_of, float8_e4m3fn_dtype, kDLCPU,
+                      kDLCUDA, resolve_stream, tensor_arg)
 
-_DTYPES = {"f32": _bspa.BSPA_DTYPE_F32, "f16": _bspa.BSPA_DTYPE_F16, "bf16": _bspa.BSPA_DTYPE_BF16}
-_DTYPE_ALIASES = {"float32": "f32", "float": "f32", "float16": "f16", "half": "f16", "bfloat16": "bf16"}
+_DTYPES = {"f32": _bspa.BSPA_DTYPE_F32, "f16": _bspa.BSPA_DTYPE_F16, "bf16": _bspa.BSPA_DTYPE_BF16,
+           "fp8_e4m3": _bspa.BSPA_DTYPE_FP8_E4M3}
+_DTYPE_ALIASES = {"float32": "f32", "float": "f32", "float16": "f16", "half": "f16", "bfloat16": "bf16",
+                  "fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3"}
 _DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
 
 DTypeLike = Union[str, np.dtype, type, object]
@@ -35,7 +37,7 @@ def _dtype_name(dtype: DTypeLike) -> str:
         name = str(dtype).rsplit(".", 1)[-1]
     name = _DTYPE_ALIASES.get(name, name)
     if name not in _DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not one of f32, f16, bf16")
+        raise ValueError(f"dtype {dtype!r} is not one of f32, f16, bf16, fp8_e4m3")
     return name
 
 
@@ -104,6 +106,23 @@ class PoolStats:
 
 
 @dataclass(frozen=True)
+class PoolInfo:
+    """What a pool was made with (bspa_pool_info): dtype is a name ("bf16", "fp8_e4m3", ...),
+    page_bytes the KV bytes of one page over all layers, K and V."""
+    device_type: int
+    device_id: int
+    dtype: str
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    page_size: int
+    num_pages: int
+    page_bytes: int
+    storage_bytes: int
+    kv_scales_layers: int
+
+
+@dataclass(frozen=True)
 class SeqInfo:
     num_tokens: int
     num_computed: int
@@ -126,6 +145,9 @@ class Pool:
                  events_capacity: int = 0) -> None:
         """``dtype`` defaults to f32 on the CPU and bf16 on CUDA; with neither ``num_pages``
         nor ``memory_bytes`` the pool gets :data:`DEFAULT_MEMORY_BYTES` of KV storage.
+        ``dtype="fp8_e4m3"`` stores K/V as e4m3 bytes with per-(layer, KV head) scales
+        (:meth:`set_kv_scales`, required before a layer is written); its kv_write, q and out
+        are bf16 or f16 (numpy float16, ml_dtypes.bfloat16, or uint16 read as bf16 bits).
         ``events_capacity > 0`` makes the pool record KV cache events for a router (see
         :meth:`drain_events_msgpack` and :mod:`bspa.events`)."""
         options = _bspa.bspa_pool_options()
@@ -231,6 +253,33 @@ class Pool:
         check(_bspa.bspa_pool_stats(self._h(), raw))
         return PoolStats(**{f: int(getattr(raw, f)) for f in PoolStats.__dataclass_fields__})
 
+    def info(self) -> PoolInfo:
+        """The pool's geometry, dtype and storage bytes (bspa_pool_info)."""
+        raw = _bspa.bspa_pool_info_t()
+        raw.version = _bspa.BSPA_POOL_INFO_VERSION
+        check(_bspa.bspa_pool_info(self._h(), raw))
+        fields = {f: int(getattr(raw, f)) for f in PoolInfo.__dataclass_fields__ if f != "dtype"}
+        return PoolInfo(dtype=_DTYPE_NAMES.get(int(raw.dtype), str(raw.dtype)), **fields)
+
+    def set_kv_scales(self, layer: int, k_scales, v_scales) -> None:
+        """FP8 pools: the fp32 dequantization scales of one layer, one per KV head for K and
+        for V (value = scale * e4m3; e.g. amax / 448 from calibration). Copied. Raises
+        InvalidArgumentError for a wrong count or a scale that is not finite and > 0 (the
+        layer keeps its previous scales), InvalidStateError on pools of other dtypes."""
+        k = np.ascontiguousarray(k_scales, dtype=np.float32).reshape(-1)
+        v = np.ascontiguousarray(v_scales, dtype=np.float32).reshape(-1)
+        if k.size != v.size:
+            raise ValueError(f"{k.size} K scales but {v.size} V scales")
+        check(_bspa.bspa_pool_set_kv_scales(self._h(), layer, k, v, int(k.size)))
+
+    def kv_scales(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """FP8 pools: one layer's K and V scales as float32 arrays ``[num_kv_heads]``;
+        InvalidStateError when they were never set."""
+        k = np.empty(self.num_kv_heads, dtype=np.float32)
+        v = np.empty(self.num_kv_heads, dtype=np.float32)
+        check(_bspa.bspa_pool_get_kv_scales(self._h(), layer, k, v, self.num_kv_heads))
+        return k, v
+
     def check(self) -> None:
         """Verifies every invariant of the pool; raises InternalError if one is broken."""
         check(_bspa.bspa_pool_check(self._h()))
@@ -265,13 +314,16 @@ class Pool:
         pool (``torch.from_dlpack(pool.kv(0)[0])``). A view keeps the storage alive: it stays
         readable after close() (the memory is freed with the last view). Reading it races
         with concurrent kv_write calls. bf16 CPU pools give ml_dtypes.bfloat16 arrays when
-        ml_dtypes is installed, else the raw bits as uint16."""
+        ml_dtypes is installed, else the raw bits as uint16; fp8_e4m3 pools likewise
+        ml_dtypes.float8_e4m3fn, else the e4m3 bytes as uint8 (:func:`fp8_e4m3_to_float32`
+        decodes them; multiply by :meth:`kv_scales` for the values)."""
         if self.device[0] != kDLCPU:
             return self.kv_tensors(layer)
         k, v = DLTensor(), DLTensor()
         check(_bspa.bspa_pool_kv(self._h(), layer, ctypes.addressof(k), ctypes.addressof(v)))
         np_dtype = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
-                    "bf16": bfloat16_dtype() or np.dtype(np.uint16)}[self.dtype]
+                    "bf16": bfloat16_dtype() or np.dtype(np.uint16),
+                    "fp8_e4m3": float8_e4m3fn_dtype() or np.dtype(np.uint8)}[self.dtype]
         views = []
         for t in (k, v):
             shape = tuple(t.shape[i] for i in range(t.ndim))
@@ -294,7 +346,7 @@ class Pool:
         """Writes the batch's new K and V, ``[T_new, num_kv_heads, head_dim]``, into their pages."""
         keep: list = []
         s = self._stream(stream)
-        raw = self.dtype == "bf16"
+        raw = self.dtype in ("bf16", "fp8_e4m3")  # uint16 arrays are bf16 bits
         check(_bspa.bspa_kv_write(self._h(), batch._h(), layer, tensor_arg(k, s, keep, raw_bf16=raw),
                                   tensor_arg(v, s, keep, raw_bf16=raw), s or None))
 
@@ -307,7 +359,7 @@ class Pool:
             out = _empty_like(q)
         keep: list = []
         s = self._stream(stream)
-        raw = self.dtype == "bf16"
+        raw = self.dtype in ("bf16", "fp8_e4m3")  # uint16 arrays are bf16 bits
         check(_bspa.bspa_prefill(self._h(), batch._h(), layer, layout._h(), tensor_arg(q, s, keep, raw_bf16=raw),
                                  tensor_arg(out, s, keep, writable=True, raw_bf16=raw), float(scale),
                                  tensor_arg(lse, s, keep, writable=True), s or None))
@@ -549,6 +601,7 @@ def prefill_paged(q: TensorLike, k_pages: TensorLike, v_pages: TensorLike, block
                   query_starts: TensorLike, context_lens: TensorLike, layout: Layout, *, scale: float,
                   out: Optional[TensorLike] = None, lse: Optional[TensorLike] = None,
                   max_query_len: Optional[int] = None, workspace: Optional[TensorLike] = None,
+                  k_scale: Optional[TensorLike] = None, v_scale: Optional[TensorLike] = None,
                   stream: StreamLike = None) -> TensorLike:
     """Bring-your-own cache: the same attention over caller-owned pages
     ``[num_pages, num_kv_heads, page_size, head_dim]``. block_table int32
@@ -557,7 +610,11 @@ def prefill_paged(q: TensorLike, k_pages: TensorLike, v_pages: TensorLike, block
     length (read from query_starts, which must then be host memory). ``workspace``,
     optional: uint8 ``[n]`` scratch on q's device, 16-byte aligned, n >=
     :func:`prefill_workspace_bytes`; it lets a CUDA launch split long key ranges across
-    SMs, and launches sharing it must not overlap."""
+    SMs, and launches sharing it must not overlap.
+
+    FP8 pages: k_pages/v_pages of e4m3 bytes (``torch.float8_e4m3fn``, numpy uint8 or
+    ml_dtypes.float8_e4m3fn) with ``k_scale`` and ``v_scale``, float32 ``[num_kv_heads]`` on
+    the same device (value = scale[h] * e4m3); q and out are then bf16 or f16."""
     if out is None:
         out = _empty_like(q)
     if max_query_len is None:
@@ -578,6 +635,8 @@ def prefill_paged(q: TensorLike, k_pages: TensorLike, v_pages: TensorLike, block
     args.block_table = tensor_arg(block_table, s, keep)
     args.query_starts = tensor_arg(query_starts, s, keep)
     args.context_lens = tensor_arg(context_lens, s, keep)
+    args.k_scale = tensor_arg(k_scale, s, keep)
+    args.v_scale = tensor_arg(v_scale, s, keep)
     args.max_query_len = int(max_query_len)
     args.layout = layout._h()
     args.scale = float(scale)
@@ -593,3 +652,16 @@ def prefill_workspace_bytes(device: DeviceLike, head_dim: int) -> int:
     status, size = _bspa.bspa_prefill_workspace_bytes(device_type, device_id, head_dim)
     check(status)
     return int(size)
+
+
+def fp8_e4m3_to_float32(codes) -> np.ndarray:
+    """Decodes e4m3 (e4m3fn) bytes, any uint8 array, to float32 (NaN for 0x7f / 0xff):
+    the values of an fp8 pool's pages before their scale."""
+    c = np.asarray(codes, dtype=np.uint8)
+    sign = np.where(c & 0x80, -1.0, 1.0).astype(np.float32)
+    exp = ((c >> 3) & 0xF).astype(np.int32)
+    mant = (c & 0x7).astype(np.float32)
+    value = np.where(exp == 0, mant * np.float32(2.0 ** -9),
+                     (1.0 + mant / 8.0) * np.exp2((exp - 7).astype(np.float32))).astype(np.float32)
+    value = np.where((exp == 15) & (mant == 7), np.float32(np.nan), value)
+    return (sign * value).astype(np.float32)

@@ -15,6 +15,8 @@ kDLCUDA = 2
 kDLCUDAManaged = 13
 
 _kDLInt, _kDLUInt, _kDLFloat, _kDLBfloat = 0, 1, 2, 4
+#: DLPack's kDLFloat8_e4m3fn (DLPack >= 1.1): torch.float8_e4m3fn exports it.
+kDLFloat8_e4m3fn = 10
 
 
 class DLDevice(ctypes.Structure):
@@ -46,9 +48,20 @@ def bfloat16_dtype() -> Optional[np.dtype]:
     return np.dtype(ml_dtypes.bfloat16)
 
 
+def float8_e4m3fn_dtype() -> Optional[np.dtype]:
+    """numpy's float8_e4m3fn from ml_dtypes when it is installed (numpy itself has none)."""
+    try:
+        import ml_dtypes  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.float8_e4m3fn)
+
+
 def _dl_dtype(dtype: np.dtype, raw_bf16: bool) -> DLDataType:
     if dtype.name == "bfloat16" or (raw_bf16 and dtype == np.uint16):
         return DLDataType(_kDLBfloat, 16, 1)
+    if dtype.name == "float8_e4m3fn":
+        return DLDataType(kDLFloat8_e4m3fn, 8, 1)
     if dtype.kind == "f":
         return DLDataType(_kDLFloat, dtype.itemsize * 8, 1)
     if dtype.kind == "i":

@@ -74,6 +74,21 @@ impl PoolOptions {
     }
 }
 
+/// What a pool was made with (see `struct bspa_pool_info`); `page_bytes` counts one page
+/// over all layers, K and V.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolInfo {
+    pub dtype: DType,
+    pub num_layers: i32,
+    pub num_kv_heads: i32,
+    pub head_dim: i32,
+    pub page_size: i32,
+    pub num_pages: i64,
+    pub page_bytes: u64,
+    pub storage_bytes: u64,
+    pub kv_scales_layers: i32,
+}
+
 /// A snapshot of a pool's counters (see `struct bspa_pool_stats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolStats {
@@ -148,6 +163,51 @@ impl Pool {
             published_pages: s.published_pages,
             evictions: s.evictions,
         })
+    }
+
+    /// The pool's geometry, dtype and storage bytes (`bspa_pool_info`).
+    pub fn info(&self) -> Result<PoolInfo> {
+        let mut i = unsafe { std::mem::zeroed::<sys::bspa_pool_info>() };
+        i.version = sys::BSPA_POOL_INFO_VERSION;
+        check(unsafe { sys::bspa_pool_info(self.raw.as_ptr(), &mut i) })?;
+        Ok(PoolInfo {
+            dtype: DType::from_raw(i.dtype)
+                .ok_or_else(|| Error::new(sys::BSPA_ERR_INTERNAL, format!("unknown pool dtype {}", i.dtype)))?,
+            num_layers: i.num_layers,
+            num_kv_heads: i.num_kv_heads,
+            head_dim: i.head_dim,
+            page_size: i.page_size,
+            num_pages: i.num_pages,
+            page_bytes: i.page_bytes,
+            storage_bytes: i.storage_bytes,
+            kv_scales_layers: i.kv_scales_layers,
+        })
+    }
+
+    /// Sets one layer's fp32 dequantization scales of an [`DType::Fp8E4m3`] pool, one per
+    /// KV head for K and for V (value = scale × e4m3; e.g. amax / 448 from calibration).
+    /// Errors: `InvalidArgument` (a count other than `num_kv_heads`, a scale not finite and
+    /// > 0; the message names layer, head and value), `OutOfRange` (layer), `InvalidState`
+    /// (a pool of another dtype). A failed call leaves the layer's scales as they were.
+    pub fn set_kv_scales(&self, layer: i32, k_scales: &[f32], v_scales: &[f32]) -> Result<()> {
+        if k_scales.len() != v_scales.len() {
+            return Err(Error::new(
+                sys::BSPA_ERR_INVALID_ARGUMENT,
+                format!("{} K scales but {} V scales", k_scales.len(), v_scales.len()),
+            ));
+        }
+        let n = i32::try_from(k_scales.len())
+            .map_err(|_| Error::new(sys::BSPA_ERR_INVALID_ARGUMENT, format!("{} scales", k_scales.len())))?;
+        check(unsafe { sys::bspa_pool_set_kv_scales(self.raw.as_ptr(), layer, k_scales.as_ptr(), v_scales.as_ptr(), n) })
+    }
+
+    /// One layer's K and V scales of an fp8 pool; `InvalidState` when never set.
+    pub fn kv_scales(&self, layer: i32) -> Result<(Vec<f32>, Vec<f32>)> {
+        let n = self.options.num_kv_heads.max(0);
+        let mut k = vec![0f32; n as usize];
+        let mut v = vec![0f32; n as usize];
+        check(unsafe { sys::bspa_pool_get_kv_scales(self.raw.as_ptr(), layer, k.as_mut_ptr(), v.as_mut_ptr(), n) })?;
+        Ok((k, v))
     }
 
     /// Verifies every invariant of the pool (for tests); `ErrorKind::Internal` if one is broken.
@@ -227,7 +287,9 @@ impl Pool {
                 format!("{}: host slices need a CPU pool; use the unsafe DLTensor launch for {:?}", what, self.options.device),
             ));
         }
-        if T::DTYPE != self.options.dtype {
+        // An fp8 pool takes 16-bit writes, queries and outputs (only its pages are e4m3).
+        let fp8_ok = self.options.dtype == DType::Fp8E4m3 && matches!(T::DTYPE, DType::BF16 | DType::F16);
+        if T::DTYPE != self.options.dtype && !fp8_ok {
             return Err(Error::new(
                 sys::BSPA_ERR_DTYPE_MISMATCH,
                 format!("{}: {:?} elements for a pool of {:?}", what, T::DTYPE, self.options.dtype),
@@ -347,6 +409,13 @@ impl Pool {
     /// ```
     pub fn kv_host<T: Element>(&mut self, layer: i32) -> Result<(&[T], &[T])> {
         self.host_launch_checks::<T>("kv_host")?;
+        if T::DTYPE != self.options.dtype {
+            // An fp8 pool's pages are bytes, not T (kv_host_fp8 reads them).
+            return Err(Error::new(
+                sys::BSPA_ERR_DTYPE_MISMATCH,
+                format!("kv_host: {:?} elements for a pool of {:?} (use kv_host_fp8)", T::DTYPE, self.options.dtype),
+            ));
+        }
         // SAFETY: bspa_pool_kv fills two views of the pool's storage (valid until
         // bspa_pool_destroy, which `&mut self`'s borrow delays past the slices); `T` is the
         // pool's element type, checked above; `&mut self` excludes concurrent writers.
@@ -355,6 +424,24 @@ impl Pool {
             let shape = std::slice::from_raw_parts(k.shape, k.ndim as usize);
             let numel = shape.iter().product::<i64>() as usize;
             Ok((std::slice::from_raw_parts(k.data as *const T, numel), std::slice::from_raw_parts(v.data as *const T, numel)))
+        }
+    }
+
+    /// One layer's K and V storage of a CPU fp8 pool as its e4m3 bytes (borrowing the pool
+    /// mutably, as [`Pool::kv_host`]); the values are byte-decoded × [`Pool::kv_scales`].
+    pub fn kv_host_fp8(&mut self, layer: i32) -> Result<(&[u8], &[u8])> {
+        if self.options.device != Device::Cpu || self.options.dtype != DType::Fp8E4m3 {
+            return Err(Error::new(
+                sys::BSPA_ERR_DTYPE_MISMATCH,
+                format!("kv_host_fp8: needs a CPU fp8 pool, this one is {:?} on {:?}", self.options.dtype, self.options.device),
+            ));
+        }
+        // SAFETY: as kv_host; the elements are bytes.
+        unsafe {
+            let (k, v) = self.kv(layer)?;
+            let shape = std::slice::from_raw_parts(k.shape, k.ndim as usize);
+            let numel = shape.iter().product::<i64>() as usize;
+            Ok((std::slice::from_raw_parts(k.data as *const u8, numel), std::slice::from_raw_parts(v.data as *const u8, numel)))
         }
     }
 

@@ -3,12 +3,17 @@ use std::os::raw::c_void;
 
 use crate::sys;
 
-/// Element type of a pool and of its attention tensors.
+/// Element type of a pool and of its attention tensors. `Fp8E4m3` is for pools only: its
+/// pages hold e4m3 bytes with per-(layer, KV head) scales ([`Pool::set_kv_scales`]); its
+/// writes, queries and outputs are [`BF16Bits`] or [`F16Bits`].
+///
+/// [`Pool::set_kv_scales`]: crate::Pool::set_kv_scales
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
     F16,
     BF16,
+    Fp8E4m3,
 }
 
 impl DType {
@@ -17,7 +22,18 @@ impl DType {
             DType::F32 => sys::BSPA_DTYPE_F32,
             DType::F16 => sys::BSPA_DTYPE_F16,
             DType::BF16 => sys::BSPA_DTYPE_BF16,
+            DType::Fp8E4m3 => sys::BSPA_DTYPE_FP8_E4M3,
         }) as sys::bspa_dtype
+    }
+
+    pub(crate) fn from_raw(raw: sys::bspa_dtype) -> Option<DType> {
+        match raw as u32 {
+            x if x == sys::BSPA_DTYPE_F32 as u32 => Some(DType::F32),
+            x if x == sys::BSPA_DTYPE_F16 as u32 => Some(DType::F16),
+            x if x == sys::BSPA_DTYPE_BF16 as u32 => Some(DType::BF16),
+            x if x == sys::BSPA_DTYPE_FP8_E4M3 as u32 => Some(DType::Fp8E4m3),
+            _ => None,
+        }
     }
 }
 
