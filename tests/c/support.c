@@ -121,10 +121,16 @@ uint8_t test_fp8_nearest(float x) {
   if (isnan(x)) return (uint8_t)(sign | 0x7f);
   const double a = fabs((double)x);
   if (a >= 448.0) return (uint8_t)(sign | 0x7e);
+  static double table[0x7f];
+  static int have_table;
+  if (!have_table) { /* the non-negative finite codes' values, in increasing order */
+    for (int c = 0; c <= 0x7e; ++c) table[c] = test_fp8_to_double((uint8_t)c);
+    have_table = 1;
+  }
   int best = 0;
   double best_d = INFINITY;
-  for (int c = 0; c <= 0x7e; ++c) { /* the non-negative finite codes, in increasing value */
-    const double d = fabs(test_fp8_to_double((uint8_t)c) - a);
+  for (int c = 0; c <= 0x7e; ++c) {
+    const double d = fabs(table[c] - a);
     if (d < best_d || (d == best_d && (c & 1) == 0)) {
       best = c;
       best_d = d;
