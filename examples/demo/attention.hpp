@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "fp8.hpp"
 #include "model.hpp"
 #include "tensor.hpp"
 
@@ -32,7 +33,9 @@ class LayerLayouts {
 
 struct AttentionSetup {
   Device device;
-  bspa_dtype dtype = BSPA_DTYPE_F32;
+  bspa_dtype dtype = BSPA_DTYPE_F32;     // of q, out and the K/V written
+  bspa_dtype kv_dtype = BSPA_DTYPE_F32;  // of the pages: dtype, or BSPA_DTYPE_FP8_E4M3
+  const Fp8Scales *fp8 = nullptr;        // the pool's scales when kv_dtype is FP8
   int32_t page_size = 64;
   float scale = 0.125f;
   const ToyModel *model = nullptr;

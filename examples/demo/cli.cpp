@@ -17,7 +17,9 @@ void print_usage(const char *argv0) {
       "Device\n"
       "  --device cpu|cuda|auto   backend (auto: CUDA when a GPU is visible)    [auto]\n"
       "  --device-id N            CUDA device ordinal                           [0]\n"
-      "  --dtype f32|f16|bf16     KV and attention dtype            [f32 on CPU, bf16 on CUDA]\n"
+      "  --dtype f32|f16|bf16|fp8 KV and attention dtype            [f32 on CPU, bf16 on CUDA]\n"
+      "                           fp8: e4m3 pages (scales calibrated from the first prompt),\n"
+      "                           bf16 queries, outputs and K/V writes\n"
       "Synthetic workload\n"
       "  --seed N                 everything is a pure function of the seed     [1]\n"
       "  --tenants N              tenants (cache salts); conversation c belongs to tenant c %% N [3]\n"
@@ -92,7 +94,8 @@ bool parse_options(int argc, char **argv, Options &o, bool *help) {
        }},
       {"--device-id", i32(o.device_id, 0, 1024)},
       {"--dtype", [&](const std::string &f, const std::string &v) {
-         if (v != "f32" && v != "f16" && v != "bf16") throw std::invalid_argument(f + " = '" + v + "': expected f32, f16 or bf16");
+         if (v != "f32" && v != "f16" && v != "bf16" && v != "fp8")
+           throw std::invalid_argument(f + " = '" + v + "': expected f32, f16, bf16 or fp8");
          o.dtype = v;
        }},
       {"--seed", [&](const std::string &f, const std::string &v) { o.workload.seed = static_cast<uint64_t>(to_int(f, v, 0, INT64_MAX)); }},

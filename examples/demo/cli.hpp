@@ -12,7 +12,7 @@ namespace demo {
 
 struct Options {
   std::string device = "auto";  // cpu | cuda | auto
-  std::string dtype;            // f32 | f16 | bf16; empty = f32 on CPU, bf16 on CUDA
+  std::string dtype;            // f32 | f16 | bf16 | fp8; empty = f32 on CPU, bf16 on CUDA
   int32_t device_id = 0;
   WorkloadOptions workload;
   ModelShape model;

@@ -35,6 +35,7 @@ bspa_dtype choose_dtype(const demo::Options &o, demo::Device device) {
   if (o.dtype == "f32") return BSPA_DTYPE_F32;
   if (o.dtype == "f16") return BSPA_DTYPE_F16;
   if (o.dtype == "bf16") return BSPA_DTYPE_BF16;
+  if (o.dtype == "fp8") return BSPA_DTYPE_FP8_E4M3;  // pages; q, out and K/V written stay bf16
   return device.cuda() ? BSPA_DTYPE_BF16 : BSPA_DTYPE_F32;
 }
 

@@ -24,8 +24,14 @@ LayerOutputs prefill_from_scratch(const AttentionSetup &setup, const int32_t *pr
   starts.upload_ints({0, static_cast<int32_t>(n)});
   context.upload_ints({0});
 
-  Tensor k_pages(setup.device, dt, {num_pages, hkv, page, d});
-  Tensor v_pages(setup.device, dt, {num_pages, hkv, page, d});
+  // FP8: e4m3 pages written here with the pool's scales, the bytes bspa_kv_write stores
+  // for the same bf16/f16 values, so both paths attend over the same K/V.
+  const bool fp8 = setup.kv_dtype == BSPA_DTYPE_FP8_E4M3;
+  const DLDataType page_dt = fp8 ? dl_dtype(BSPA_DTYPE_FP8_E4M3) : dt;
+  Tensor k_pages(setup.device, page_dt, {num_pages, hkv, page, d});
+  Tensor v_pages(setup.device, page_dt, {num_pages, hkv, page, d});
+  Tensor k_scale(setup.device, dl_dtype(BSPA_DTYPE_F32), {hkv});
+  Tensor v_scale(setup.device, dl_dtype(BSPA_DTYPE_F32), {hkv});
   Tensor q(setup.device, dt, {n, hq, d});
   Tensor out(setup.device, dt, {n, hq, d});
 
@@ -50,8 +56,22 @@ LayerOutputs prefill_from_scratch(const AttentionSetup &setup, const int32_t *pr
         }
       }
     }
-    k_pages.upload_floats(kp);
-    v_pages.upload_floats(vp);
+    if (fp8) {
+      const float *ks = setup.fp8->k_of(layer), *vs = setup.fp8->v_of(layer);
+      std::vector<uint8_t> kb(kp.size()), vb(vp.size());
+      for (size_t e = 0; e < kp.size(); ++e) {
+        const size_t h = (e / static_cast<size_t>(page * d)) % static_cast<size_t>(hkv);
+        kb[e] = encode_e4m3(round_to(setup.dtype, kp[e]) / ks[h]);
+        vb[e] = encode_e4m3(round_to(setup.dtype, vp[e]) / vs[h]);
+      }
+      k_pages.buffer().upload(kb.data(), kb.size());
+      v_pages.buffer().upload(vb.data(), vb.size());
+      k_scale.upload_floats(std::vector<float>(ks, ks + hkv));
+      v_scale.upload_floats(std::vector<float>(vs, vs + hkv));
+    } else {
+      k_pages.upload_floats(kp);
+      v_pages.upload_floats(vp);
+    }
     synchronize(setup.device);
     double t2 = now_s();
 
@@ -67,6 +87,10 @@ LayerOutputs prefill_from_scratch(const AttentionSetup &setup, const int32_t *pr
     args.max_query_len = static_cast<int32_t>(n);
     args.layout = setup.layouts->at(layer);
     args.scale = setup.scale;
+    if (fp8) {
+      args.k_scale = k_scale.dl();
+      args.v_scale = v_scale.dl();
+    }
     DEMO_OK(bspa_prefill_paged(&args, nullptr));
     synchronize(setup.device);
     double t3 = now_s();

@@ -42,10 +42,18 @@ void replay_synthetic(const Options &o, Device device, bspa_dtype dtype, Report 
   PoolPtr pool(create_pool(o, device, dtype, o.model.num_layers, num_pages));
 
   const ToyModel model(o.model, o.workload.seed);
+  // FP8: the scales once, from the first prompt, before anything is written (fp8.hpp).
+  Fp8Scales fp8;
+  if (dtype == BSPA_DTYPE_FP8_E4M3 && !turns.empty()) {
+    fp8 = calibrate_fp8(model, turns[0].prompt.data(), static_cast<int64_t>(turns[0].prompt.size()));
+    set_fp8_scales(pool.get(), fp8, o.model.num_layers);
+  }
   const LayerLayouts layouts(o.model.num_layers, o.model.num_q_heads, o.strided);
   AttentionSetup setup;
   setup.device = device;
-  setup.dtype = dtype;
+  setup.dtype = dtype == BSPA_DTYPE_FP8_E4M3 ? BSPA_DTYPE_BF16 : dtype;
+  setup.kv_dtype = dtype;
+  setup.fp8 = dtype == BSPA_DTYPE_FP8_E4M3 ? &fp8 : nullptr;
   setup.page_size = o.page_size;
   setup.scale = static_cast<float>(o.scale > 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(o.model.head_dim)));
   setup.model = &model;

@@ -34,13 +34,22 @@ void attention_sample(const Options &o, const AttentionSetup &setup, Device devi
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int64_t pages = 2 * ((n + o.page_size - 1) / o.page_size) + 1;
   PoolPtr pool(create_pool(o, device, dtype, o.model.num_layers, pages));
+  // FP8: this private pool's scales, from the sampled prompt itself (fp8.hpp).
+  Fp8Scales fp8;
+  AttentionSetup own = setup;
+  if (dtype == BSPA_DTYPE_FP8_E4M3) {
+    fp8 = calibrate_fp8(*setup.model, prompt.data(), n);
+    set_fp8_scales(pool.get(), fp8, o.model.num_layers);
+    own.fp8 = &fp8;
+  }
+  const AttentionSetup &s = own;
   Timings ignored, with, without;
   if (cached > 0) {  // the earlier request that left the prefix in the cache
     SeqPtr warm = new_seq(pool.get());
     int64_t none = 0;
     DEMO_OK(bspa_seq_match(warm.get(), prompt.data(), cached, &none));
     DEMO_OK(bspa_seq_append(warm.get(), prompt.data(), cached));
-    prefill_with_cache(setup, pool.get(), warm.get(), prompt.data(), cached, 0, ignored);
+    prefill_with_cache(s, pool.get(), warm.get(), prompt.data(), cached, 0, ignored);
     DEMO_OK(bspa_seq_commit(warm.get(), cached));
   }
   SeqPtr seq = new_seq(pool.get());
@@ -49,8 +58,8 @@ void attention_sample(const Options &o, const AttentionSetup &setup, Device devi
   if (hit != cached)
     report.fail(where + ": the private pool matched " + std::to_string(hit) + " tokens, expected " + std::to_string(cached));
   DEMO_OK(bspa_seq_append(seq.get(), prompt.data() + hit, n - hit));
-  const LayerOutputs got = prefill_with_cache(setup, pool.get(), seq.get(), prompt.data(), n, hit, with);
-  const LayerOutputs want = prefill_from_scratch(setup, prompt.data(), n, n - hit, without);
+  const LayerOutputs got = prefill_with_cache(s, pool.get(), seq.get(), prompt.data(), n, hit, with);
+  const LayerOutputs want = prefill_from_scratch(s, prompt.data(), n, n - hit, without);
   double worst = 0;
   for (size_t l = 0; l < got.size(); ++l) {
     const double err = relative_l2(got[l], want[l]);
@@ -126,7 +135,8 @@ void replay_trace(const Options &o, Device device, bspa_dtype dtype, Report &rep
     model = std::make_unique<ToyModel>(o.model, o.workload.seed);
     layouts = std::make_unique<LayerLayouts>(o.model.num_layers, o.model.num_q_heads, o.strided);
     setup.device = device;
-    setup.dtype = dtype;
+    setup.dtype = dtype == BSPA_DTYPE_FP8_E4M3 ? BSPA_DTYPE_BF16 : dtype;
+    setup.kv_dtype = dtype;
     setup.page_size = o.page_size;
     setup.scale = static_cast<float>(o.scale > 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(o.model.head_dim)));
     setup.model = model.get();

@@ -74,14 +74,21 @@ DLDataType dl_dtype(bspa_dtype t) {
   switch (t) {
     case BSPA_DTYPE_F32: return DLDataType{kDLFloat, 32, 1};
     case BSPA_DTYPE_F16: return DLDataType{kDLFloat, 16, 1};
+    case BSPA_DTYPE_FP8_E4M3: return DLDataType{BSPA_DL_FLOAT8_E4M3FN, 8, 1};
     default: return DLDataType{kDLBfloat, 16, 1};
   }
 }
 
-int dtype_bytes(bspa_dtype t) { return t == BSPA_DTYPE_F32 ? 4 : 2; }
+int dtype_bytes(bspa_dtype t) { return t == BSPA_DTYPE_F32 ? 4 : t == BSPA_DTYPE_FP8_E4M3 ? 1 : 2; }
 
 const char *dtype_name(bspa_dtype t) {
-  return t == BSPA_DTYPE_F32 ? "f32" : t == BSPA_DTYPE_F16 ? "f16" : "bf16";
+  return t == BSPA_DTYPE_F32 ? "f32" : t == BSPA_DTYPE_F16 ? "f16" : t == BSPA_DTYPE_FP8_E4M3 ? "fp8_e4m3" : "bf16";
+}
+
+float round_to(bspa_dtype t, float x) {
+  if (t == BSPA_DTYPE_BF16) return from_bf16(to_bf16(x));
+  if (t == BSPA_DTYPE_F16) return from_f16(to_f16(x));
+  return x;
 }
 
 Buffer::Buffer(Device device, size_t bytes) : device_(device), bytes_(bytes) {

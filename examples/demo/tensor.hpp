@@ -17,7 +17,9 @@ struct Device {
   bool cuda() const { return type == kDLCUDA; }
 };
 
-DLDataType dl_dtype(bspa_dtype t);
+DLDataType dl_dtype(bspa_dtype t);  // FP8_E4M3: {BSPA_DL_FLOAT8_E4M3FN, 8, 1}
+// x rounded to a float dtype (f32, f16, bf16) and back: what a tensor of it holds.
+float round_to(bspa_dtype t, float x);
 int dtype_bytes(bspa_dtype t);
 const char *dtype_name(bspa_dtype t);
 

@@ -232,7 +232,8 @@ typedef struct bspa_pool_options {
 BSPA_API bspa_status bspa_pool_options_init(bspa_pool_options *options);
 
 /* Creates a pool. CPU storage is host memory; CUDA storage is one cudaMalloc on
- * options->device_id. The caller owns *pool and frees it with bspa_pool_destroy.
+ * options->device_id (an FP8 pool adds one small allocation for its scales, 8 x num_layers
+ * x num_kv_heads bytes). The caller owns *pool and frees it with bspa_pool_destroy.
  * Sizes are checked factor by factor: a pool whose KV bytes (num_pages x num_layers x 2
  * x num_kv_heads x page_size x head_dim x element size) exceed PTRDIFF_MAX is
  * BSPA_ERR_INVALID_ARGUMENT (the message shows the factors); a smaller one that the
