@@ -1166,6 +1166,100 @@ void op_prefill_paged(World &w, Bytes &in) {
   if (s == BSPA_OK && bad >= 8 && with_lse && !all_finite(lse)) die("bspa_prefill_paged left an lse unwritten");
 }
 
+// A msgpack reader for the EventBatch check below: each call reads one value of the kinds
+// the encoder writes and dies on anything else, a truncation or a count past the end.
+struct Msgpack {
+  const unsigned char *p, *end;
+  unsigned char byte() {
+    if (p >= end) die("msgpack batch: truncated");
+    return *p++;
+  }
+  uint64_t be(int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v = (v << 8) | byte();
+    return v;
+  }
+  // Header of an array (0x90-0x9f, 0xdc, 0xdd), map (0x80-0x8f, 0xde, 0xdf) or string
+  // (0xa0-0xbf, 0xd9-0xdb): its count; -1 if the next value is another kind (not consumed).
+  int64_t header(char kind) {
+    const unsigned char t = p < end ? *p : 0;
+    int64_t n = -1;
+    if (kind == 'a' && (t & 0xf0) == 0x90) n = t & 0x0f;
+    if (kind == 'm' && (t & 0xf0) == 0x80) n = t & 0x0f;
+    if (kind == 's' && (t & 0xe0) == 0xa0) n = t & 0x1f;
+    if (n >= 0) return ++p, n;
+    const int width = kind == 'a' ? (t == 0xdc ? 2 : t == 0xdd ? 4 : 0)
+                      : kind == 'm' ? (t == 0xde ? 2 : t == 0xdf ? 4 : 0)
+                                    : (t == 0xd9 ? 1 : t == 0xda ? 2 : t == 0xdb ? 4 : 0);
+    if (width == 0) return -1;
+    ++p;
+    n = static_cast<int64_t>(be(width));
+    if (n > end - p) die("msgpack batch: a count past the end");
+    return n;
+  }
+  bool nil() { return p < end && *p == 0xc0 ? (++p, true) : false; }
+  uint64_t uint() {  // positive fixint, uint8-64 (the encoder writes ids and tokens so)
+    const unsigned char t = byte();
+    if (t < 0x80) return t;
+    if (t >= 0xcc && t <= 0xcf) return be(1 << (t - 0xcc));
+    die("msgpack batch: expected an unsigned integer");
+  }
+  std::string str() {
+    const int64_t n = header('s');
+    if (n < 0 || n > end - p) die("msgpack batch: expected a string");
+    std::string r(reinterpret_cast<const char *>(p), static_cast<size_t>(n));
+    p += n;
+    return r;
+  }
+};
+
+// A drained EventBatch is exactly [ts, [event map...], dp_rank] filling `size` bytes: each
+// map's "type" first; stores carry block_size = the pool's page and page-size tokens per
+// block hash; removals their hashes; block ids never 0.
+void check_event_batch(const unsigned char *b, size_t size, double ts, int32_t dp_rank, int32_t page) {
+  Msgpack m{b, b + size};
+  if (m.header('a') != 3 || m.byte() != 0xcb) die("msgpack batch: not [float64 ts, events, rank]");
+  const uint64_t bits = m.be(8);
+  double got;
+  std::memcpy(&got, &bits, sizeof got);
+  if (got != ts) die("msgpack batch: ts changed");
+  const int64_t events = m.header('a');
+  if (events < 0) die("msgpack batch: events is not an array");
+  for (int64_t e = 0; e < events; ++e) {
+    const int64_t keys = m.header('m');
+    if (keys < 1 || m.str() != "type") die("msgpack batch: an event that is not a map led by its type");
+    const std::string type = m.str();
+    int64_t hashes = -1, tokens = -1;
+    for (int64_t k = 1; k < keys; ++k) {
+      const std::string key = m.str();
+      if (key == "block_hashes" || key == "token_ids") {
+        const int64_t n = m.header('a');
+        if (n < 0) die("msgpack batch: block_hashes or token_ids is not an array");
+        for (int64_t i = 0; i < n; ++i)
+          if (m.uint() == 0 && key == "block_hashes") die("msgpack batch: block id 0");
+        (key == "block_hashes" ? hashes : tokens) = n;
+      } else if (key == "block_size") {
+        if (m.uint() != static_cast<uint64_t>(page)) die("msgpack batch: block_size is not the page size");
+      } else if (key == "parent_block_hash" || key == "lora_id") {
+        if (!m.nil() && m.uint() == 0) die("msgpack batch: 0 where nil belongs");
+      } else if (key == "medium" || key == "cache_salt") {
+        m.str();
+      } else if (key == "lora_name") {
+        if (!m.nil()) die("msgpack batch: lora_name is not nil");
+      } else {
+        die("msgpack batch: unknown key", key.c_str());
+      }
+    }
+    const bool ok = type == "BlockStored"        ? keys >= 8 && hashes > 0 && tokens == hashes * page
+                    : type == "BlockRemoved"     ? keys == 3 && hashes > 0 && tokens < 0
+                    : type == "AllBlocksCleared" ? keys == 1
+                                                 : false;
+    if (!ok) die("msgpack batch: a malformed event:", type.c_str());
+  }
+  if (dp_rank < 0 ? !m.nil() : m.uint() != static_cast<uint64_t>(dp_rank)) die("msgpack batch: dp_rank changed");
+  if (m.p != m.end) die("msgpack batch: bytes after the batch");
+}
+
 // KV cache events: both drains with NULL, short, exact and roomy buffers. A failed drain
 // must leave the queue as it was (the counts of a size query before and after agree); a
 // drained batch is well formed.
@@ -1209,12 +1303,14 @@ void op_events(World &w, Bytes &in) {
     size_t cap = in.one_of<size_t>({0, 1, 12, 64, 4096, size_t(1) << 20});
     const double ts = in.pick(8) == 0 ? NAN : 1.5;
     const int null_arg = in.pick(8);
+    const int32_t rank = static_cast<int32_t>(in.pick(3)) - 1;
     std::vector<unsigned char> buf(cap + 16, 0xee);
     s = run(w, "bspa_pool_events_drain_msgpack", [&] {
-      return bspa_pool_events_drain_msgpack(pool, ts, static_cast<int32_t>(in.pick(3)) - 1,
-                                            null_arg == 0 ? nullptr : buf.data(), cap, null_arg == 1 ? nullptr : &size);
+      return bspa_pool_events_drain_msgpack(pool, ts, rank, null_arg == 0 ? nullptr : buf.data(), cap,
+                                            null_arg == 1 ? nullptr : &size);
     });
     if (s == BSPA_OK && null_arg > 1 && (size > cap || size < 12 || buf[0] != 0x93)) die("a malformed msgpack batch");
+    if (s == BSPA_OK && null_arg > 1 && cap > 0) check_event_batch(buf.data(), size, ts, rank, page);
     if (buf[cap] != 0xee) die("bspa_pool_events_drain_msgpack wrote past its capacity");
   }
   if (on && s != BSPA_OK) {
