@@ -459,6 +459,24 @@ bspa_layout *pick_layout(World &w, Bytes &in) {
   return w.layouts.empty() ? nullptr : w.layouts[static_cast<size_t>(in.pick(static_cast<int>(w.layouts.size())))];
 }
 
+// An FP8 pool's scales, from no input bytes (so the corpus keeps its meaning): a refused
+// NaN and a refused wrong count first (must change nothing), then every layer but the
+// last set, so launches meet both a scaled layer and one without scales (refused).
+void set_fp8_scales(World &w, const PoolState &ps) {
+  std::vector<float> k(static_cast<size_t>(ps.hkv), 1.0f / 64), v(static_cast<size_t>(ps.hkv), 0.5f);
+  std::vector<float> bad = k;
+  bad.back() = std::nanf("");
+  run(w, "bspa_pool_set_kv_scales", [&] { return bspa_pool_set_kv_scales(ps.h, 0, bad.data(), v.data(), ps.hkv); });
+  run(w, "bspa_pool_set_kv_scales", [&] { return bspa_pool_set_kv_scales(ps.h, 0, k.data(), v.data(), ps.hkv + 1); });
+  for (int32_t layer = 0; layer + 1 < ps.num_layers; ++layer)
+    if (run(w, "bspa_pool_set_kv_scales",
+            [&] { return bspa_pool_set_kv_scales(ps.h, layer, k.data(), v.data(), ps.hkv); }) != BSPA_OK)
+      die("bspa_pool_set_kv_scales refused valid scales:", bspa_last_error());
+  std::vector<float> back(static_cast<size_t>(ps.hkv));
+  if (ps.num_layers > 1 && (bspa_pool_get_kv_scales(ps.h, 0, back.data(), nullptr, ps.hkv) != BSPA_OK || back != k))
+    die("bspa_pool_get_kv_scales does not return what was set");
+}
+
 void op_pool_create(World &w, Bytes &in) {
   if (static_cast<int>(w.pools.size()) >= kMaxPools) return;
   bspa_pool_options o;
@@ -546,6 +564,7 @@ void op_pool_create(World &w, Bytes &in) {
     return;
   }
   w.pools.push_back(ps);
+  if (o.dtype == BSPA_DTYPE_FP8_E4M3) set_fp8_scales(w, ps);
 }
 
 void op_pool_destroy(World &w, Bytes &in) {
