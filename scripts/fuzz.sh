@@ -20,7 +20,8 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithD
   -DCMAKE_SHARED_LINKER_FLAGS=-shared-libsan >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 ninja -C "$build" -j 2 bspa || exit 1
 rm -f "$build/libbspa_fuzz.a"
-ar rcs "$build/libbspa_fuzz.a" $(find "$build/CMakeFiles/bspa.dir" -name '*.o') || exit 1
+# libbspa's objects: one OBJECT library per layer (cmake/layers.cmake).
+ar rcs "$build/libbspa_fuzz.a" $(find "$build"/{common,cache,kernels,capi}/CMakeFiles/bspa_*.dir -name '*.o') || exit 1
 clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -Icapi/include tests/fuzz/fuzz_capi.cpp -o "$build/fuzz_capi" "$build/libbspa_fuzz.a" \
   $(pkg-config --libs libxxhash) -lpthread || exit 1

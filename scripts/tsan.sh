@@ -19,7 +19,8 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithD
   >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" --target bspa || exit 1
 rm -f "$build/libbspa_tsan.a"
-ar rcs "$build/libbspa_tsan.a" $(find "$build/CMakeFiles/bspa.dir" -name '*.o') || exit 1
+# libbspa's objects: one OBJECT library per layer (cmake/layers.cmake).
+ar rcs "$build/libbspa_tsan.a" $(find "$build"/{common,cache,kernels,capi}/CMakeFiles/bspa_*.dir -name '*.o') || exit 1
 dlpack=$(grep -E '^DLPACK_INCLUDE_DIR:' "$build/CMakeCache.txt" | cut -d= -f2)
 
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
