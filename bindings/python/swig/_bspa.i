@@ -12,6 +12,16 @@
 %include <stdint.i>
 %include <typemaps.i>
 
+/* The DLPack codes the package uses (device types, element type codes), from dlpack.h, so
+ * the Python side has no copy of them. */
+%constant int kDLCPU = kDLCPU;
+%constant int kDLCUDA = kDLCUDA;
+%constant int kDLCUDAManaged = kDLCUDAManaged;
+%constant int kDLInt = kDLInt;
+%constant int kDLUInt = kDLUInt;
+%constant int kDLFloat = kDLFloat;
+%constant int kDLBfloat = kDLBfloat;
+
 /* The structs share their names with the functions that fill them. */
 %rename(bspa_pool_stats_t, %$isclass) bspa_pool_stats;
 %rename(bspa_seq_info_t, %$isclass) bspa_seq_info;

@@ -6,7 +6,7 @@ import ctypes
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence as Seq, Union
+from typing import Iterable, Optional, Sequence as Seq, TypeVar, Union
 
 import numpy as np
 
@@ -67,6 +67,51 @@ def _tokens(tokens: Iterable[int]) -> np.ndarray:
 
 def _closed(what: str) -> InvalidStateError:
     return InvalidStateError(_bspa.BSPA_ERR_INVALID_STATE, f"{what} is closed")
+
+
+_H = TypeVar("_H", bound="_Handle")
+
+
+class _Handle:
+    """The lifetime every bspa object shares, written once: ``close()`` (idempotent; what
+    it frees is the subclass's ``_release``), use as a context manager, close on garbage
+    collection, and ``_h()``, the C handle or InvalidStateError once closed."""
+
+    _what = "handle"  # the object's name in the "... is closed" message
+    _handle = None
+
+    def _release(self) -> None:
+        """Frees ``self._handle`` (and what depends on it); runs once, from close()."""
+        raise NotImplementedError
+
+    def _may_finalize(self) -> bool:
+        """Whether garbage collection may still close it (the owner not gone first)."""
+        return True
+
+    def close(self) -> None:
+        if self._handle is None:
+            return
+        self._release()
+        self._handle = None
+
+    def __enter__(self: _H) -> _H:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None) is not None and self._may_finalize():
+            self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def _h(self):
+        if self._handle is None:
+            raise _closed(self._what)
+        return self._handle
 
 
 class _PoolStorage:
@@ -130,7 +175,7 @@ class SeqInfo:
     num_pages: int
 
 
-class Pool:
+class Pool(_Handle):
     """A paged KV pool with its prefix cache.
 
     K and V of each layer are ``[num_pages, num_kv_heads, page_size, head_dim]``. The pool
@@ -178,38 +223,18 @@ class Pool:
         self._sequences: "weakref.WeakSet[Sequence]" = weakref.WeakSet()
         self._batches: "weakref.WeakSet[Batch]" = weakref.WeakSet()
 
-    # -- lifetime --------------------------------------------------------------------
-    def close(self) -> None:
+    # -- lifetime (close, with, closed: _Handle) --------------------------------------
+    _what = "pool"
+
+    def _release(self) -> None:
         """Destroys the pool's batches and sequences and then the pool, whose storage is
         freed at once or, while :meth:`kv` views of it are alive, when the last of them
-        goes. Every later call on the pool raises InvalidStateError. Idempotent."""
-        if self._handle is None:
-            return
+        goes. Every later call on the pool raises InvalidStateError."""
         for batch in list(self._batches):
             batch.close()
         for seq in list(self._sequences):
             seq.close()
-        self._handle = None
         self._storage = None  # the last reference unless a view holds one
-
-    def __enter__(self) -> "Pool":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
-    def _h(self):
-        if self._handle is None:
-            raise _closed("pool")
-        return self._handle
 
     # -- objects ---------------------------------------------------------------------
     def sequence(self, salt: Optional[bytes] = None, extra_key: int = 0) -> "Sequence":
@@ -409,37 +434,24 @@ def _empty_like(q: TensorLike) -> TensorLike:
     raise TypeError("pass `out` explicitly for tensors other than numpy arrays and torch tensors")
 
 
-class Sequence:
+class Sequence(_Handle):
     """A request's token sequence and its pages. Made by :meth:`Pool.sequence`."""
+
+    _what = "sequence"
 
     def __init__(self, pool: Pool, handle) -> None:
         self._pool = pool  # keeps the pool alive at least as long as the sequence
         self._handle = handle
         self._batches: "weakref.WeakSet[Batch]" = weakref.WeakSet()
 
-    def close(self) -> None:
-        """Releases the pages (published ones stay cached); closes batches using it. Idempotent."""
-        if self._handle is None:
-            return
+    def _release(self) -> None:
+        """Releases the pages (published ones stay cached); closes batches using it."""
         for batch in list(self._batches):
             batch.close()
         _bspa.bspa_seq_destroy(self._handle)
-        self._handle = None
 
-    def __enter__(self) -> "Sequence":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None and self._pool._handle is not None:
-            self.close()
-
-    def _h(self):
-        if self._handle is None:
-            raise _closed("sequence")
-        return self._handle
+    def _may_finalize(self) -> bool:
+        return self._pool._handle is not None
 
     def match(self, tokens: Iterable[int]) -> int:
         """Pins the longest cached page-aligned prefix of the prompt (never its last token)
@@ -478,9 +490,11 @@ class Sequence:
         return self.info().num_computed
 
 
-class Layout:
+class Layout(_Handle):
     """Which key blocks each query block of each head may see. Immutable; shareable
     across threads. Build with :meth:`strided`, :meth:`dense` or :meth:`csr`."""
+
+    _what = "layout"
 
     def __init__(self, handle, num_heads: int) -> None:
         self._handle = handle
@@ -532,30 +546,15 @@ class Layout:
         check(status)
         return bool(allowed)
 
-    def close(self) -> None:
-        if self._handle is not None:
-            _bspa.bspa_layout_destroy(self._handle)
-            self._handle = None
-
-    def __enter__(self) -> "Layout":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
-
-    def _h(self):
-        if self._handle is None:
-            raise _closed("layout")
-        return self._handle
+    def _release(self) -> None:
+        _bspa.bspa_layout_destroy(self._handle)
 
 
-class Batch:
+class Batch(_Handle):
     """One engine step's plan. Use it from one thread (one stream) at a time; it keeps its
     sequences alive and is closed before any of them."""
+
+    _what = "batch"
 
     def __init__(self, pool: Pool, handle, sequences: list, query_lens: np.ndarray) -> None:
         self._pool = pool
@@ -564,26 +563,9 @@ class Batch:
         self.query_lens = tuple(int(x) for x in query_lens)
         self.num_tokens = sum(self.query_lens)
 
-    def close(self) -> None:
+    def _release(self) -> None:
         """Destroys the plan. The caller makes sure no launch using it still runs on a device."""
-        if self._handle is not None:
-            _bspa.bspa_batch_destroy(self._handle)
-            self._handle = None
-
-    def __enter__(self) -> "Batch":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
-
-    def _h(self):
-        if self._handle is None:
-            raise _closed("batch")
-        return self._handle
+        _bspa.bspa_batch_destroy(self._handle)
 
 
 def kv_write(pool: Pool, batch: Batch, layer: int, k: TensorLike, v: TensorLike, stream: StreamLike = None) -> None:

@@ -85,22 +85,23 @@ class InternalError(BspaError, RuntimeError):
     """9xx: a bug in bspa; please report it with :func:`bspa.build_info`."""
 
 
+# Keyed by the header's constants (through the SWIG module), so the codes are defined once.
 _BY_STATUS: dict[int, type[BspaError]] = {
-    100: InvalidArgumentError,
-    101: NullPointerError,
-    102: OutOfRangeError,
-    103: ShapeMismatchError,
-    104: DtypeMismatchError,
-    105: DeviceMismatchError,
-    106: BufferTooSmallError,
-    107: InvalidStateError,
-    200: NotSupportedError,
-    201: NoDeviceError,
-    300: OutOfPagesError,
-    301: OutOfMemoryError,
-    400: CudaError,
-    500: VersionError,
-    900: InternalError,
+    _bspa.BSPA_ERR_INVALID_ARGUMENT: InvalidArgumentError,
+    _bspa.BSPA_ERR_NULL_POINTER: NullPointerError,
+    _bspa.BSPA_ERR_OUT_OF_RANGE: OutOfRangeError,
+    _bspa.BSPA_ERR_SHAPE_MISMATCH: ShapeMismatchError,
+    _bspa.BSPA_ERR_DTYPE_MISMATCH: DtypeMismatchError,
+    _bspa.BSPA_ERR_DEVICE_MISMATCH: DeviceMismatchError,
+    _bspa.BSPA_ERR_BUFFER_TOO_SMALL: BufferTooSmallError,
+    _bspa.BSPA_ERR_INVALID_STATE: InvalidStateError,
+    _bspa.BSPA_ERR_NOT_SUPPORTED: NotSupportedError,
+    _bspa.BSPA_ERR_NO_DEVICE: NoDeviceError,
+    _bspa.BSPA_ERR_OUT_OF_PAGES: OutOfPagesError,
+    _bspa.BSPA_ERR_OUT_OF_MEMORY: OutOfMemoryError,
+    _bspa.BSPA_ERR_CUDA: CudaError,
+    _bspa.BSPA_ERR_VERSION: VersionError,
+    _bspa.BSPA_ERR_INTERNAL: InternalError,
 }
 
 _BY_CATEGORY: dict[int, type[BspaError]] = {
@@ -124,5 +125,5 @@ def check(status: int) -> None:
 
     Must run right after the call, on the same thread: the message is thread-local.
     """
-    if status != 0:
+    if status != _bspa.BSPA_OK:
         raise error_for(status, _bspa.bspa_last_error())

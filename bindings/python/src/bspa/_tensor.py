@@ -10,11 +10,14 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-kDLCPU = 1
-kDLCUDA = 2
-kDLCUDAManaged = 13
+from . import _bspa
 
-_kDLInt, _kDLUInt, _kDLFloat, _kDLBfloat = 0, 1, 2, 4
+# DLPack's codes, from dlpack.h through the SWIG module.
+kDLCPU = _bspa.kDLCPU
+kDLCUDA = _bspa.kDLCUDA
+kDLCUDAManaged = _bspa.kDLCUDAManaged
+
+_kDLInt, _kDLUInt, _kDLFloat, _kDLBfloat = _bspa.kDLInt, _bspa.kDLUInt, _bspa.kDLFloat, _bspa.kDLBfloat
 #: DLPack's kDLFloat8_e4m3fn (DLPack >= 1.1): torch.float8_e4m3fn exports it.
 kDLFloat8_e4m3fn = 10
 
