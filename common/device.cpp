@@ -23,20 +23,27 @@ int32_t cuda_device_count() {
   return n;
 }
 
-namespace {
-// Restores the caller's current device so bspa never changes a runtime's thread state.
-struct DeviceGuard {
+DeviceGuard::DeviceGuard(int32_t device, bool nothrow) {
   int previous = -1;
-  explicit DeviceGuard(int32_t device) {
-    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-    cudaError_t e = cudaSetDevice(device);
-    if (e != cudaSuccess) fail(Errc::Cuda, "cudaSetDevice(", device, "): ", cudaGetErrorString(e));
+  cudaError_t e = cudaGetDevice(&previous);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (!nothrow) fail(Errc::Cuda, "cudaGetDevice: ", cudaGetErrorString(e));
+    previous = -1;  // unknown: set the device anyway, restore nothing
   }
-  ~DeviceGuard() {
-    if (previous >= 0) cudaSetDevice(previous);
+  if (previous == device) return;
+  e = cudaSetDevice(device);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (!nothrow) fail(Errc::Cuda, "cudaSetDevice(", device, "): ", cudaGetErrorString(e));
+    return;
   }
-};
-}  // namespace
+  previous_ = previous;
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
 
 void *cuda_malloc(int32_t device, size_t bytes) {
   const int32_t n = cuda_device_count();
@@ -55,11 +62,8 @@ void *cuda_malloc(int32_t device, size_t bytes) {
 
 void cuda_free(int32_t device, void *ptr) noexcept {
   if (!ptr) return;
-  int previous = -1;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device);
+  DeviceGuard guard(device, /*nothrow=*/true);
   cudaFree(ptr);
-  if (previous >= 0) cudaSetDevice(previous);
 }
 
 void cuda_copy_to_device(int32_t device, void *dst, const void *src, size_t bytes) {
@@ -82,6 +86,8 @@ void cuda_free(int32_t, void *) noexcept {}
 void cuda_copy_to_device(int32_t, void *, const void *, size_t) {
   fail(Errc::NotSupported, "a copy to a CUDA device, but this build of bspa has no CUDA backend");
 }
+DeviceGuard::DeviceGuard(int32_t, bool) {}
+DeviceGuard::~DeviceGuard() {}
 
 #endif
 

@@ -20,4 +20,19 @@ void cuda_free(int32_t device, void *ptr) noexcept;
 // such as an FP8 pool's scales, never per step); throws Error(Cuda / NotSupported).
 void cuda_copy_to_device(int32_t device, void *dst, const void *src, size_t bytes);
 
+// Makes `device` the calling thread's current CUDA device for the guard's lifetime, then
+// restores the caller's, so bspa never changes a runtime's thread state. The one device
+// save/restore of the library. Throws Error(Cuda) when the current device cannot be read or
+// set; with `nothrow` (teardown) it tries and ignores failures. Without CUDA it does nothing.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int32_t device, bool nothrow = false);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard &) = delete;
+  DeviceGuard &operator=(const DeviceGuard &) = delete;
+
+ private:
+  int32_t previous_ = -1;  // the caller's device, restored when >= 0
+};
+
 }  // namespace bspa

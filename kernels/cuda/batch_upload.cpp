@@ -32,12 +32,12 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, in
   std::memcpy(host.get() + o_cl, plan.context_lens.data(), cl);
   std::memcpy(host.get() + o_bt, plan.block_table.data(), bt);
   if (wk) std::memcpy(host.get() + o_wk, plan.work.data(), wk);
-  int previous = -1;
-  cuda::check_cuda(cudaGetDevice(&previous), "cudaGetDevice");
-  cuda::check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  // Pageable source: the copy is staged before cudaMemcpyAsync returns, so `host` may die.
-  cudaError_t e = cudaMemcpyAsync(base, host.get(), copied, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_ptr));
-  cudaSetDevice(previous);
+  cudaError_t e;
+  {
+    DeviceGuard guard(device);
+    // Pageable source: the copy is staged before cudaMemcpyAsync returns, so `host` may die.
+    e = cudaMemcpyAsync(base, host.get(), copied, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_ptr));
+  }
   cuda::check_cuda(e, "uploading batch metadata");
   meta->query_starts = reinterpret_cast<const int32_t *>(base);
   meta->context_lens = reinterpret_cast<const int32_t *>(base + o_cl);

@@ -22,11 +22,12 @@ struct DeviceLayout {
   const int32_t *col = nullptr;
 
 #ifdef __CUDACC__
+  // The rule of Layout::allowed (kernels/layout.hpp), in the kernels' 32-bit block indices:
   // kb, qb >= 0; the CSR rows past num_block_rows see nothing (the host validates lengths).
   __device__ __forceinline__ bool allowed(int32_t h, int32_t qb, int32_t kb) const {
     if (kb > qb) return false;
-    if (kind == 0) return true;
-    if (kind == 1) return qb - kb < local_blocks || (kb + (head_begin + h) * head_step + 1) % vert_stride == 0;
+    if (kind == static_cast<int32_t>(Layout::Kind::Dense)) return true;
+    if (kind == static_cast<int32_t>(Layout::Kind::Strided)) return qb - kb < local_blocks || (kb + (head_begin + h) * head_step + 1) % vert_stride == 0;
     if (qb >= num_block_rows) return false;
     const int32_t *row = crow + static_cast<int64_t>(h) * (num_block_rows + 1) + qb;
     int32_t lo = row[0], hi = row[1];  // col ascending: binary search

@@ -53,7 +53,8 @@ int max_shared_bytes_per_block(int device) {
                                                                    "cudaDeviceGetAttribute(shared memory per block)");
 }
 
-PointerDeviceGuard::PointerDeviceGuard(const void *ptr) {
+namespace {
+int device_of_pointer(const void *ptr) {
   cudaPointerAttributes attr{};
   cudaError_t e = cudaPointerGetAttributes(&attr, ptr);
   if (e != cudaSuccess) {
@@ -62,13 +63,10 @@ PointerDeviceGuard::PointerDeviceGuard(const void *ptr) {
   }
   if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
     fail(Errc::DeviceMismatch, "pointer ", ptr, " is not device memory");
-  device_ = attr.device;
-  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-  if (previous_ != device_) check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  return attr.device;
 }
+}  // namespace
 
-PointerDeviceGuard::~PointerDeviceGuard() {
-  if (previous_ >= 0 && previous_ != device_) cudaSetDevice(previous_);
-}
+PointerDeviceGuard::PointerDeviceGuard(const void *ptr) : device_(device_of_pointer(ptr)), guard_(device_) {}
 
 }  // namespace bspa::kernels::cuda

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 
+#include "common/device.hpp"
 #include "common/error.hpp"
 
 namespace bspa::kernels::cuda {
@@ -31,18 +32,15 @@ int multiprocessor_count(int device = -1);
 int max_shared_bytes_per_block(int device = -1);
 
 // Makes the device that owns `ptr` current for the guard's lifetime (launches go to the
-// current device) and restores the caller's device afterwards.
+// current device) and restores the caller's device afterwards (a common/ DeviceGuard).
 class PointerDeviceGuard {
  public:
   explicit PointerDeviceGuard(const void *ptr);
-  ~PointerDeviceGuard();
   int device() const { return device_; }
-  PointerDeviceGuard(const PointerDeviceGuard &) = delete;
-  PointerDeviceGuard &operator=(const PointerDeviceGuard &) = delete;
 
  private:
-  int device_ = 0;
-  int previous_ = -1;
+  int device_;  // before guard_: it is initialised first
+  DeviceGuard guard_;
 };
 
 }  // namespace bspa::kernels::cuda
