@@ -238,8 +238,6 @@ Test(gpu_prefill, split_tail_over_a_long_context) {
 Test(gpu_prefill, unsupported_head_dim_is_refused) {
   need_gpu();
   /* head_dim 96: the kernel lacks it, so NOT_SUPPORTED (never a wrong answer). */
-  gcase c = {BSPA_DTYPE_BF16, 96, 1, 1, 16, 0, 1, {0}, {8}, 0};
-  (void)c;
   const int64_t pshape[4] = {1, 1, 16, 96}, qshape[3] = {8, 1, 96}, bshape[2] = {1, 1}, sshape[1] = {2}, cshape[1] = {1};
   void *dk = to_device(NULL, 16 * 96 * 2), *dq = to_device(NULL, 8 * 96 * 2), *dout = to_device(NULL, 8 * 96 * 2);
   int32_t bt[1] = {0}, qs[2] = {0, 8}, cl[1] = {0};
