@@ -19,7 +19,9 @@ run() { # name command...
   tail -20 "$out/$name.log"
 }
 
-export LD_LIBRARY_PATH=$PWD/$build:${LD_LIBRARY_PATH:-}
+# The demo links Debian's libsimdjson (its trace reader), which the H200 image lacks: copy
+# /usr/lib/x86_64-linux-gnu/libsimdjson.so.* into BUILD_DIR/devlib before carrying it.
+export LD_LIBRARY_PATH=$PWD/$build:$PWD/$build/devlib:${LD_LIBRARY_PATH:-}
 run demo_cuda_bf16 "$build/examples/demo/bspa-demo" --device cuda --no-progress
 run demo_cuda_f16 "$build/examples/demo/bspa-demo" --device cuda --dtype f16 --no-progress --conversations 6 --system-tokens 1500
 

@@ -1,167 +1,147 @@
 #include "cli.hpp"
 
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <functional>
-#include <map>
-#include <stdexcept>
+#include <string>
 
 namespace demo {
 
-void print_usage(const char *argv0) {
-  std::printf(
-      "Usage: %s [options]\n"
-      "Replays a serving workload through bspa's paged KV pool, prefix cache and block-sparse\n"
-      "prefill, checking every turn against a full recompute without the cache.\n"
-      "\n"
-      "Device\n"
-      "  --device cpu|cuda|auto   backend (auto: CUDA when a GPU is visible)    [auto]\n"
-      "  --device-id N            CUDA device ordinal                           [0]\n"
-      "  --dtype f32|f16|bf16|fp8 KV and attention dtype            [f32 on CPU, bf16 on CUDA]\n"
-      "                           fp8: e4m3 pages (scales calibrated from the first prompt),\n"
-      "                           bf16 queries, outputs and K/V writes\n"
-      "Synthetic workload\n"
-      "  --seed N                 everything is a pure function of the seed     [1]\n"
-      "  --tenants N              tenants (cache salts); conversation c belongs to tenant c %% N [3]\n"
-      "  --conversations N        multi-turn conversations                      [9]\n"
-      "  --turns N                turns per conversation                        [4]\n"
-      "  --system-tokens N        shared system prompt length                   [700]\n"
-      "  --user-tokens MIN:MAX    new user tokens per turn                      [48:160]\n"
-      "  --gen-tokens MIN:MAX     generated tokens added to the history per turn [16:64]\n"
-      "Model and cache\n"
-      "  --layers N               layers, block-sparse and dense alternating    [4]\n"
-      "  --q-heads N / --kv-heads N / --head-dim N                       [8 / 2 / 64]\n"
-      "  --block N / --local-blocks N / --vert-stride N  sparse layout   [64 / 16 / 8]\n"
-      "  --page-size N            tokens per page                               [64]\n"
-      "  --pages N                pool capacity in pages; 0 = unbounded (nothing is ever evicted)\n"
-      "                           [synthetic: 0; trace: 16384]\n"
-      "  --scale X                logit scale                                   [1/sqrt(head_dim)]\n"
-      "Mooncake trace replay\n"
-      "  --trace FILE             replay a Mooncake JSONL trace instead\n"
-      "  --max-requests N         only the first N requests                     [all]\n"
-      "  --attention-sample K     requests whose attention is computed and verified [3]\n"
-      "  --attention-max-tokens N sampled prompts are cut to N tokens           [2048]\n"
-      "  --no-attention           bookkeeping only (a pool without KV storage)\n"
-      "  --events N               KV cache events: a queue of N records, drained after every\n"
-      "                           request as a vLLM msgpack batch (what a publisher sends) [0: off]\n"
-      "Output\n"
-      "  --json FILE              write the summary as JSON\n"
-      "  --no-progress            no progress bar (it is drawn only on a terminal anyway)\n"
-      "  --verbose                one line per request\n"
-      "  --inject-fault kv|salt   break the cache on purpose (corrupt one cached page, or one\n"
-      "                           salt for all tenants) to see the checks fail\n"
-      "Exit status: 0 when every check passed (\"verified\"), 1 when a check failed, 2 on a\n"
-      "bad flag, 3 when the library or the device reported an error, 4 when an input file\n"
-      "(--trace) cannot be opened or parsed.\n",
-      argv0);
-}
-
 namespace {
 
-int64_t to_int(const std::string &flag, const std::string &value, int64_t lo, int64_t hi) {
-  char *end = nullptr;
-  const long long v = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || v < lo || v > hi)
-    throw std::invalid_argument(flag + " = '" + value + "': expected an integer in [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + "]");
-  return v;
-}
+constexpr int64_t kBig = int64_t{1} << 30;
+constexpr const char *kFooter =
+    "Exit status: 0 when every check passed (\"verified\"), 1 when a check failed, 2 on a\n"
+    "bad flag, 3 when the library or the device reported an error, 4 when an input file\n"
+    "(--trace) cannot be opened or parsed.\n";
 
+// MIN:MAX, or one number for both, each in [0, 2^20].
 void to_range(const std::string &flag, const std::string &value, int32_t &lo, int32_t &hi) {
+  auto number = [&](const std::string &s, int64_t min) {
+    int64_t v = 0;
+    if (!CLI::detail::lexical_cast(s, v) || v < min || v > (1 << 20))
+      throw CLI::ValidationError(flag, "'" + value + "': expected MIN:MAX, integers in [0, 1048576], MIN <= MAX");
+    return static_cast<int32_t>(v);
+  };
   const size_t colon = value.find(':');
   if (colon == std::string::npos) {
-    lo = hi = static_cast<int32_t>(to_int(flag, value, 0, 1 << 20));
+    lo = hi = number(value, 0);
   } else {
-    lo = static_cast<int32_t>(to_int(flag, value.substr(0, colon), 0, 1 << 20));
-    hi = static_cast<int32_t>(to_int(flag, value.substr(colon + 1), lo, 1 << 20));
+    lo = number(value.substr(0, colon), 0);
+    hi = number(value.substr(colon + 1), lo);
   }
+}
+
+// The flags, their defaults (the fields' initial values) and their checks, in --help's groups.
+void define(CLI::App &app, Options &o, std::string &user_tokens, std::string &gen_tokens, bool &no_progress) {
+  app.description(
+      "Replays a serving workload through bspa's paged KV pool, prefix cache and block-sparse\n"
+      "prefill, checking every turn against a full recompute without the cache.");
+  app.footer(kFooter);
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.set_help_flag("-h,--help", "print this help and exit");
+
+  const char *g = "Device";
+  app.add_option("--device", o.device, "backend (auto: CUDA when a GPU is visible)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))->group(g);
+  app.add_option("--device-id", o.device_id, "CUDA device ordinal")->check(CLI::Range(0, 1024))->group(g);
+  app.add_option("--dtype", o.dtype,
+                 "KV and attention dtype [f32 on CPU, bf16 on CUDA]; fp8: e4m3 pages (scales calibrated from "
+                 "the first prompt), bf16 queries, outputs and K/V writes")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8"}))->group(g);
+
+  g = "Synthetic workload";
+  app.add_option("--seed", o.workload.seed, "everything is a pure function of the seed")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{INT64_MAX}))->group(g);
+  app.add_option("--tenants", o.workload.tenants, "tenants (cache salts); conversation c belongs to tenant c % N")
+      ->check(CLI::Range(1, 1 << 20))->group(g);
+  app.add_option("--conversations", o.workload.conversations, "multi-turn conversations")
+      ->check(CLI::Range(1, 1 << 20))->group(g);
+  app.add_option("--turns", o.workload.turns, "turns per conversation")->check(CLI::Range(1, 1 << 20))->group(g);
+  app.add_option("--system-tokens", o.workload.system_tokens, "shared system prompt length")
+      ->check(CLI::Range(0, 1 << 20))->group(g);
+  user_tokens = std::to_string(o.workload.user_min) + ":" + std::to_string(o.workload.user_max);
+  gen_tokens = std::to_string(o.workload.gen_min) + ":" + std::to_string(o.workload.gen_max);
+  app.add_option("--user-tokens", user_tokens, "MIN:MAX new user tokens per turn")->group(g);
+  app.add_option("--gen-tokens", gen_tokens, "MIN:MAX generated tokens added to the history per turn")->group(g);
+
+  g = "Model and cache";
+  app.add_option("--layers", o.model.num_layers, "layers, block-sparse and dense alternating")
+      ->check(CLI::Range(0, 1024))->group(g);
+  app.add_option("--q-heads", o.model.num_q_heads, "query heads")->check(CLI::Range(1, 1024))->group(g);
+  app.add_option("--kv-heads", o.model.num_kv_heads, "KV heads")->check(CLI::Range(1, 1024))->group(g);
+  app.add_option("--head-dim", o.model.head_dim, "head dimension (even)")->check(CLI::Range(2, 1024))->group(g);
+  app.add_option("--block", o.strided.block_size, "sparse layout: tokens per block")
+      ->check(CLI::Range(1, 1 << 16))->group(g);
+  app.add_option("--local-blocks", o.strided.local_blocks, "sparse layout: local blocks")
+      ->check(CLI::Range(1, 1 << 20))->group(g);
+  app.add_option("--vert-stride", o.strided.vert_stride, "sparse layout: vertical stride")
+      ->check(CLI::Range(1, 1 << 20))->group(g);
+  app.add_option("--page-size", o.page_size, "tokens per page")->check(CLI::Range(1, 1 << 16))->group(g);
+  app.add_option("--pages", o.pages, "pool capacity in pages; 0 = unbounded (nothing is ever evicted) [synthetic: 0; trace: 16384]")
+      ->check(CLI::Range(int64_t{0}, kBig * 64))->default_str("")->group(g);
+  app.add_option("--scale", o.scale, "logit scale [1/sqrt(head_dim)]")
+      ->check(CLI::PositiveNumber)->default_str("")->group(g);
+
+  g = "Mooncake trace replay";
+  app.add_option("--trace", o.trace, "replay a Mooncake JSONL trace instead")->group(g);
+  app.add_option("--max-requests", o.max_requests, "only the first N requests [all]")
+      ->check(CLI::Range(int64_t{1}, kBig * 64))->default_str("")->group(g);
+  app.add_option("--attention-sample", o.attention_sample, "requests whose attention is computed and verified")
+      ->check(CLI::Range(0, 1 << 20))->group(g);
+  app.add_option("--attention-max-tokens", o.attention_max_tokens, "sampled prompts are cut to N tokens")
+      ->check(CLI::Range(2, 1 << 24))->group(g);
+  app.add_flag("--no-attention", o.no_attention, "bookkeeping only (a pool without KV storage)")->group(g);
+  app.add_option("--events", o.events,
+                 "KV cache events: a queue of N records, drained after every request as a vLLM msgpack "
+                 "batch (what a publisher sends) [0: off]")
+      ->check(CLI::Range(int64_t{0}, int64_t{INT32_MAX}))->group(g);
+
+  g = "Output";
+  app.add_option("--json", o.json, "write the summary as JSON")->group(g);
+  app.add_flag("--no-progress", no_progress, "no progress bar (it is drawn only on a terminal anyway)")->group(g);
+  app.add_flag("-v,--verbose", o.verbose, "one line per request")->group(g);
+  app.add_option("--inject-fault", o.inject_fault,
+                 "break the cache on purpose (corrupt one cached page, or one salt for all tenants) to see "
+                 "the checks fail")
+      ->check(CLI::IsMember({"kv", "salt"}))->group(g);
 }
 
 }  // namespace
 
+void print_usage(const char *argv0) {
+  Options o;
+  std::string user_tokens, gen_tokens;
+  bool no_progress = false;
+  CLI::App app;
+  app.name(argv0);
+  define(app, o, user_tokens, gen_tokens, no_progress);
+  std::fputs(app.help().c_str(), stdout);
+}
+
 bool parse_options(int argc, char **argv, Options &o, bool *help) {
   *help = false;
   for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
-  using Setter = std::function<void(const std::string &, const std::string &)>;
-  auto i32 = [](int32_t &field, int64_t lo, int64_t hi) -> Setter {
-    return [&field, lo, hi](const std::string &f, const std::string &v) { field = static_cast<int32_t>(to_int(f, v, lo, hi)); };
-  };
-  const int64_t big = 1 << 30;
-  std::map<std::string, Setter> with_value = {
-      {"--device", [&](const std::string &f, const std::string &v) {
-         if (v != "cpu" && v != "cuda" && v != "auto") throw std::invalid_argument(f + " = '" + v + "': expected cpu, cuda or auto");
-         o.device = v;
-       }},
-      {"--device-id", i32(o.device_id, 0, 1024)},
-      {"--dtype", [&](const std::string &f, const std::string &v) {
-         if (v != "f32" && v != "f16" && v != "bf16" && v != "fp8")
-           throw std::invalid_argument(f + " = '" + v + "': expected f32, f16, bf16 or fp8");
-         o.dtype = v;
-       }},
-      {"--seed", [&](const std::string &f, const std::string &v) { o.workload.seed = static_cast<uint64_t>(to_int(f, v, 0, INT64_MAX)); }},
-      {"--tenants", i32(o.workload.tenants, 1, 1 << 20)},
-      {"--conversations", i32(o.workload.conversations, 1, 1 << 20)},
-      {"--turns", i32(o.workload.turns, 1, 1 << 20)},
-      {"--system-tokens", i32(o.workload.system_tokens, 0, 1 << 20)},
-      {"--user-tokens", [&](const std::string &f, const std::string &v) { to_range(f, v, o.workload.user_min, o.workload.user_max); }},
-      {"--gen-tokens", [&](const std::string &f, const std::string &v) { to_range(f, v, o.workload.gen_min, o.workload.gen_max); }},
-      {"--layers", i32(o.model.num_layers, 0, 1024)},
-      {"--q-heads", i32(o.model.num_q_heads, 1, 1024)},
-      {"--kv-heads", i32(o.model.num_kv_heads, 1, 1024)},
-      {"--head-dim", i32(o.model.head_dim, 2, 1024)},
-      {"--block", i32(o.strided.block_size, 1, 1 << 16)},
-      {"--local-blocks", i32(o.strided.local_blocks, 1, 1 << 20)},
-      {"--vert-stride", i32(o.strided.vert_stride, 1, 1 << 20)},
-      {"--page-size", i32(o.page_size, 1, 1 << 16)},
-      {"--events", [&](const std::string &f, const std::string &v) { o.events = to_int(f, v, 0, INT32_MAX); }},
-      {"--pages", [&](const std::string &f, const std::string &v) { o.pages = to_int(f, v, 0, big * 64); }},
-      {"--scale", [&](const std::string &f, const std::string &v) {
-         char *end = nullptr;
-         o.scale = std::strtod(v.c_str(), &end);
-         if (v.empty() || *end != '\0' || !(o.scale > 0)) throw std::invalid_argument(f + " = '" + v + "': expected a positive number");
-       }},
-      {"--trace", [&](const std::string &, const std::string &v) { o.trace = v; }},
-      {"--max-requests", [&](const std::string &f, const std::string &v) { o.max_requests = to_int(f, v, 1, big * 64); }},
-      {"--attention-sample", i32(o.attention_sample, 0, 1 << 20)},
-      {"--attention-max-tokens", i32(o.attention_max_tokens, 2, 1 << 24)},
-      {"--inject-fault", [&](const std::string &f, const std::string &v) {
-         if (v != "kv" && v != "salt") throw std::invalid_argument(f + " = '" + v + "': expected kv or salt");
-         o.inject_fault = v;
-       }},
-      {"--json", [&](const std::string &, const std::string &v) { o.json = v; }},
-  };
+  std::string user_tokens, gen_tokens;
+  bool no_progress = false;
+  CLI::App app;
+  app.name(argv[0]);
+  define(app, o, user_tokens, gen_tokens, no_progress);
   try {
-    for (int i = 1; i < argc; ++i) {
-      std::string flag = argv[i], value;
-      const size_t eq = flag.find('=');
-      const bool inline_value = flag.rfind("--", 0) == 0 && eq != std::string::npos;
-      if (inline_value) {
-        value = flag.substr(eq + 1);
-        flag = flag.substr(0, eq);
-      }
-      if (flag == "--help" || flag == "-h") {
-        *help = true;
-        return true;
-      }
-      if (flag == "--no-attention") { o.no_attention = true; continue; }
-      if (flag == "--no-progress") { o.progress = false; continue; }
-      if (flag == "--verbose" || flag == "-v") { o.verbose = true; continue; }
-      auto it = with_value.find(flag);
-      if (it == with_value.end()) throw std::invalid_argument("unknown flag '" + flag + "'");
-      if (!inline_value) {
-        if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
-        value = argv[++i];
-      }
-      it->second(flag, value);
-    }
+    app.parse(argc, argv);
+    o.progress = !no_progress;
+    to_range("--user-tokens", user_tokens, o.workload.user_min, o.workload.user_max);
+    to_range("--gen-tokens", gen_tokens, o.workload.gen_min, o.workload.gen_max);
     if (o.model.num_q_heads % o.model.num_kv_heads != 0)
-      throw std::invalid_argument("--q-heads = " + std::to_string(o.model.num_q_heads) + " is not a multiple of --kv-heads = " +
-                                  std::to_string(o.model.num_kv_heads));
+      throw CLI::ValidationError("--q-heads = " + std::to_string(o.model.num_q_heads) +
+                                 " is not a multiple of --kv-heads = " + std::to_string(o.model.num_kv_heads));
     if (o.model.head_dim % 2 != 0)
-      throw std::invalid_argument("--head-dim = " + std::to_string(o.model.head_dim) + " must be even (rotary pairs)");
-    if (o.workload.user_min < 1)
-      throw std::invalid_argument("--user-tokens: each turn needs at least one new token");
-  } catch (const std::invalid_argument &e) {
+      throw CLI::ValidationError("--head-dim = " + std::to_string(o.model.head_dim) + " must be even (rotary pairs)");
+    if (o.workload.user_min < 1) throw CLI::ValidationError("--user-tokens: each turn needs at least one new token");
+  } catch (const CLI::CallForHelp &) {
+    *help = true;
+  } catch (const CLI::ParseError &e) {
     std::fprintf(stderr, "bspa-demo: %s\n(see --help)\n", e.what());
     return false;
   }

@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 namespace demo {
 
@@ -9,33 +12,13 @@ namespace {
 
 double pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0; }
 
-std::string json_string(const std::string &s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+using Json = nlohmann::ordered_json;  // keys in the order written
 
-std::string json_number(double x) {
-  if (!std::isfinite(x)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
-}
+// Non-finite numbers are written as null (JSON has no NaN).
+Json number(double x) { return std::isfinite(x) ? Json(x) : Json(nullptr); }
 
-std::string json_timings(const Timings &t) {
-  return "{\"project_s\": " + json_number(t.project_s) + ", \"kv_write_s\": " + json_number(t.kv_write_s) +
-         ", \"prefill_s\": " + json_number(t.prefill_s) + "}";
+Json timings(const Timings &t) {
+  return {{"project_s", number(t.project_s)}, {"kv_write_s", number(t.kv_write_s)}, {"prefill_s", number(t.prefill_s)}};
 }
 
 }  // namespace
@@ -91,49 +74,52 @@ void print_summary(const Report &r, bool attention_skipped) {
 }
 
 bool write_json(const Report &r, const std::string &path) {
-  FILE *f = std::fopen(path.c_str(), "w");
+  const auto &st = r.stats;
+  Json j;
+  j["mode"] = r.mode;
+  j["command"] = r.command;
+  j["device"] = r.device;
+  j["dtype"] = r.dtype;
+  j["num_layers"] = r.num_layers;
+  j["sparse_layers"] = r.sparse_layers;
+  j["page_size"] = r.page_size;
+  j["num_pages"] = r.num_pages;
+  j["requests"] = r.requests;
+  j["tenants"] = r.tenants;
+  j["hit_requests"] = r.hit_requests;
+  j["prompt_tokens"] = r.prompt_tokens;
+  j["cached_tokens"] = r.cached_tokens;
+  j["token_hit_rate"] =
+      number(r.prompt_tokens ? static_cast<double>(r.cached_tokens) / static_cast<double>(r.prompt_tokens) : 0);
+  j["attention"] = {{"requests", r.attention_requests},
+                    {"prompt_tokens", r.attention_prompt_tokens},
+                    {"computed_tokens", r.attention_computed_tokens},
+                    {"verified", r.attention_verified},
+                    {"max_rel_l2", number(r.max_rel_l2)},
+                    {"tolerance", number(r.tolerance)},
+                    {"with_cache", timings(r.with_cache)},
+                    {"without_cache", timings(r.without_cache)}};
+  j["cache_checks"] = r.cache_checks;
+  j["isolation_probes"] = r.isolation_probes;
+  j["pool"] = {{"pages_total", st.pages_total},       {"pages_free", st.pages_free},
+               {"pages_cached", st.pages_cached},     {"pages_in_use", st.pages_in_use},
+               {"match_calls", st.match_calls},       {"hits", st.hits},
+               {"misses", st.misses},                 {"matched_tokens", st.matched_tokens},
+               {"queried_tokens", st.queried_tokens}, {"hashed_tokens", st.hashed_tokens},
+               {"published_pages", st.published_pages}, {"evictions", st.evictions}};
+  j["wall_s"] = number(r.wall_s);
+  j["failure_count"] = r.failure_count;
+  j["failures"] = r.failures;
+  j["verified"] = r.verified();
+  std::ofstream f(path);
+  // Invalid UTF-8 in a failure message (it quotes no user text today) is replaced, not thrown.
+  if (f) f << j.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
+  f.close();
   if (!f) {
-    std::perror(("bspa-demo: cannot write " + path).c_str());
+    std::fprintf(stderr, "bspa-demo: cannot write %s\n", path.c_str());
     return false;
   }
-  const auto &s = r.stats;
-  std::string failures = "[";
-  for (size_t i = 0; i < r.failures.size(); ++i) failures += (i ? ", " : "") + json_string(r.failures[i]);
-  failures += "]";
-  std::fprintf(f,
-               "{\n"
-               "  \"mode\": %s,\n  \"command\": %s,\n  \"device\": %s,\n  \"dtype\": %s,\n"
-               "  \"num_layers\": %d,\n  \"sparse_layers\": %d,\n  \"page_size\": %d,\n  \"num_pages\": %lld,\n"
-               "  \"requests\": %lld,\n  \"tenants\": %lld,\n  \"hit_requests\": %lld,\n"
-               "  \"prompt_tokens\": %lld,\n  \"cached_tokens\": %lld,\n  \"token_hit_rate\": %s,\n"
-               "  \"attention\": {\"requests\": %lld, \"prompt_tokens\": %lld, \"computed_tokens\": %lld, "
-               "\"verified\": %lld, \"max_rel_l2\": %s, \"tolerance\": %s,\n"
-               "                \"with_cache\": %s,\n                \"without_cache\": %s},\n"
-               "  \"cache_checks\": %lld,\n  \"isolation_probes\": %lld,\n"
-               "  \"pool\": {\"pages_total\": %lld, \"pages_free\": %lld, \"pages_cached\": %lld, \"pages_in_use\": %lld, "
-               "\"match_calls\": %llu, \"hits\": %llu, \"misses\": %llu, \"matched_tokens\": %llu, \"queried_tokens\": %llu, "
-               "\"hashed_tokens\": %llu, \"published_pages\": %llu, \"evictions\": %llu},\n"
-               "  \"wall_s\": %s,\n  \"failure_count\": %lld,\n  \"failures\": %s,\n  \"verified\": %s\n}\n",
-               json_string(r.mode).c_str(), json_string(r.command).c_str(), json_string(r.device).c_str(),
-               json_string(r.dtype).c_str(), r.num_layers, r.sparse_layers, r.page_size, static_cast<long long>(r.num_pages),
-               static_cast<long long>(r.requests), static_cast<long long>(r.tenants), static_cast<long long>(r.hit_requests),
-               static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.cached_tokens),
-               json_number(r.prompt_tokens ? static_cast<double>(r.cached_tokens) / static_cast<double>(r.prompt_tokens) : 0).c_str(),
-               static_cast<long long>(r.attention_requests), static_cast<long long>(r.attention_prompt_tokens),
-               static_cast<long long>(r.attention_computed_tokens), static_cast<long long>(r.attention_verified),
-               json_number(r.max_rel_l2).c_str(), json_number(r.tolerance).c_str(), json_timings(r.with_cache).c_str(),
-               json_timings(r.without_cache).c_str(), static_cast<long long>(r.cache_checks),
-               static_cast<long long>(r.isolation_probes), static_cast<long long>(s.pages_total),
-               static_cast<long long>(s.pages_free), static_cast<long long>(s.pages_cached),
-               static_cast<long long>(s.pages_in_use), static_cast<unsigned long long>(s.match_calls),
-               static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.misses),
-               static_cast<unsigned long long>(s.matched_tokens), static_cast<unsigned long long>(s.queried_tokens),
-               static_cast<unsigned long long>(s.hashed_tokens), static_cast<unsigned long long>(s.published_pages),
-               static_cast<unsigned long long>(s.evictions), json_number(r.wall_s).c_str(),
-               static_cast<long long>(r.failure_count), failures.c_str(), r.verified() ? "true" : "false");
-  const bool ok = std::fclose(f) == 0;
-  if (!ok) std::perror(("bspa-demo: cannot write " + path).c_str());
-  return ok;
+  return true;
 }
 
 }  // namespace demo
