@@ -37,6 +37,7 @@
 namespace bspa::cache {
 
 // FP8_E4M3: one byte per element, dequantized with the pool's per-(layer, KV head) scales.
+// Equal to bspa_dtype (capi/src/enum_mirrors.cpp checks it).
 enum class ElementType : int32_t { F32 = 0, F16 = 1, BF16 = 2, FP8_E4M3 = 3 };
 inline size_t element_bytes(ElementType t) {
   return t == ElementType::F32 ? 4 : t == ElementType::FP8_E4M3 ? 1 : 2;

@@ -12,7 +12,7 @@
 namespace bspa {
 
 // The codes of bspa_status (capi/include/bspa/bspa.h), which this layer may not include;
-// capi/src/guard.hpp static_asserts that every value here equals the header's.
+// capi/src/enum_mirrors.cpp static_asserts that every value here equals the header's.
 enum class Errc : int32_t {
   InvalidArgument = 100,
   NullPointer = 101,

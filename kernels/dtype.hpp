@@ -1,4 +1,5 @@
-// Element types of KV pages and attention tensors (numerically equal to bspa_dtype).
+// Element types of KV pages and attention tensors (numerically equal to bspa_dtype;
+// capi/src/enum_mirrors.cpp checks it).
 #pragma once
 
 #include <cstdint>

@@ -11,26 +11,7 @@
 
 namespace bspa::capi {
 
-// guarded() returns an Errc as a bspa_status: the header is the one definition of the codes,
-// Errc (common/error.hpp, which cannot see the header) mirrors it, and this proves it does.
-#define BSPA_SAME_STATUS(errc, status) \
-  static_assert(static_cast<bspa_status>(Errc::errc) == (status), "Errc::" #errc " != " #status)
-BSPA_SAME_STATUS(InvalidArgument, BSPA_ERR_INVALID_ARGUMENT);
-BSPA_SAME_STATUS(NullPointer, BSPA_ERR_NULL_POINTER);
-BSPA_SAME_STATUS(OutOfRange, BSPA_ERR_OUT_OF_RANGE);
-BSPA_SAME_STATUS(ShapeMismatch, BSPA_ERR_SHAPE_MISMATCH);
-BSPA_SAME_STATUS(DtypeMismatch, BSPA_ERR_DTYPE_MISMATCH);
-BSPA_SAME_STATUS(DeviceMismatch, BSPA_ERR_DEVICE_MISMATCH);
-BSPA_SAME_STATUS(BufferTooSmall, BSPA_ERR_BUFFER_TOO_SMALL);
-BSPA_SAME_STATUS(InvalidState, BSPA_ERR_INVALID_STATE);
-BSPA_SAME_STATUS(NotSupported, BSPA_ERR_NOT_SUPPORTED);
-BSPA_SAME_STATUS(NoDevice, BSPA_ERR_NO_DEVICE);
-BSPA_SAME_STATUS(OutOfPages, BSPA_ERR_OUT_OF_PAGES);
-BSPA_SAME_STATUS(OutOfMemory, BSPA_ERR_OUT_OF_MEMORY);
-BSPA_SAME_STATUS(Cuda, BSPA_ERR_CUDA);
-BSPA_SAME_STATUS(Version, BSPA_ERR_VERSION);
-BSPA_SAME_STATUS(Internal, BSPA_ERR_INTERNAL);
-#undef BSPA_SAME_STATUS
+// guarded() returns an Errc as a bspa_status: enum_mirrors.cpp proves the codes are equal.
 
 void set_last_error(const std::string &message) noexcept;
 const char *last_error_cstr() noexcept;
