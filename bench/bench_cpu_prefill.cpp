@@ -8,6 +8,8 @@
 // --reps runs after one warm-up (the warm-up is skipped for runs over 10 s).
 #include <bspa/bspa.h>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -103,22 +105,16 @@ std::string cpu_model() {
 int main(int argc, char **argv) {
   std::vector<int64_t> sizes = {2048, 8192};
   int heads = 32, reps = 3;
-  const char *json = nullptr;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) {
-      sizes.clear();
-      for (char *p = std::strtok(argv[++i], ","); p; p = std::strtok(nullptr, ",")) sizes.push_back(std::atoll(p));
-    } else if (!std::strcmp(argv[i], "--heads") && i + 1 < argc) {
-      heads = std::atoi(argv[++i]);
-    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
-      json = argv[++i];
-    } else {
-      std::fprintf(stderr, "usage: %s [--tokens 2048,8192] [--heads 32] [--reps 3] [--json FILE]\n", argv[0]);
-      return 2;
-    }
-  }
+  std::string json_path;
+  CLI::App app("CPU prefill: useful GFLOP/s of bspa_prefill_paged on Phi-3-small shapes");
+  app.option_defaults()->always_capture_default();
+  app.add_option("--tokens", sizes, "total sequence lengths S (comma-separated)")
+      ->delimiter(',')->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--heads", heads, "query heads (KV heads: a quarter)")->check(CLI::Range(1, 1024));
+  app.add_option("--reps", reps, "timed runs per case (median)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--json", json_path, "write the results as JSON");
+  CLI11_PARSE(app, argc, argv);
+  const char *json = json_path.empty() ? nullptr : json_path.c_str();
   const int hq = heads, hkv = std::max(1, heads / 4), d = 128, ps = 64;
   bspa_layout *strided = nullptr, *dense = nullptr;
   bspa_layout_strided_options o;

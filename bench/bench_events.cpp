@@ -7,6 +7,8 @@
 //   bench_events [--page-size N] [--batch PAGES] [--rounds N] [--json FILE]
 #include <bspa/bspa.h>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,17 +37,13 @@ int main(int argc, char **argv) {
   int32_t page = 64;
   int64_t batch = 4096, rounds = 30;
   std::string json;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string f = argv[i];
-    if (f == "--page-size") page = std::atoi(argv[i + 1]);
-    else if (f == "--batch") batch = std::atoll(argv[i + 1]);
-    else if (f == "--rounds") rounds = std::atoll(argv[i + 1]);
-    else if (f == "--json") json = argv[i + 1];
-    else {
-      std::fprintf(stderr, "usage: %s [--page-size N] [--batch PAGES] [--rounds N] [--json FILE]\n", argv[0]);
-      return 2;
-    }
-  }
+  CLI::App app("KV cache events: drain + msgpack encode rate on one core");
+  app.option_defaults()->always_capture_default();
+  app.add_option("--page-size", page, "tokens per page")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--batch", batch, "pages stored (and evicted) per round")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--rounds", rounds, "timed rounds")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--json", json, "write the results as JSON");
+  CLI11_PARSE(app, argc, argv);
   bspa_pool_options o;
   ok(bspa_pool_options_init(&o), "options");
   o.num_layers = 0;

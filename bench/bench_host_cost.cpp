@@ -8,6 +8,8 @@
 //   bench_host_cost [--trace PATH] [--json FILE] [--reps N]
 #include <bspa/bspa.h>
 
+#include <CLI/CLI.hpp>
+
 #include <sys/utsname.h>
 
 #include <algorithm>
@@ -239,19 +241,12 @@ std::string json_escape(const std::string &s) {
 int main(int argc, char **argv) {
   std::string trace_path, json_path;
   int reps = 20;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--trace" && i + 1 < argc) {
-      trace_path = argv[++i];
-    } else if (a == "--json" && i + 1 < argc) {
-      json_path = argv[++i];
-    } else if (a == "--reps" && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: %s [--trace PATH] [--json FILE] [--reps N]\n", argv[0]);
-      return a == "--help" || a == "-h" ? 0 : 1;
-    }
-  }
+  CLI::App app("Host cost of the prefix cache's bookkeeping (match + append + commit) on one core");
+  app.option_defaults()->always_capture_default();
+  app.add_option("--trace", trace_path, "also replay a Mooncake JSONL trace");
+  app.add_option("--json", json_path, "write the results as JSON");
+  app.add_option("--reps", reps, "runs per case (median)")->check(CLI::Range(1, 1 << 20));
+  CLI11_PARSE(app, argc, argv);
 
   bench_long_prompt(reps);
   bench_chat_batch(std::max(1, reps / 4));
