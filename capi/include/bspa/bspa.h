@@ -587,7 +587,8 @@ BSPA_API void bspa_batch_destroy(bspa_batch *batch);
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (layer),
  * BSPA_ERR_SHAPE_MISMATCH, BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH,
  * BSPA_ERR_INVALID_ARGUMENT (batch of another pool, overlap with the pool's storage,
- * misaligned data), BSPA_ERR_CUDA. */
+ * misaligned data), BSPA_ERR_INVALID_STATE (an FP8 pool's layer without scales),
+ * BSPA_ERR_CUDA. */
 BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int32_t layer,
                                    const DLTensor *k_new, const DLTensor *v_new, bspa_stream stream);
 
@@ -621,7 +622,9 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int
  * pool's storage, misaligned data), BSPA_ERR_NOT_SUPPORTED (what the CUDA kernels lack: f32, a head_dim other than
  * 64 and 128, a non-power-of-two page size, a non-dense layout whose block_size is not a
  * multiple of 64, data not 16-byte aligned or strides not multiples of 8 elements, a
- * scale <= 0), BSPA_ERR_INVALID_STATE (see below), BSPA_ERR_CUDA.
+ * scale <= 0; in this build, FP8 pages on CUDA: the CUDA attention kernels do not
+ * dequantize them yet), BSPA_ERR_INVALID_STATE (an FP8 pool's layer without scales; and
+ * see below), BSPA_ERR_CUDA.
  * CUDA: a CSR layout's arrays are copied to a device on its first use there (one
  * allocation and a synchronous copy, freed with the layout); that first use is refused
  * with BSPA_ERR_INVALID_STATE while `stream` is capturing a CUDA graph, so launch once
