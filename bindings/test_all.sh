@@ -85,7 +85,9 @@ rust_tests() {
   # --offline: the crates depend on nothing, so nothing is fetched. The committed bindings
   # must be what bspa.h gives now (regenerated through bspa-sys's `bindgen` feature).
   bash bindings/rust/regen_bindings.sh --check || return 1
-  (cd bindings/rust && cargo test -q --offline && cargo run -q --offline --example two_turns)
+  (cd bindings/rust && cargo test -q --offline && cargo run -q --offline --example two_turns) || return 1
+  # Lints: any clippy warning fails the suite.
+  (cd bindings/rust && cargo clippy -q --offline --all-targets -- -D warnings)
 }
 
 go_tests() {

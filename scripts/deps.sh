@@ -5,14 +5,19 @@ set -euo pipefail
 
 # The Rust crates need no Debian crate (bspa-sys ships its bindings); `bindgen` (the tool)
 # with the libclang it loads (libclang1-14) is for CI's check that they match bspa.h.
-# cargo and rustfmt come with the machine's Rust toolchain. libzmq3-dev: the C KV event
+# cargo, rustfmt and clippy come with the machine's Rust toolchain (rustup's, in ~/.cargo/bin);
+# where they are missing, Debian's rustfmt and rust-clippy are installed (below). clang-format-14:
+# the C/C++/CUDA formatting check (scripts/format.sh). libzmq3-dev: the C KV event
 # publisher example (examples/events) and its end-to-end CTest test; without it they are
 # not built. libcli11-dev and nlohmann-json3-dev (header-only): the flags of the demo and the
 # benchmarks and the demo's JSON report; libsimdjson-dev: the Mooncake trace reader (examples/trace).
 apt_packages=(cmake ninja-build pkg-config g++ libomp-dev libxxhash-dev libdlpack-dev libcriterion-dev
               swig golang-go bindgen libclang1-14 clang libclang-rt-14-dev libzmq3-dev
-              libcli11-dev nlohmann-json3-dev libsimdjson-dev)
+              libcli11-dev nlohmann-json3-dev libsimdjson-dev clang-format-14)
 missing=()
+# Rust's formatter and linter, where the toolchain has none (Debian's are older: 1.63).
+cargo fmt --version >/dev/null 2>&1 || apt_packages+=(rustfmt)
+cargo clippy --version >/dev/null 2>&1 || apt_packages+=(rust-clippy)
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

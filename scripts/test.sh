@@ -18,6 +18,8 @@ suites_init "$root/$build.suites"
 : >"$BSPA_SUITES_FILE"
 
 step "configure + build" bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX='$root/$build/install' >'$build.configure.log' 2>&1 || { cat '$build.configure.log'; exit 1; }; cmake --build '$build' -j $jobs && cmake --install '$build' >/dev/null"
+# Formatting is checked, never fixed, here: bash scripts/format.sh formats.
+suite "format (clang-format, rustfmt, gofmt)" script bash scripts/format.sh --check
 suite "C tests (ctest)" ctest bash -c "cd '$build' && ctest --output-on-failure -j $jobs"
 # Each binding records its own line (python, rust, go) in the same summary file.
 records=$(wc -l <"$BSPA_SUITES_FILE")

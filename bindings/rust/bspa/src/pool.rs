@@ -186,8 +186,8 @@ impl Pool {
 
     /// Sets one layer's fp32 dequantization scales of an [`DType::Fp8E4m3`] pool, one per
     /// KV head for K and for V (value = scale × e4m3; e.g. amax / 448 from calibration).
-    /// Errors: `InvalidArgument` (a count other than `num_kv_heads`, a scale not finite and
-    /// > 0; the message names layer, head and value), `OutOfRange` (layer), `InvalidState`
+    /// Errors: `InvalidArgument` (a count other than `num_kv_heads`, a scale not finite
+    /// and positive; the message names layer, head and value), `OutOfRange` (layer), `InvalidState`
     /// (a pool of another dtype). A failed call leaves the layer's scales as they were.
     pub fn set_kv_scales(&self, layer: i32, k_scales: &[f32], v_scales: &[f32]) -> Result<()> {
         if k_scales.len() != v_scales.len() {
@@ -326,6 +326,7 @@ impl Pool {
     /// Block-sparse causal attention of the batch's new tokens on a CPU pool: `q` and
     /// `out` `[T_new, Hq, head_dim]` with `Hq = layout.num_heads()`; `lse`, optional,
     /// `[Hq, T_new]`.
+    #[allow(clippy::too_many_arguments)] // the arguments of bspa_prefill, one by one
     pub fn prefill_host<T: Element>(
         &self,
         batch: &Batch<'_>,

@@ -28,10 +28,10 @@ impl DType {
 
     pub(crate) fn from_raw(raw: sys::bspa_dtype) -> Option<DType> {
         match raw as u32 {
-            x if x == sys::BSPA_DTYPE_F32 as u32 => Some(DType::F32),
-            x if x == sys::BSPA_DTYPE_F16 as u32 => Some(DType::F16),
-            x if x == sys::BSPA_DTYPE_BF16 as u32 => Some(DType::BF16),
-            x if x == sys::BSPA_DTYPE_FP8_E4M3 as u32 => Some(DType::Fp8E4m3),
+            x if x == sys::BSPA_DTYPE_F32 => Some(DType::F32),
+            x if x == sys::BSPA_DTYPE_F16 => Some(DType::F16),
+            x if x == sys::BSPA_DTYPE_BF16 => Some(DType::BF16),
+            x if x == sys::BSPA_DTYPE_FP8_E4M3 => Some(DType::Fp8E4m3),
             _ => None,
         }
     }
