@@ -2,7 +2,9 @@
 # Formats the sources: C, C++ and CUDA with clang-format-14 (.clang-format; Debian 12's
 # clang-format-14), Rust with rustfmt (bindings/rust/rustfmt.toml; `cargo fmt`), Go with
 # gofmt. Generated and vendored files are left alone (third_party/, bspa-sys's bindings.rs,
-# which bindgen writes and CI compares with the header).
+# which bindgen writes and CI compares with the header), and so is the public header
+# capi/include/bspa/bspa.h: its hand layout is its documentation, and bindgen copies its
+# comments into bindings.rs (a reflow there would change the generated bindings).
 #   bash scripts/format.sh            format in place
 #   bash scripts/format.sh --check    change nothing; list what is not formatted, exit 1 if any
 set -uo pipefail
@@ -18,7 +20,8 @@ rc=0
 need() { command -v "$1" >/dev/null || { echo "format: $1 not found (bash scripts/deps.sh installs it)" >&2; exit 1; }; }
 need "$clang_format"; need gofmt; need cargo
 
-mapfile -t c_files < <(git ls-files '*.c' '*.h' '*.cpp' '*.hpp' '*.cu' '*.cuh' | grep -v '^third_party/')
+mapfile -t c_files < <(git ls-files '*.c' '*.h' '*.cpp' '*.hpp' '*.cu' '*.cuh' |
+                       grep -v -e '^third_party/' -e '^capi/include/bspa/bspa\.h$')
 mapfile -t go_files < <(git ls-files '*.go')
 
 if ((check)); then
