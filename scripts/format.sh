@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Formats the sources: C, C++ and CUDA with clang-format-14 (.clang-format; Debian 12's
-# clang-format-14), Rust with rustfmt (bindings/rust/rustfmt.toml; `cargo fmt`), Go with
+# clang-format-14), Rust with rustfmt (bindings/rust/bspa/rustfmt.toml; `cargo fmt`), Go with
 # gofmt. Generated and vendored files are left alone (third_party/, bspa-sys's bindings.rs,
 # which bindgen writes and CI compares with the header), and so is the public header
 # capi/include/bspa/bspa.h: its hand layout is its documentation, and bindgen copies its
