@@ -109,7 +109,8 @@ int main(int argc, char **argv) {
   CLI::App app("CPU prefill: useful GFLOP/s of bspa_prefill_paged on Phi-3-small shapes");
   app.option_defaults()->always_capture_default();
   app.add_option("--tokens", sizes, "total sequence lengths S (comma-separated)")
-      ->delimiter(',')->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--heads", heads, "query heads (KV heads: a quarter)")->check(CLI::Range(1, 1024));
   app.add_option("--reps", reps, "timed runs per case (median)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--json", json_path, "write the results as JSON");
@@ -155,7 +156,8 @@ int main(int argc, char **argv) {
         int64_t sq[3] = {T, hq, d}, sp[4] = {pages, hkv, ps, d}, sbt[2] = {1, pages}, s2[1] = {2}, s1[1] = {1};
         DLTensor tq = tensor(q.data() + C * hq * d * eb, bf, 3, sq), to = tensor(out.data(), bf, 3, sq);
         DLTensor tk = tensor(kp.data(), bf, 4, sp), tv = tensor(vp.data(), bf, 4, sp);
-        DLTensor tbt = tensor(table.data(), false, 2, sbt), tqs = tensor(qs, false, 1, s2), tcl = tensor(cl, false, 1, s1);
+        DLTensor tbt = tensor(table.data(), false, 2, sbt), tqs = tensor(qs, false, 1, s2),
+                 tcl = tensor(cl, false, 1, s1);
         tbt.dtype = tqs.dtype = tcl.dtype = DLDataType{kDLInt, 32, 1};
         for (int li = 0; li < 2; ++li) {
           const bspa_layout *layout = li ? dense : strided;
@@ -210,8 +212,8 @@ int main(int argc, char **argv) {
       std::fprintf(f,
                    "    {\"tokens\": %lld, \"cached\": %lld, \"layout\": \"%s\", \"dtype\": \"%s\", \"ms\": %.3f, "
                    "\"visible_pairs\": %.0f, \"useful_gflops\": %.3f}%s\n",
-                   static_cast<long long>(rows[i].S), static_cast<long long>(rows[i].C), rows[i].layout,
-                   rows[i].dtype, rows[i].ms, rows[i].visible, rows[i].gflops, i + 1 < rows.size() ? "," : "");
+                   static_cast<long long>(rows[i].S), static_cast<long long>(rows[i].C), rows[i].layout, rows[i].dtype,
+                   rows[i].ms, rows[i].visible, rows[i].gflops, i + 1 < rows.size() ? "," : "");
     std::fprintf(f, "  ]\n}\n");
     std::fclose(f);
   }

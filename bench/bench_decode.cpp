@@ -9,8 +9,8 @@
 // "bytes" is the K/V a decode must read: every key of the sequence per KV head (dense), or
 // the union over the KV group's query heads of their visible keys (sparse). GB/s = bytes /
 // time; host_us is the median host time of one bspa_prefill_paged call (queued: the GPU
-// is busy, so it is the call's own cost). With BSPA_CUDA_DECODE=0 the same launches go through the prefill kernels (the path
-// before the decode kernel), for an A/B in one device call.
+// is busy, so it is the call's own cost). With BSPA_CUDA_DECODE=0 the same launches go through the prefill kernels (the
+// path before the decode kernel), for an A/B in one device call.
 #include <bspa/bspa.h>
 
 #include <cstdio>
@@ -42,8 +42,11 @@ struct Case {
   const char *name;
   int seqs, ctx;
 };
-const Case kCases[] = {{"64x8191", 64, 8191},   {"8x131071", 8, 131071}, {"256x2047", 256, 2047},
-                       {"1x32767", 1, 32767},   {"128x4095", 128, 4095}};
+const Case kCases[] = {{"64x8191", 64, 8191},
+                       {"8x131071", 8, 131071},
+                       {"256x2047", 256, 2047},
+                       {"1x32767", 1, 32767},
+                       {"128x4095", 128, 4095}};
 
 bool allowed(int h, int64_t qb, int64_t kb, bool sparse) {
   if (kb > qb) return false;
@@ -61,7 +64,8 @@ double kv_bytes(int seqs, int ctx, int q, bool sparse) {
     for (int64_t kb = 0; kb * kB < kv_len; ++kb) {
       bool any = false;
       for (int hh = 0; hh < group && !any; ++hh)
-        for (int64_t qb = ctx / kB; qb <= (kv_len - 1) / kB && !any; ++qb) any = allowed(g * group + hh, qb, kb, sparse);
+        for (int64_t qb = ctx / kB; qb <= (kv_len - 1) / kB && !any; ++qb)
+          any = allowed(g * group + hh, qb, kb, sparse);
       if (any) keys += std::min<int64_t>(kB, kv_len - kb * kB);
     }
   return keys * seqs * kD * 2 /*bytes*/ * 2 /*K and V*/;
@@ -111,16 +115,22 @@ int main(int argc, char **argv) {
   int q = 1;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else if (!std::strcmp(argv[i], "--q") && i + 1 < argc) q = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json = argv[++i];
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc)
+      commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
+    else if (!std::strcmp(argv[i], "--q") && i + 1 < argc)
+      q = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
     else if (!std::strcmp(argv[i], "--pages") && i + 1 < argc) {
       page_sizes.clear();
       for (char *t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) page_sizes.push_back(std::atoi(t));
     } else {
-      std::fprintf(stderr, "usage: bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE]\n");
+      std::fprintf(
+          stderr, "usage: bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE]\n");
       return 2;
     }
   }
@@ -135,7 +145,8 @@ int main(int argc, char **argv) {
   const bool decode_off = decode_env && !std::strcmp(decode_env, "0");
 
   const size_t kv_elems = static_cast<size_t>(kMaxTokens) * kHkv * kD;
-  uint16_t *k = static_cast<uint16_t *>(gpu::dmalloc(kv_elems * 2)), *v = static_cast<uint16_t *>(gpu::dmalloc(kv_elems * 2));
+  uint16_t *k = static_cast<uint16_t *>(gpu::dmalloc(kv_elems * 2)),
+           *v = static_cast<uint16_t *>(gpu::dmalloc(kv_elems * 2));
   {
     const size_t chunk = 16u << 20;
     std::vector<uint16_t> h(chunk);
@@ -169,7 +180,7 @@ int main(int argc, char **argv) {
   const DLDataType bf = gpu::dl_dtype(BSPA_DTYPE_BF16);
   // Median GPU ms (and host us per call) of one bspa_prefill_paged launch over `seqs`
   // ((context, new tokens) pairs) at page size ps.
-  auto measure = [&](const std::vector<std::pair<int, int>> &seqs, int ps, bool use_sparse, double &host_med) {
+  auto measure = [&](const std::vector<std::pair<int, int> > &seqs, int ps, bool use_sparse, double &host_med) {
     const int64_t num_pages = kMaxTokens / ps;
     Tensor tk(k, dev, bf, {num_pages, kHkv, ps, kD}), tv(v, dev, bf, {num_pages, kHkv, ps, kD});
     const int ns = static_cast<int>(seqs.size());
@@ -186,7 +197,8 @@ int main(int argc, char **argv) {
     std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages, 0), qs(ns + 1, 0), cl(ns);
     size_t next = 0;
     for (int i = 0; i < ns; ++i) {
-      for (int pg = 0; pg * ps < seqs[i].first + seqs[i].second; ++pg) bt[static_cast<size_t>(i) * max_pages + pg] = perm[next++];
+      for (int pg = 0; pg * ps < seqs[i].first + seqs[i].second; ++pg)
+        bt[static_cast<size_t>(i) * max_pages + pg] = perm[next++];
       qs[i + 1] = qs[i] + seqs[i].second, cl[i] = seqs[i].first;
     }
     int32_t *dbt = gpu::upload(bt), *dqs = gpu::upload(qs), *dcl = gpu::upload(cl);
@@ -222,7 +234,7 @@ int main(int argc, char **argv) {
   for (int ps : page_sizes) {
     for (const Case &c : kCases) {
       if (only && std::strcmp(only, c.name) != 0) continue;
-      const std::vector<std::pair<int, int>> seqs(c.seqs, {c.ctx, q});
+      const std::vector<std::pair<int, int> > seqs(c.seqs, {c.ctx, q});
       for (int sp = 0; sp < 2; ++sp) {
         double host = 0;
         const double med = measure(seqs, ps, sp != 0, host), bytes = kv_bytes(c.seqs, c.ctx, q, sp);
@@ -234,11 +246,11 @@ int main(int argc, char **argv) {
     }
   }
   // Mixed steps (prefill chunks and decode rows in one launch) against their parts launched
-  // apart, at 64-token pages, through bspa_prefill_paged and through a CUDA pool: a 2048-token chunk over a 30000-token prefix with 63 decode
-  // rows at 8191, and 8 chunks of 512 over contexts 0..14k with 120 decode rows at 1k..8k.
+  // apart, at 64-token pages, through bspa_prefill_paged and through a CUDA pool: a 2048-token chunk over a 30000-token
+  // prefix with 63 decode rows at 8191, and 8 chunks of 512 over contexts 0..14k with 120 decode rows at 1k..8k.
   struct Mixed {
     const char *name;
-    std::vector<std::pair<int, int>> chunks, decodes;
+    std::vector<std::pair<int, int> > chunks, decodes;
   };
   std::vector<Mixed> mixed(2);
   mixed[0].name = "chunk2048+63dec";
@@ -247,17 +259,19 @@ int main(int argc, char **argv) {
   mixed[1].name = "8x512+120dec";
   for (int i = 0; i < 8; ++i) mixed[1].chunks.push_back({2048 * i, 512});
   for (int i = 0; i < 120; ++i) mixed[1].decodes.push_back({1024 + (i * 131) % 7168, 1});
-  std::printf("\n%-16s %-6s %10s %10s %10s %10s\n", "mixed step", "layout", "whole ms", "chunks ms", "decode ms", "whole/parts");
+  std::printf("\n%-16s %-6s %10s %10s %10s %10s\n", "mixed step", "layout", "whole ms", "chunks ms", "decode ms",
+              "whole/parts");
   for (const Mixed &m : mixed) {
     if (only && std::strcmp(only, m.name) != 0) continue;
-    std::vector<std::pair<int, int>> whole = m.chunks;
+    std::vector<std::pair<int, int> > whole = m.chunks;
     whole.insert(whole.begin() + 1, m.decodes.begin(), m.decodes.end());  // decode rows between chunks
     for (int sp = 0; sp < 2; ++sp) {
       double h = 0;
       const double tw = measure(whole, 64, sp != 0, h), tc = measure(m.chunks, 64, sp != 0, h),
                    td = measure(m.decodes, 64, sp != 0, h);
       mixed_rows.push_back({m.name, sp != 0, tw, tc, td});
-      std::printf("%-16s %-6s %10.4f %10.4f %10.4f %10.3f\n", m.name, sp ? "sparse" : "dense", tw, tc, td, tw / (tc + td));
+      std::printf("%-16s %-6s %10.4f %10.4f %10.4f %10.3f\n", m.name, sp ? "sparse" : "dense", tw, tc, td,
+                  tw / (tc + td));
       std::fflush(stdout);
     }
   }
@@ -272,7 +286,7 @@ int main(int argc, char **argv) {
     BSPA_OK_OR_DIE(bspa_pool_create(&pool, &o));
   }
   int32_t next_token = 1;
-  auto measure_pool = [&](const std::vector<std::pair<int, int>> &seqs, bool use_sparse) {
+  auto measure_pool = [&](const std::vector<std::pair<int, int> > &seqs, bool use_sparse) {
     const int ns = static_cast<int>(seqs.size());
     std::vector<bspa_seq *> ss(ns);
     std::vector<int32_t> qlen(ns);
@@ -303,7 +317,8 @@ int main(int argc, char **argv) {
       cudaFree(dk);
     }
     bspa_layout *layout = use_sparse ? sparse : dense;
-    for (int i = 0; i < 3; ++i) BSPA_OK_OR_DIE(bspa_prefill(pool, batch, 0, layout, tq.dl(), to.dl(), 1.0f / 128, nullptr, nullptr));
+    for (int i = 0; i < 3; ++i)
+      BSPA_OK_OR_DIE(bspa_prefill(pool, batch, 0, layout, tq.dl(), to.dl(), 1.0f / 128, nullptr, nullptr));
     const double med =
         time_queued(quick ? 20 : 60, [&] {
           BSPA_OK_OR_DIE(bspa_prefill(pool, batch, 0, layout, tq.dl(), to.dl(), 1.0f / 128, nullptr, nullptr));
@@ -318,13 +333,14 @@ int main(int argc, char **argv) {
               "layout", "whole ms", "chunks ms", "decode ms", "whole/parts");
   for (const Mixed &m : mixed) {
     if (only && std::strcmp(only, m.name) != 0) continue;
-    std::vector<std::pair<int, int>> whole = m.chunks;
+    std::vector<std::pair<int, int> > whole = m.chunks;
     whole.insert(whole.begin() + 1, m.decodes.begin(), m.decodes.end());
     for (int sp = 0; sp < 2; ++sp) {
       const double tw = measure_pool(whole, sp != 0), tc = measure_pool(m.chunks, sp != 0),
                    td = measure_pool(m.decodes, sp != 0);
       mixed_rows.push_back({std::string(m.name) + " (pool)", sp != 0, tw, tc, td});
-      std::printf("%-16s %-6s %10.4f %10.4f %10.4f %10.3f\n", m.name, sp ? "sparse" : "dense", tw, tc, td, tw / (tc + td));
+      std::printf("%-16s %-6s %10.4f %10.4f %10.4f %10.3f\n", m.name, sp ? "sparse" : "dense", tw, tc, td,
+                  tw / (tc + td));
       std::fflush(stdout);
     }
   }
@@ -338,20 +354,25 @@ int main(int argc, char **argv) {
     char date[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    std::fprintf(f, "{\n  \"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"decode_kernel\": %s,\n  \"results\": [\n",
-                 prop.name, commit, date, decode_off ? "false" : "true");
+    std::fprintf(
+        f, "{\n  \"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"decode_kernel\": %s,\n  \"results\": [\n",
+        prop.name, commit, date, decode_off ? "false" : "true");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result &r = results[i];
-      std::fprintf(f, "    {\"case\": \"%s\", \"page_size\": %d, \"q\": %d, \"layout\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, \"gbps\": %.1f, \"host_us\": %.2f}%s\n",
-                   r.name.c_str(), r.page, r.q, r.sparse ? "sparse" : "dense", r.ms, r.bytes, r.bytes / (r.ms * 1e-3) / 1e9, r.host_us,
-                   i + 1 < results.size() ? "," : "");
+      std::fprintf(
+          f,
+          "    {\"case\": \"%s\", \"page_size\": %d, \"q\": %d, \"layout\": \"%s\", \"ms\": %.5f, \"bytes\": %.0f, \"gbps\": %.1f, \"host_us\": %.2f}%s\n",
+          r.name.c_str(), r.page, r.q, r.sparse ? "sparse" : "dense", r.ms, r.bytes, r.bytes / (r.ms * 1e-3) / 1e9,
+          r.host_us, i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "  ],\n  \"mixed\": [\n");
     for (size_t i = 0; i < mixed_rows.size(); ++i) {
       const MixedResult &r = mixed_rows[i];
-      std::fprintf(f, "    {\"case\": \"%s\", \"layout\": \"%s\", \"whole_ms\": %.5f, \"chunks_ms\": %.5f, \"decode_ms\": %.5f}%s\n",
-                   r.name.c_str(), r.sparse ? "sparse" : "dense", r.whole_ms, r.chunks_ms, r.decode_ms,
-                   i + 1 < mixed_rows.size() ? "," : "");
+      std::fprintf(
+          f,
+          "    {\"case\": \"%s\", \"layout\": \"%s\", \"whole_ms\": %.5f, \"chunks_ms\": %.5f, \"decode_ms\": %.5f}%s\n",
+          r.name.c_str(), r.sparse ? "sparse" : "dense", r.whole_ms, r.chunks_ms, r.decode_ms,
+          i + 1 < mixed_rows.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");
     std::fclose(f);

@@ -27,9 +27,7 @@ void ok(bspa_status s, const char *what) {
   }
 }
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -40,7 +38,8 @@ int main(int argc, char **argv) {
   CLI::App app("KV cache events: drain + msgpack encode rate on one core");
   app.option_defaults()->always_capture_default();
   app.add_option("--page-size", page, "tokens per page")->check(CLI::Range(1, 1 << 16));
-  app.add_option("--batch", batch, "pages stored (and evicted) per round")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--batch", batch, "pages stored (and evicted) per round")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--rounds", rounds, "timed rounds")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--json", json, "write the results as JSON");
   CLI11_PARSE(app, argc, argv);

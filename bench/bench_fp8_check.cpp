@@ -210,7 +210,8 @@ void attention_case(const Case &c, Rng &rng) {
       DLTensor kview, vview;
       BSPA_OK_OR_DIE(bspa_pool_kv(pools[g], 1, &kview, &vview));
       Tensor tbt(dbt, dev, gpu::dl_i32(), {NS, 256}), tqs(dqs, dev, gpu::dl_i32(), {NS + 1});
-      Tensor tcl(dcl, dev, gpu::dl_i32(), {NS}), tks(dks, dev, gpu::dl_f32(), {c.hkv}), tvs(dvs, dev, gpu::dl_f32(), {c.hkv});
+      Tensor tcl(dcl, dev, gpu::dl_i32(), {NS}), tks(dks, dev, gpu::dl_f32(), {c.hkv}),
+          tvs(dvs, dev, gpu::dl_f32(), {c.hkv});
       Tensor tpo(dpout, dev, ht, {T, c.hq, c.d});
       bspa_paged_args a;
       BSPA_OK_OR_DIE(bspa_paged_args_init(&a));
@@ -311,8 +312,10 @@ int main(int argc, char **argv) {
   bool timing = false;
   uint64_t seed = 1;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--time")) timing = true;
-    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 0);
+    if (!std::strcmp(argv[i], "--time"))
+      timing = true;
+    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc)
+      seed = std::strtoull(argv[++i], nullptr, 0);
     else {
       std::fprintf(stderr, "usage: %s [--time] [--seed N]\n", argv[0]);
       return 2;
@@ -328,8 +331,10 @@ int main(int argc, char **argv) {
   for (bspa_dtype dt : {BSPA_DTYPE_BF16, BSPA_DTYPE_F16})
     for (bool odd : {false, true}) kv_write_case(dt, odd);
   Rng rng(seed);
-  const Case cases[] = {{BSPA_DTYPE_BF16, 128, 32, 8, 64, true}, {BSPA_DTYPE_BF16, 128, 32, 8, 64, false},
-                        {BSPA_DTYPE_F16, 64, 8, 2, 16, true},    {BSPA_DTYPE_F16, 128, 8, 1, 32, false},
+  const Case cases[] = {{BSPA_DTYPE_BF16, 128, 32, 8, 64, true},
+                        {BSPA_DTYPE_BF16, 128, 32, 8, 64, false},
+                        {BSPA_DTYPE_F16, 64, 8, 2, 16, true},
+                        {BSPA_DTYPE_F16, 128, 8, 1, 32, false},
                         {BSPA_DTYPE_BF16, 64, 4, 4, 128, true}};
   for (const Case &c : cases) attention_case(c, rng);
   if (timing)

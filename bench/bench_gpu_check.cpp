@@ -34,7 +34,7 @@ struct Case {
   bspa_dtype dt = BSPA_DTYPE_BF16;
   int D = 128, hq = 4, hkv = 1, ps = 64;
   int layout = 1;  // 0 dense, 1 strided hetero, 2 strided homo, 3 strided TP offset, 4 CSR, 5 strided B=128
-  std::vector<std::pair<int, int>> seqs;  // (context, query)
+  std::vector<std::pair<int, int> > seqs;  // (context, query)
   bool lse = true;
   bool token_major = false;  // K/V pages as [pages, page_size, Hkv, D] (strided view)
   float scale = 0.0f;        // 0 = 1/sqrt(D)
@@ -108,7 +108,8 @@ Compare compare(bspa_dtype dt, const std::vector<uint16_t> &ref, const std::vect
   r.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   for (size_t i = 0; i < lref.size(); ++i) {
     if (!std::isfinite(lgot[i]) && lgot[i] != lref[i]) r.nan = true;
-    if (std::isfinite(lref[i])) r.lse_err = std::max(r.lse_err, std::fabs(double(lref[i]) - lgot[i]) / std::max(1.0, std::fabs(double(lref[i]))));
+    if (std::isfinite(lref[i]))
+      r.lse_err = std::max(r.lse_err, std::fabs(double(lref[i]) - lgot[i]) / std::max(1.0, std::fabs(double(lref[i]))));
   }
   return r;
 }
@@ -117,7 +118,10 @@ int failures = 0, passed = 0;
 
 void report(const std::string &what, const Compare &r) {
   const bool ok = !r.nan && r.rel <= 1e-2 && r.lse_err <= 2e-3;
-  if (ok) ++passed; else ++failures;
+  if (ok)
+    ++passed;
+  else
+    ++failures;
   std::printf("%s  rel_l2=%.2e max_abs=%.2e lse=%.1e%s  %s\n", ok ? "ok  " : "FAIL", r.rel, r.max_abs, r.lse_err,
               r.nan ? " NaN" : "", what.c_str());
   std::fflush(stdout);
@@ -248,7 +252,8 @@ void run_paged(const Case &c, uint64_t seed) {
   auto lse_gpu = gpu::download(dlse, lse_cpu.size());
   if (!c.lse) lse_cpu.clear(), lse_gpu.clear();
   report("paged " + describe(c), compare(c.dt, out_cpu, out_gpu, lse_cpu, lse_gpu));
-  for (void *p : {(void *)dk, (void *)dv, (void *)dq, (void *)dout, (void *)dlse, (void *)dbt, (void *)dqs, (void *)dcl, ws})
+  for (void *p :
+       {(void *)dk, (void *)dv, (void *)dq, (void *)dout, (void *)dlse, (void *)dbt, (void *)dqs, (void *)dcl, ws})
     cudaFree(p);
   bspa_layout_destroy(layout);
 }
@@ -328,7 +333,8 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
           to(dout, dev, hdt, {T, hq, D}), tl(dlse, dev, gpu::dl_f32(), {hq, T});
       for (int layer = 0; layer < 2; ++layer) {
         BSPA_OK_OR_DIE(bspa_kv_write(pools[g], batch, layer, tk.dl(), tv.dl(), nullptr));
-        if (layer == 1) BSPA_OK_OR_DIE(bspa_prefill(pools[g], batch, layer, layout, tq.dl(), to.dl(), scale, tl.dl(), nullptr));
+        if (layer == 1)
+          BSPA_OK_OR_DIE(bspa_prefill(pools[g], batch, layer, layout, tq.dl(), to.dl(), scale, tl.dl(), nullptr));
       }
       if (g) {
         CUDA_OK(cudaDeviceSynchronize());
@@ -337,7 +343,8 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
         for (void *p : {dkn, dvn, dq, dout, dlse}) cudaFree(p);
       }
       bspa_batch_destroy(batch);
-      for (int i = 0; i < n; ++i) BSPA_OK_OR_DIE(bspa_seq_commit(seqs[g][which[i]], static_cast<int64_t>(prompts[i]->size())));
+      for (int i = 0; i < n; ++i)
+        BSPA_OK_OR_DIE(bspa_seq_commit(seqs[g][which[i]], static_cast<int64_t>(prompts[i]->size())));
     }
     report("pool  " + what, compare(dt, outs[0], outs[1], lses[0], lses[1]));
   };
@@ -379,7 +386,7 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
   // Step 4: nine fresh prompts and, last in the batch, a decode row of sequence 1: a pool
   // batch whose decode rows come after prefill rows (units indexed by batch position), its
   // key range split.
-  std::vector<std::vector<int32_t>> fresh(9, std::vector<int32_t>(100));
+  std::vector<std::vector<int32_t> > fresh(9, std::vector<int32_t>(100));
   for (auto &f : fresh)
     for (auto &t : f) t = rng.range(0, 50000);
   p1.push_back(rng.range(0, 50000));
@@ -438,10 +445,14 @@ void run_not_supported() {
   bspa_layout *l = nullptr;
   BSPA_OK_OR_DIE(bspa_layout_create_dense(&l, 1));
   void *dq = gpu::dmalloc(8 * 96 * 2), *dout = gpu::dmalloc(8 * 96 * 2);
-  Tensor tq(dq, kGpu, gpu::dl_dtype(BSPA_DTYPE_BF16), {8, 1, 96}), to(dout, kGpu, gpu::dl_dtype(BSPA_DTYPE_BF16), {8, 1, 96});
+  Tensor tq(dq, kGpu, gpu::dl_dtype(BSPA_DTYPE_BF16), {8, 1, 96}),
+      to(dout, kGpu, gpu::dl_dtype(BSPA_DTYPE_BF16), {8, 1, 96});
   const bspa_status st = bspa_prefill(pool, b, 0, l, tq.dl(), to.dl(), 0.1f, nullptr, nullptr);
   const bool ok = st == BSPA_ERR_NOT_SUPPORTED;
-  if (ok) ++passed; else ++failures;
+  if (ok)
+    ++passed;
+  else
+    ++failures;
   std::printf("%s  head_dim 96 on CUDA -> %s: %s\n", ok ? "ok  " : "FAIL", bspa_status_string(st), bspa_last_error());
   cudaFree(dq);
   cudaFree(dout);
@@ -457,9 +468,12 @@ int main(int argc, char **argv) {
   bool quick = false, tiny = false;
   uint64_t seed = 12345;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else if (!std::strcmp(argv[i], "--tiny")) quick = tiny = true;
-    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+    if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!std::strcmp(argv[i], "--tiny"))
+      quick = tiny = true;
+    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc)
+      seed = std::strtoull(argv[++i], nullptr, 10);
   }
   int32_t n = 0;
   if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
@@ -548,7 +562,8 @@ int main(int argc, char **argv) {
       const int q = 1 + i % 8;
       const int ns = 1 + (i / 4) % 3;
       for (int s = 0; s < ns; ++s) {
-        const int ctx = (quick ? 64 * rng.range(0, 20) : 64 * rng.range(0, 70)) + mods[(i + s) % 8] + (s == 0 && i % 5 == 0 ? 3 : 0);
+        const int ctx = (quick ? 64 * rng.range(0, 20) : 64 * rng.range(0, 70)) + mods[(i + s) % 8] +
+                        (s == 0 && i % 5 == 0 ? 3 : 0);
         c.seqs.push_back({ctx, s == 1 && i % 6 == 0 ? 0 : q});  // an empty row now and then
       }
       cases.push_back(c);

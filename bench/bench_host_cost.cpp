@@ -82,8 +82,8 @@ double median(std::vector<double> v) {
 
 struct Row {
   std::string name;
-  double tokens = 0;             // prompt tokens per measured unit
-  double match_append_us = 0;    // medians
+  double tokens = 0;           // prompt tokens per measured unit
+  double match_append_us = 0;  // medians
   double commit_us = 0;
   double min_total_us = 0;
   double hit_rate = 0;
@@ -254,8 +254,8 @@ int main(int argc, char **argv) {
               "best total", "hit");
   for (const Row &r : rows) {
     std::printf("%-28s %10.0f %11.1f us %8.1f us %12.2f %7.1f us %7.1f%%\n", r.name.c_str(), r.tokens,
-                r.match_append_us, r.commit_us, (r.match_append_us + r.commit_us) * 1e3 / r.tokens,
-                r.min_total_us, 100 * r.hit_rate);
+                r.match_append_us, r.commit_us, (r.match_append_us + r.commit_us) * 1e3 / r.tokens, r.min_total_us,
+                100 * r.hit_rate);
   }
 
   if (!trace_path.empty()) {
@@ -293,14 +293,16 @@ int main(int argc, char **argv) {
     std::fprintf(f, "  \"cases\": [\n");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row &r = rows[i];
-      std::fprintf(f,
-                   "    {\"case\": \"%s\", \"tokens\": %.0f, \"match_append_us_median\": %.3f, "
-                   "\"commit_us_median\": %.3f, \"total_us_min\": %.3f, \"ns_per_token\": %.3f, \"hit_rate\": %.5f}%s\n",
-                   r.name.c_str(), r.tokens, r.match_append_us, r.commit_us, r.min_total_us,
-                   (r.match_append_us + r.commit_us) * 1e3 / r.tokens, r.hit_rate, i + 1 < rows.size() ? "," : "");
+      std::fprintf(
+          f,
+          "    {\"case\": \"%s\", \"tokens\": %.0f, \"match_append_us_median\": %.3f, "
+          "\"commit_us_median\": %.3f, \"total_us_min\": %.3f, \"ns_per_token\": %.3f, \"hit_rate\": %.5f}%s\n",
+          r.name.c_str(), r.tokens, r.match_append_us, r.commit_us, r.min_total_us,
+          (r.match_append_us + r.commit_us) * 1e3 / r.tokens, r.hit_rate, i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, "  ],\n  \"trace\": %s%s%s", trace_path.empty() ? "null" : "{\"path\": \"",
-                 trace_path.empty() ? "" : json_escape(trace_path).c_str(), trace_path.empty() ? "\n" : "\", \"pools\": [\n");
+                 trace_path.empty() ? "" : json_escape(trace_path).c_str(),
+                 trace_path.empty() ? "\n" : "\", \"pools\": [\n");
     for (size_t i = 0; i < trace_results.size(); ++i) {
       const auto &t = trace_results[i];
       std::fprintf(f,

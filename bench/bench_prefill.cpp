@@ -134,7 +134,8 @@ struct Bench {
       pages_needed += p, T += s.q, max_pages = std::max(max_pages, p), max_q = std::max(max_q, s.q);
     }
     // Rotations: disjoint page ranges and q/out row ranges.
-    const int R = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({8, num_pages / pages_needed, kMaxTokens / std::max<int64_t>(T, 1)})));
+    const int R = static_cast<int>(
+        std::max<int64_t>(1, std::min<int64_t>({8, num_pages / pages_needed, kMaxTokens / std::max<int64_t>(T, 1)})));
     std::vector<int32_t *> bts(R);
     std::vector<int32_t> qs(ns + 1, 0), cl(ns);
     for (int i = 0; i < ns; ++i) qs[i + 1] = qs[i] + seqs[i].q, cl[i] = seqs[i].ctx;
@@ -143,7 +144,8 @@ struct Bench {
       std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages, 0);
       int64_t next = r * pages_needed;
       for (int i = 0; i < ns; ++i)
-        for (int p = 0; p * kPs < seqs[i].ctx + seqs[i].q; ++p) bt[static_cast<size_t>(i) * max_pages + p] = static_cast<int32_t>(next++);
+        for (int p = 0; p * kPs < seqs[i].ctx + seqs[i].q; ++p)
+          bt[static_cast<size_t>(i) * max_pages + p] = static_cast<int32_t>(next++);
       bts[r] = gpu::upload(bt);
     }
     const DLDevice dev{kDLCUDA, 0};
@@ -236,19 +238,31 @@ int main(int argc, char **argv) {
   int idle_ms = 0;
   float scale = 1.0f / 128;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
-    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
-    else if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else if (!std::strcmp(argv[i], "--no-sweep")) sweep = false;
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else if (!std::strcmp(argv[i], "--no-workspace")) workspace = false;
-    else if (!std::strcmp(argv[i], "--sync-each")) sync_each = true;
-    else if (!std::strcmp(argv[i], "--graph")) graph = true;
-    else if (!std::strcmp(argv[i], "--idle-ms") && i + 1 < argc) sync_each = true, idle_ms = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--scale") && i + 1 < argc) scale = static_cast<float>(std::atof(argv[++i]));
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc)
+      commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!std::strcmp(argv[i], "--no-sweep"))
+      sweep = false;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
+    else if (!std::strcmp(argv[i], "--no-workspace"))
+      workspace = false;
+    else if (!std::strcmp(argv[i], "--sync-each"))
+      sync_each = true;
+    else if (!std::strcmp(argv[i], "--graph"))
+      graph = true;
+    else if (!std::strcmp(argv[i], "--idle-ms") && i + 1 < argc)
+      sync_each = true, idle_ms = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--scale") && i + 1 < argc)
+      scale = static_cast<float>(std::atof(argv[++i]));
   }
   if (graph && sync_each) {
-    std::fprintf(stderr, "bench_prefill: --graph times replays of captured launches; it does not go with --sync-each or --idle-ms\n");
+    std::fprintf(
+        stderr,
+        "bench_prefill: --graph times replays of captured launches; it does not go with --sync-each or --idle-ms\n");
     return 2;
   }
   int32_t n = 0;
@@ -265,7 +279,10 @@ int main(int argc, char **argv) {
   b.scale = scale;
   b.init();
   if (workspace) b.use_workspace();
-  const std::string timing = graph ? "graph" : !sync_each ? "queued" : idle_ms > 0 ? "sync-each, idle " + std::to_string(idle_ms) + " ms" : "sync-each";
+  const std::string timing = graph         ? "graph"
+                             : !sync_each  ? "queued"
+                             : idle_ms > 0 ? "sync-each, idle " + std::to_string(idle_ms) + " ms"
+                                           : "sync-each";
   std::printf("split workspace: %zu bytes; timing: %s\n", b.workspace_bytes, timing.c_str());
 
   struct Row {
@@ -299,7 +316,8 @@ int main(int argc, char **argv) {
       {"128k C=0", {{0, 131072}}},
       {"128k C=96k", {{98304, 32768}}},
       {"131072 C=100000 (unaligned)", {{100000, 31072}}},
-      {"mixed batch of 8", {{0, 4096}, {8192, 2048}, {30000, 2768}, {1000, 3000}, {16384, 1}, {4095, 4097}, {12000, 500}, {0, 8192}}},
+      {"mixed batch of 8",
+       {{0, 4096}, {8192, 2048}, {30000, 2768}, {1000, 3000}, {16384, 1}, {4095, 4097}, {12000, 500}, {0, 8192}}},
   };
   if (!only.empty()) {
     for (auto &c : cases)
@@ -344,22 +362,28 @@ int main(int argc, char **argv) {
     }
     // The kernel family: BSPA_CUDA_PATH (sm80 | sm90 | auto = by compute capability).
     const char *path = std::getenv("BSPA_CUDA_PATH");
-    std::fprintf(f, "{\n  \"gpu\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n  \"backend\": \"bspa %s\",\n"
-                    "  \"workspace_bytes\": %zu,\n  \"timing\": \"%s\",\n",
+    std::fprintf(f,
+                 "{\n  \"gpu\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n  \"backend\": \"bspa %s\",\n"
+                 "  \"workspace_bytes\": %zu,\n  \"timing\": \"%s\",\n",
                  prop.name, commit.c_str(), date, path && *path ? path : "auto", b.workspace_bytes, timing.c_str());
-    std::fprintf(f, "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
-                    "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"scale\": %.7g},\n",
+    std::fprintf(f,
+                 "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
+                 "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"scale\": %.7g},\n",
                  kHq, kHkv, kD, kPs, kB, kLb, kV, scale);
     std::fprintf(f, "  \"cases\": [\n");
     for (size_t i = 0; i < rows.size(); ++i)
-      std::fprintf(f, "    {\"name\": \"%s\", \"layout\": \"%s\", \"S\": %lld, \"C\": %lld, \"T\": %lld, \"ms\": %.4f, \"useful_tflops\": %.1f}%s\n",
-                   rows[i].name.c_str(), rows[i].layout.c_str(), (long long)rows[i].S, (long long)rows[i].C,
-                   (long long)rows[i].T, rows[i].ms, rows[i].tflops, i + 1 < rows.size() ? "," : "");
+      std::fprintf(
+          f,
+          "    {\"name\": \"%s\", \"layout\": \"%s\", \"S\": %lld, \"C\": %lld, \"T\": %lld, \"ms\": %.4f, \"useful_tflops\": %.1f}%s\n",
+          rows[i].name.c_str(), rows[i].layout.c_str(), (long long)rows[i].S, (long long)rows[i].C,
+          (long long)rows[i].T, rows[i].ms, rows[i].tflops, i + 1 < rows.size() ? "," : "");
     std::fprintf(f, "  ],\n  \"sweep\": [\n");
     for (size_t i = 0; i < sw.size(); ++i)
-      std::fprintf(f, "    {\"S\": %lld, \"hit\": %d, \"aligned\": %s, \"C\": %lld, \"sparse_ms\": %.4f, \"dense_ms\": %.4f, \"stack_ms\": %.3f}%s\n",
-                   (long long)sw[i].S, sw[i].hit, sw[i].aligned ? "true" : "false", (long long)sw[i].C, sw[i].sparse_ms,
-                   sw[i].dense_ms, sw[i].stack_ms, i + 1 < sw.size() ? "," : "");
+      std::fprintf(
+          f,
+          "    {\"S\": %lld, \"hit\": %d, \"aligned\": %s, \"C\": %lld, \"sparse_ms\": %.4f, \"dense_ms\": %.4f, \"stack_ms\": %.3f}%s\n",
+          (long long)sw[i].S, sw[i].hit, sw[i].aligned ? "true" : "false", (long long)sw[i].C, sw[i].sparse_ms,
+          sw[i].dense_ms, sw[i].stack_ms, i + 1 < sw.size() ? "," : "");
     std::fprintf(f, "  ]\n}\n");
     std::fclose(f);
   }

@@ -12,13 +12,13 @@
 #include <cstring>
 #include <vector>
 
-#define CUDA_OK(call)                                                                          \
-  do {                                                                                         \
-    cudaError_t e_ = (call);                                                                   \
-    if (e_ != cudaSuccess) {                                                                   \
+#define CUDA_OK(call)                                                                             \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) {                                                                      \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                            \
-    }                                                                                          \
+      std::exit(2);                                                                               \
+    }                                                                                             \
   } while (0)
 
 #define BSPA_OK_OR_DIE(call)                                                                         \
@@ -71,7 +71,7 @@ inline uint16_t f32_to_f16(float f) {
   const uint32_t ax = x & 0x7fffffffu;
   if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (ax < 0x38800000u) {  // subnormal
+  if (ax < 0x38800000u) {                                               // subnormal
     float a;
     std::memcpy(&a, &ax, 4);
     return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));

@@ -9,16 +9,13 @@
 
 namespace bspa::cache {
 
-
 Key salt_digest(const void *salt, size_t salt_len, uint64_t seed) {
   const XXH128_hash_t h = XXH3_128bits_withSeed(salt_len ? salt : "", salt_len, seed);
   return Key{h.low64, h.high64};
 }
 
 PageHasher::PageHasher(int32_t page_size, uint64_t seed)
-    : page_size_(page_size),
-      seed_(seed),
-      buffer_bytes_(16 + sizeof(int32_t) * static_cast<size_t>(page_size) + 8) {
+    : page_size_(page_size), seed_(seed), buffer_bytes_(16 + sizeof(int32_t) * static_cast<size_t>(page_size) + 8) {
   static_assert(sizeof(secret_) == XXH3_SECRET_DEFAULT_SIZE, "secret size");
   XXH3_generateSecret_fromSeed(secret_, seed);
   buffer_ = new unsigned char[buffer_bytes_];

@@ -15,20 +15,20 @@ namespace {
 void check_scales(const float *s, int32_t n, const char *name, int32_t layer) {
   for (int32_t h = 0; h < n; ++h)
     bspa::check(std::isfinite(s[h]) && s[h] > 0.0f, Errc::InvalidArgument, name, "[", h, "] = ", s[h], " for layer ",
-          layer, " (KV head ", h, ") is not a finite positive scale");
+                layer, " (KV head ", h, ") is not a finite positive scale");
 }
 
 }  // namespace
 
 void Pool::set_kv_scales(int32_t layer, const float *k, const float *v, int32_t n) {
   bspa::check(config_.dtype == ElementType::FP8_E4M3, Errc::InvalidState,
-        "the pool's dtype is not fp8_e4m3: its pages carry no scales");
+              "the pool's dtype is not fp8_e4m3: its pages carry no scales");
   bspa::check(layer >= 0 && layer < config_.num_layers, Errc::OutOfRange, "layer = ", layer, " is not in [0, ",
-        config_.num_layers, ")");
+              config_.num_layers, ")");
   bspa::check(k != nullptr, Errc::NullPointer, "k_scales is NULL");
   bspa::check(v != nullptr, Errc::NullPointer, "v_scales is NULL");
   bspa::check(n == config_.num_kv_heads, Errc::InvalidArgument, "n = ", n, " but the pool has ", config_.num_kv_heads,
-        " KV heads (one scale per KV head)");
+              " KV heads (one scale per KV head)");
   check_scales(k, n, "k_scales", layer);
   check_scales(v, n, "v_scales", layer);
   const size_t hkv = static_cast<size_t>(n), offset = static_cast<size_t>(layer) * 2 * hkv;
@@ -52,15 +52,15 @@ void Pool::set_kv_scales(int32_t layer, const float *k, const float *v, int32_t 
 
 void Pool::get_kv_scales(int32_t layer, float *k, float *v, int32_t n) const {
   bspa::check(config_.dtype == ElementType::FP8_E4M3, Errc::InvalidState,
-        "the pool's dtype is not fp8_e4m3: its pages carry no scales");
+              "the pool's dtype is not fp8_e4m3: its pages carry no scales");
   bspa::check(layer >= 0 && layer < config_.num_layers, Errc::OutOfRange, "layer = ", layer, " is not in [0, ",
-        config_.num_layers, ")");
+              config_.num_layers, ")");
   bspa::check(n == config_.num_kv_heads, Errc::InvalidArgument, "n = ", n, " but the pool has ", config_.num_kv_heads,
-        " KV heads (one scale per KV head)");
+              " KV heads (one scale per KV head)");
   const size_t hkv = static_cast<size_t>(n), offset = static_cast<size_t>(layer) * 2 * hkv;
   std::lock_guard<std::mutex> lock(mutex_);
   bspa::check(kv_scales_set_[static_cast<size_t>(layer)] != 0, Errc::InvalidState, "layer ", layer,
-        " of the fp8 pool has no KV scales yet (bspa_pool_set_kv_scales)");
+              " of the fp8 pool has no KV scales yet (bspa_pool_set_kv_scales)");
   if (k) std::memcpy(k, kv_scales_.data() + offset, hkv * sizeof(float));
   if (v) std::memcpy(v, kv_scales_.data() + offset + hkv, hkv * sizeof(float));
 }
@@ -77,9 +77,9 @@ Pool::LaunchScales Pool::launch_kv_scales(int32_t layer, float *k_host, float *v
   const size_t hkv = static_cast<size_t>(config_.num_kv_heads), offset = static_cast<size_t>(layer) * 2 * hkv;
   std::lock_guard<std::mutex> lock(mutex_);
   bspa::check(config_.dtype == ElementType::FP8_E4M3 && layer >= 0 && layer < config_.num_layers &&
-            kv_scales_set_[static_cast<size_t>(layer)] != 0,
-        Errc::InvalidState, "layer ", layer,
-        " of the fp8 pool has no KV scales: call bspa_pool_set_kv_scales before writing or reading it");
+                  kv_scales_set_[static_cast<size_t>(layer)] != 0,
+              Errc::InvalidState, "layer ", layer,
+              " of the fp8 pool has no KV scales: call bspa_pool_set_kv_scales before writing or reading it");
   LaunchScales s;
   if (kv_scales_device_.bytes() > 0) {
     const float *d = static_cast<const float *>(kv_scales_device_.data()) + offset;

@@ -33,12 +33,12 @@ PoolConfig validated(PoolConfig c) {
   bspa::check(c.num_kv_heads >= 1, Errc::InvalidArgument, "num_kv_heads = ", c.num_kv_heads, " is not >= 1");
   bspa::check(c.head_dim >= 1, Errc::InvalidArgument, "head_dim = ", c.head_dim, " is not >= 1");
   bspa::check(c.page_size >= 16 && c.page_size <= 256 && (c.page_size & (c.page_size - 1)) == 0, Errc::InvalidArgument,
-        "page_size = ", c.page_size, " is not a power of two in [16, 256]");
+              "page_size = ", c.page_size, " is not a power of two in [16, 256]");
   constexpr int64_t max_pages = std::numeric_limits<int32_t>::max();
   bspa::check(c.events_capacity >= 0 && c.events_capacity <= max_pages, Errc::InvalidArgument,
               "events_capacity = ", c.events_capacity, " is not in [0, ", max_pages, "] (0 = no events)");
   bspa::check(c.num_pages >= 0 && c.num_pages <= max_pages, Errc::InvalidArgument, "num_pages = ", c.num_pages,
-        " is not in [0, ", max_pages, "] (0 derives it from memory_bytes)");
+              " is not in [0, ", max_pages, "] (0 derives it from memory_bytes)");
   if (c.device == DeviceKind::Cpu) {
     check(c.device_id == 0, Errc::InvalidArgument, "device_id = ", c.device_id, " must be 0 for a CPU pool");
   } else {
@@ -110,7 +110,7 @@ Pool::~Pool() {
 void *Pool::k_data(int32_t layer) const {
   bspa::check(config_.num_layers > 0, Errc::InvalidState, "the pool has num_layers = 0 and keeps no KV storage");
   bspa::check(layer >= 0 && layer < config_.num_layers, Errc::OutOfRange, "layer = ", layer, " is not in [0, ",
-        config_.num_layers, ")");
+              config_.num_layers, ")");
   return static_cast<char *>(storage_.data()) + layer_bytes_ * (2 * static_cast<size_t>(layer));
 }
 

@@ -39,19 +39,17 @@ namespace bspa::cache {
 // FP8_E4M3: one byte per element, dequantized with the pool's per-(layer, KV head) scales.
 // Equal to bspa_dtype (capi/src/enum_mirrors.cpp checks it).
 enum class ElementType : int32_t { F32 = 0, F16 = 1, BF16 = 2, FP8_E4M3 = 3 };
-inline size_t element_bytes(ElementType t) {
-  return t == ElementType::F32 ? 4 : t == ElementType::FP8_E4M3 ? 1 : 2;
-}
+inline size_t element_bytes(ElementType t) { return t == ElementType::F32 ? 4 : t == ElementType::FP8_E4M3 ? 1 : 2; }
 
 struct PoolConfig {
   DeviceKind device = DeviceKind::Cpu;
   int32_t device_id = 0;
   ElementType dtype = ElementType::BF16;
-  int32_t num_layers = 1;    // 0 = bookkeeping and prefix lookup only
+  int32_t num_layers = 1;  // 0 = bookkeeping and prefix lookup only
   int32_t num_kv_heads = 1;
   int32_t head_dim = 128;
-  int32_t page_size = 64;    // power of two in [16, 256]
-  int64_t num_pages = 0;     // in [1, INT32_MAX], or 0 to derive from memory_bytes
+  int32_t page_size = 64;  // power of two in [16, 256]
+  int64_t num_pages = 0;   // in [1, INT32_MAX], or 0 to derive from memory_bytes
   uint64_t memory_bytes = 0;
   uint64_t hash_seed = 0;
   int64_t events_capacity = 0;  // KV cache event records kept until drained; 0 = no events
@@ -154,8 +152,8 @@ class Pool {
   friend class Sequence;
 
   struct Page {
-    Key key;               // valid while published
-    Key parent_key;        // the parent's key; for a chain's first page, the salt digest
+    Key key;         // valid while published
+    Key parent_key;  // the parent's key; for a chain's first page, the salt digest
     uint64_t extra_key = 0;
     int32_t parent_page = -1;  // the parent page when published (-1: first page)
     uint32_t parent_gen = 0;   // its generation then: a re-used parent never verifies
@@ -177,9 +175,9 @@ class Pool {
     for (int32_t b = 0; b < config_.page_size * 4; b += 64) __builtin_prefetch(t + b);
   }
   int64_t available_pages() const { return static_cast<int64_t>(free_.size()) + lru_size_; }
-  int32_t take_page();             // precondition: available_pages() > 0
-  void pin(int32_t page);          // ref++ (leaving the LRU list if cached)
-  void release(int32_t page);      // ref--; at 0 to the LRU tail or the free list
+  int32_t take_page();         // precondition: available_pages() > 0
+  void pin(int32_t page);      // ref++ (leaving the LRU list if cached)
+  void release(int32_t page);  // ref--; at 0 to the LRU tail or the free list
   void lru_push_back(int32_t page);
   void lru_unlink(int32_t page);
   // The published page equal to (key, tokens, extra key, parent), or -1.
@@ -207,8 +205,8 @@ class Pool {
   KvStorage kv_scales_device_;
   std::unique_ptr<int32_t[]> tokens_;  // [num_pages][page_size]: a hit is verified against them
   std::vector<Page> pages_;
-  std::vector<int32_t> free_;          // a stack of never-published free pages
-  int32_t lru_head_ = -1;              // least recently used: evicted first
+  std::vector<int32_t> free_;  // a stack of never-published free pages
+  int32_t lru_head_ = -1;      // least recently used: evicted first
   int32_t lru_tail_ = -1;
   int64_t lru_size_ = 0;
   int64_t in_use_ = 0;

@@ -28,20 +28,19 @@ void Pool::check() const {
     const Sequence *s = sequences_[i];
     expect(s->registry_slot_ == i, "sequence registry slot ", s->registry_slot_, " stored at ", i);
     expect(s->num_cached_ <= s->num_computed_ && s->num_computed_ <= s->num_tokens_ && s->num_cached_ >= 0,
-           "sequence counts cached ", s->num_cached_, " <= computed ", s->num_computed_, " <= tokens ",
-           s->num_tokens_);
-    expect(static_cast<int64_t>(s->pages_.size()) == (s->num_tokens_ + ps - 1) / ps, "a sequence of ",
-           s->num_tokens_, " tokens holds ", s->pages_.size(), " pages");
-    expect(s->keyed_pages_ == s->num_computed_ / ps, "a sequence with ", s->num_computed_,
-           " computed tokens has ", s->keyed_pages_, " keyed pages");
+           "sequence counts cached ", s->num_cached_, " <= computed ", s->num_computed_, " <= tokens ", s->num_tokens_);
+    expect(static_cast<int64_t>(s->pages_.size()) == (s->num_tokens_ + ps - 1) / ps, "a sequence of ", s->num_tokens_,
+           " tokens holds ", s->pages_.size(), " pages");
+    expect(s->keyed_pages_ == s->num_computed_ / ps, "a sequence with ", s->num_computed_, " computed tokens has ",
+           s->keyed_pages_, " keyed pages");
     for (int32_t p : s->pages_) {
       expect(p >= 0 && p < num_pages_, "sequence page id ", p, " out of [0, ", num_pages_, ")");
       ++refs[static_cast<size_t>(p)];
     }
     // An event-queue overflow since the match unpublished everything (overflow_events).
     for (int64_t j = 0; s->match_resets_ == index_resets_ && j < s->num_cached_ / ps; ++j) {
-      expect(pages_[static_cast<size_t>(s->pages_[static_cast<size_t>(j)])].published,
-             "matched page ", s->pages_[static_cast<size_t>(j)], " is not published");
+      expect(pages_[static_cast<size_t>(s->pages_[static_cast<size_t>(j)])].published, "matched page ",
+             s->pages_[static_cast<size_t>(j)], " is not published");
     }
   }
   for (size_t i = 0; i < holds_.size(); ++i) {
@@ -90,8 +89,8 @@ void Pool::check() const {
   }
   expect(static_cast<int64_t>(free_.size()) == unreferenced_unpublished, "free list holds ", free_.size(),
          " pages but ", unreferenced_unpublished, " unreferenced pages are unpublished");
-  expect(static_cast<int64_t>(free_.size()) + lru_size_ + in_use_ == num_pages_, "free ", free_.size(),
-         " + cached ", lru_size_, " + in use ", in_use_, " != total ", num_pages_);
+  expect(static_cast<int64_t>(free_.size()) + lru_size_ + in_use_ == num_pages_, "free ", free_.size(), " + cached ",
+         lru_size_, " + in use ", in_use_, " != total ", num_pages_);
 
   // The prefix index holds each published page once, under its key, reachable by probing.
   std::fill(seen.begin(), seen.end(), 0);

@@ -95,8 +95,7 @@ void Sequence::append(const int32_t *tokens, int64_t n) {
   Pool &p = *pool_;
   std::lock_guard<std::mutex> lock(p.mutex_);
   const int64_t ps = p.config_.page_size;
-  check(n <= std::numeric_limits<int64_t>::max() - ps - num_tokens_, Errc::InvalidArgument, "n = ", n,
-        " is too large");
+  check(n <= std::numeric_limits<int64_t>::max() - ps - num_tokens_, Errc::InvalidArgument, "n = ", n, " is too large");
   const int64_t total = num_tokens_ + n;
   const int64_t pages_needed = (total + ps - 1) / ps;
   const int64_t more = pages_needed - static_cast<int64_t>(pages_.size());

@@ -59,7 +59,7 @@ class Sequence {
   Key root_digest_;  // untruncated digest of the salt: verifies a chain's first page
   Key root_key_;     // its truncated form: the first parent key
   uint64_t extra_key_;
-  uint32_t salt_index_;  // the salt's entry in the pool's event queue (0 without events)
+  uint32_t salt_index_;        // the salt's entry in the pool's event queue (0 without events)
   uint64_t match_resets_ = 0;  // the pool's index_resets_ when match pinned its pages
   std::vector<int32_t> pages_;
   int64_t num_tokens_ = 0;

@@ -59,8 +59,7 @@ inline uint64_t checked_product(Errc code, const std::string &what, std::initial
       if (g.name) s << " (" << g.name << ")";
       first = false;
     }
-    s << " exceeds " << limit << ' ' << unit << " (the product overflows at " << (f.name ? f.name : "a factor")
-      << ")";
+    s << " exceeds " << limit << ' ' << unit << " (the product overflows at " << (f.name ? f.name : "a factor") << ")";
     fail(code, s.str());
   }
   return r;

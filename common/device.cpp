@@ -47,8 +47,8 @@ DeviceGuard::~DeviceGuard() {
 
 void *cuda_malloc(int32_t device, size_t bytes) {
   const int32_t n = cuda_device_count();
-  check(device >= 0 && device < n, Errc::NoDevice, "device_type = kDLCUDA with device_id = ", device, ", but this machine has ", n,
-        " CUDA device(s)");
+  check(device >= 0 && device < n, Errc::NoDevice, "device_type = kDLCUDA with device_id = ", device,
+        ", but this machine has ", n, " CUDA device(s)");
   DeviceGuard guard(device);
   void *p = nullptr;
   cudaError_t e = cudaMalloc(&p, bytes);

@@ -60,7 +60,7 @@ BSPA_HOST_DEVICE inline uint8_t f32_to_fp8_e4m3(float f) {
   const uint32_t u = fp8_f32_bits(f);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);  // NaN
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);   // NaN
   if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448 (and inf): saturate
   const int32_t exp = static_cast<int32_t>(a >> 23) - 127;
   if (exp < -10) return sign;  // below 2^-10, half the smallest subnormal: rounds to (signed) zero

@@ -11,13 +11,12 @@ Layout make_strided_layout(const StridedLayoutParams &p) {
   check(p.block_size >= 1, Errc::InvalidArgument, "block_size = ", p.block_size, " must be at least 1");
   check(p.local_blocks >= 1, Errc::InvalidArgument, "local_blocks = ", p.local_blocks, " must be at least 1");
   check(p.vert_stride >= 1, Errc::InvalidArgument, "vert_stride = ", p.vert_stride, " must be at least 1");
-  check(p.num_heads_total >= 1, Errc::InvalidArgument, "num_heads_total = ", p.num_heads_total,
-        " must be at least 1");
+  check(p.num_heads_total >= 1, Errc::InvalidArgument, "num_heads_total = ", p.num_heads_total, " must be at least 1");
   check(p.num_heads >= 1, Errc::InvalidArgument, "num_heads = ", p.num_heads, " must be at least 1");
   check(p.head_begin >= 0, Errc::InvalidArgument, "head_begin = ", p.head_begin, " is negative");
   check(static_cast<int64_t>(p.head_begin) + p.num_heads <= p.num_heads_total, Errc::InvalidArgument,
-        "head_begin = ", p.head_begin, " + num_heads = ", p.num_heads, " exceeds num_heads_total = ",
-        p.num_heads_total);
+        "head_begin = ", p.head_begin, " + num_heads = ", p.num_heads,
+        " exceeds num_heads_total = ", p.num_heads_total);
   Layout l;
   l.kind = Layout::Kind::Strided;
   l.num_heads = p.num_heads;
@@ -71,11 +70,11 @@ Layout make_csr_layout(int32_t num_heads, int32_t block_size, int32_t num_block_
     for (int32_t qb = 0; qb < num_block_rows; ++qb) {
       for (int32_t e = r[qb]; e < r[qb + 1]; ++e) {
         const int32_t kb = col[e];
-        check(kb >= 0 && kb <= qb, Errc::InvalidArgument, "head ", h, ", row ", qb, ", entry ", e - r[qb],
-              ": col[", e, "] = ", kb, " is not in [0, ", qb, "] (key blocks must be causal)");
+        check(kb >= 0 && kb <= qb, Errc::InvalidArgument, "head ", h, ", row ", qb, ", entry ", e - r[qb], ": col[", e,
+              "] = ", kb, " is not in [0, ", qb, "] (key blocks must be causal)");
         if (e > r[qb])
-          check(kb > col[e - 1], Errc::InvalidArgument, "head ", h, ", row ", qb, ", entry ", e - r[qb], ": col[",
-                e, "] = ", kb, " is not above the previous entry ", col[e - 1], " (rows must be strictly ascending)");
+          check(kb > col[e - 1], Errc::InvalidArgument, "head ", h, ", row ", qb, ", entry ", e - r[qb], ": col[", e,
+                "] = ", kb, " is not above the previous entry ", col[e - 1], " (rows must be strictly ascending)");
       }
       check(r[qb + 1] > r[qb] && col[r[qb + 1] - 1] == qb, Errc::InvalidArgument, "head ", h, ", row ", qb,
             ": the diagonal block ", qb, " is missing (every row must hold its own block)");

@@ -15,7 +15,8 @@ struct Layout {
   int32_t num_heads = 0;    // local heads (this rank's)
   int32_t block_size = 64;  // tokens per block
 
-  // Strided: allowed = kb <= qb && (qb - kb < local_blocks || (kb + (head_begin + h) * head_step + 1) % vert_stride == 0)
+  // Strided: allowed = kb <= qb && (qb - kb < local_blocks || (kb + (head_begin + h) * head_step + 1) % vert_stride ==
+  // 0)
   int32_t local_blocks = 0;
   int32_t vert_stride = 1;
   int32_t head_begin = 0;
@@ -35,8 +36,7 @@ struct Layout {
   bool allowed(int32_t h, int64_t qb, int64_t kb) const {
     if (kb > qb) return false;
     switch (kind) {
-      case Kind::Dense:
-        return true;
+      case Kind::Dense: return true;
       case Kind::Strided: {
         // Reduced term by term: kb may be near INT64_MAX (bspa_layout_allowed), where the
         // plain sum kb + g * s + 1 would overflow.

@@ -89,10 +89,10 @@ struct PrefillProblem {
 // Writes new tokens' K/V ([total_q, Hkv, head_dim], token/head strides in elements)
 // into the pages the block table names, at positions ctx .. ctx + q_i of each sequence.
 struct KvWriteProblem {
-  DType dtype = DType::BF16;     // of k_new / v_new
-  DType kv_dtype = DType::BF16;  // FP8_E4M3: the pages are e4m3, quantized on write (round to
-                                 // nearest even of value / scale[h], saturated to +-448); any
-                                 // other value: the pages are of dtype
+  DType dtype = DType::BF16;                           // of k_new / v_new
+  DType kv_dtype = DType::BF16;                        // FP8_E4M3: the pages are e4m3, quantized on write (round to
+                                                       // nearest even of value / scale[h], saturated to +-448); any
+                                                       // other value: the pages are of dtype
   const float *k_scale = nullptr, *v_scale = nullptr;  // [Hkv] for FP8_E4M3, same memory as pages
   int32_t num_kv_heads = 0, head_dim = 0, page_size = 0;
   int32_t num_seqs = 0;

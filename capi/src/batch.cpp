@@ -50,9 +50,8 @@ BSPA_API bspa_status bspa_batch_create(bspa_batch **batch, bspa_pool *pool, bspa
         check(seen.insert(seqs[i]).second, Errc::InvalidArgument, "seqs[", i, "] appears twice in the batch");
         check(query_lens[i] >= 0, Errc::InvalidArgument, "query_lens[", i, "] = ", query_lens[i], " is negative");
         const int64_t end = s.num_computed() + query_lens[i];
-        check(end <= s.num_tokens(), Errc::OutOfRange, "seqs[", i, "]: computed ", s.num_computed(),
-              " + query_lens[", i, "] ", query_lens[i], " = ", end, " is past its ", s.num_tokens(),
-              " appended tokens");
+        check(end <= s.num_tokens(), Errc::OutOfRange, "seqs[", i, "]: computed ", s.num_computed(), " + query_lens[",
+              i, "] ", query_lens[i], " = ", end, " is past its ", s.num_tokens(), " appended tokens");
         check(end <= std::numeric_limits<int32_t>::max(), Errc::OutOfRange, "seqs[", i, "]: ", end,
               " tokens exceed INT32_MAX");
         contexts[static_cast<size_t>(i)] = static_cast<int32_t>(s.num_computed());
@@ -75,7 +74,8 @@ BSPA_API bspa_status bspa_batch_create(bspa_batch **batch, bspa_pool *pool, bspa
     in.decode_max_query_len = cuda ? bspa::kernels::cuda_decode_max_query_len() : 0;
     b->pool = pool;
     b->plan = bspa::kernels::plan_batch(in);
-    if (cuda) b->device = bspa::kernels::upload_batch_cuda(b->plan, p.device_id(), p.head_dim(), p.num_kv_heads(), stream);
+    if (cuda)
+      b->device = bspa::kernels::upload_batch_cuda(b->plan, p.device_id(), p.head_dim(), p.num_kv_heads(), stream);
     *batch = b.release();
   });
 }

@@ -12,7 +12,7 @@
 
 struct bspa_batch {
   const bspa_pool *pool = nullptr;
-  bspa::cache::Pool *owner = nullptr;    // the same pool, for releasing `pages`
+  bspa::cache::Pool *owner = nullptr;      // the same pool, for releasing `pages`
   bspa::cache::PageHold *pages = nullptr;  // the snapshotted pages' references
   bspa::kernels::BatchPlan plan;
   std::unique_ptr<bspa::kernels::DeviceBatchMetadata> device;  // CUDA pools only

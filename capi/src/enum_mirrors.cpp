@@ -30,7 +30,7 @@ BSPA_SAME_STATUS(Version, BSPA_ERR_VERSION);
 BSPA_SAME_STATUS(Internal, BSPA_ERR_INTERNAL);
 #undef BSPA_SAME_STATUS
 
-#define BSPA_SAME_DTYPE(name, dtype)                                                                     \
+#define BSPA_SAME_DTYPE(name, dtype)                                                                  \
   static_assert(static_cast<bspa_dtype>(cache::ElementType::name) == (dtype), "ElementType::" #name); \
   static_assert(static_cast<bspa_dtype>(kernels::DType::name) == (dtype), "DType::" #name)
 BSPA_SAME_DTYPE(F32, BSPA_DTYPE_F32);

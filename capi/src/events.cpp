@@ -28,9 +28,8 @@ bspa::cache::EventQueue &queue_of(bspa::cache::Pool &p) {
 
 extern "C" {
 
-BSPA_API bspa_status bspa_pool_events_drain(bspa_pool *pool, bspa_kv_event *events, int64_t capacity,
-                                            int32_t *tokens, int64_t token_capacity, int64_t *num_events,
-                                            int64_t *num_tokens) {
+BSPA_API bspa_status bspa_pool_events_drain(bspa_pool *pool, bspa_kv_event *events, int64_t capacity, int32_t *tokens,
+                                            int64_t token_capacity, int64_t *num_events, int64_t *num_tokens) {
   return bspa::capi::guarded(__func__, [&] {
     bspa::cache::Pool &p = *pool_of(require(pool, "pool"));
     require(num_events, "num_events");
@@ -38,8 +37,8 @@ BSPA_API bspa_status bspa_pool_events_drain(bspa_pool *pool, bspa_kv_event *even
     bspa::check(capacity >= 0, Errc::InvalidArgument, "capacity = ", capacity, " is negative");
     bspa::check(token_capacity >= 0, Errc::InvalidArgument, "token_capacity = ", token_capacity, " is negative");
     bspa::check(events != nullptr || capacity == 0, Errc::NullPointer, "events is NULL but capacity = ", capacity);
-    bspa::check(tokens != nullptr || token_capacity == 0, Errc::NullPointer, "tokens is NULL but token_capacity = ",
-                token_capacity);
+    bspa::check(tokens != nullptr || token_capacity == 0, Errc::NullPointer,
+                "tokens is NULL but token_capacity = ", token_capacity);
     std::lock_guard<std::mutex> lock(p.mutex());
     bspa::cache::EventQueue &q = queue_of(p);
     const int64_t n = q.size();
@@ -49,8 +48,8 @@ BSPA_API bspa_status bspa_pool_events_drain(bspa_pool *pool, bspa_kv_event *even
     if (events == nullptr && tokens == nullptr) return;  // the size query of two-call sizing
     bspa::check(capacity >= n, Errc::BufferTooSmall, "capacity = ", capacity, " is below the ", n,
                 " queued events (*num_events holds the count needed; nothing was drained)");
-    bspa::check(token_capacity >= nt, Errc::BufferTooSmall, "token_capacity = ", token_capacity, " is below the ",
-                nt, " tokens of the queued stored pages (*num_tokens holds the count needed; nothing was drained)");
+    bspa::check(token_capacity >= nt, Errc::BufferTooSmall, "token_capacity = ", token_capacity, " is below the ", nt,
+                " tokens of the queued stored pages (*num_tokens holds the count needed; nothing was drained)");
     const auto &records = q.records();
     for (int64_t i = 0; i < n; ++i) {
       const bspa::cache::EventRecord &r = records[static_cast<size_t>(i)];

@@ -46,8 +46,8 @@ T *require(T *pointer, const char *name) {
 // Options structs: version 0 means never initialised; newer versions than we know are refused.
 inline void check_options_version(uint32_t version, uint32_t known, const char *name) {
   check(version != 0, Errc::Version, name, "->version = 0: initialise it with its *_options_init function");
-  check(version <= known, Errc::Version, name, "->version = ", version, " is newer than this library knows (",
-        known, ")");
+  check(version <= known, Errc::Version, name, "->version = ", version, " is newer than this library knows (", known,
+        ")");
 }
 
 }  // namespace bspa::capi

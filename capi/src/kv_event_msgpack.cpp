@@ -89,8 +89,9 @@ __attribute__((target("ssse3"))) size_t tokens_ssse3(unsigned char *&p, const in
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(t + j));
     if (_mm_movemask_epi8(_mm_cmplt_epi32(v, floor))) break;  // an id below 256, or negative
     const int m = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(v, narrow_max)));
-    const __m128i lo = _mm_or_si128(_mm_shuffle_epi8(v, _mm_load_si128(reinterpret_cast<const __m128i *>(table.shuffle[m]))),
-                                    _mm_load_si128(reinterpret_cast<const __m128i *>(table.tags[m])));
+    const __m128i lo =
+        _mm_or_si128(_mm_shuffle_epi8(v, _mm_load_si128(reinterpret_cast<const __m128i *>(table.shuffle[m]))),
+                     _mm_load_si128(reinterpret_cast<const __m128i *>(table.tags[m])));
     const __m128i hi =
         _mm_or_si128(_mm_shuffle_epi8(v, _mm_load_si128(reinterpret_cast<const __m128i *>(table.shuffle[m] + 16))),
                      _mm_load_si128(reinterpret_cast<const __m128i *>(table.tags[m] + 16)));

@@ -84,8 +84,8 @@ BSPA_API bspa_status bspa_layout_allowed(const bspa_layout *layout, int32_t head
     bspa::check(q_block >= 0, Errc::OutOfRange, "q_block = ", q_block, " is negative");
     bspa::check(k_block >= 0, Errc::OutOfRange, "k_block = ", k_block, " is negative");
     if (l.kind == bspa::kernels::Layout::Kind::Csr)
-      bspa::check(q_block < l.num_block_rows, Errc::OutOfRange, "q_block = ", q_block,
-                  " is past the CSR layout's ", l.num_block_rows, " block rows");
+      bspa::check(q_block < l.num_block_rows, Errc::OutOfRange, "q_block = ", q_block, " is past the CSR layout's ",
+                  l.num_block_rows, " block rows");
     *allowed = l.allowed(head, q_block, k_block) ? 1 : 0;
   });
 }

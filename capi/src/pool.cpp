@@ -129,8 +129,8 @@ BSPA_API bspa_status bspa_pool_info(const bspa_pool *pool, struct bspa_pool_info
   return bspa::capi::guarded(__func__, [&] {
     const bspa::cache::Pool &p = *pool_of(require(pool, "pool"));
     require(info, "info");
-    bspa::check(info->version != 0 && info->version <= BSPA_POOL_INFO_VERSION, Errc::Version, "info->version = ",
-                info->version, " but this library fills versions 1 to ", BSPA_POOL_INFO_VERSION,
+    bspa::check(info->version != 0 && info->version <= BSPA_POOL_INFO_VERSION, Errc::Version,
+                "info->version = ", info->version, " but this library fills versions 1 to ", BSPA_POOL_INFO_VERSION,
                 " (set it to BSPA_POOL_INFO_VERSION)");
     const bool cuda = p.device() == bspa::cache::DeviceKind::Cuda;
     info->device_type = cuda ? kDLCUDA : kDLCPU;
@@ -152,16 +152,14 @@ BSPA_API bspa_status bspa_pool_info(const bspa_pool *pool, struct bspa_pool_info
 
 BSPA_API bspa_status bspa_pool_set_kv_scales(bspa_pool *pool, int32_t layer, const float *k_scales,
                                              const float *v_scales, int32_t n) {
-  return bspa::capi::guarded(__func__, [&] {
-    pool_of(require(pool, "pool"))->set_kv_scales(layer, k_scales, v_scales, n);
-  });
+  return bspa::capi::guarded(__func__,
+                             [&] { pool_of(require(pool, "pool"))->set_kv_scales(layer, k_scales, v_scales, n); });
 }
 
 BSPA_API bspa_status bspa_pool_get_kv_scales(const bspa_pool *pool, int32_t layer, float *k_scales, float *v_scales,
                                              int32_t n) {
-  return bspa::capi::guarded(__func__, [&] {
-    pool_of(require(pool, "pool"))->get_kv_scales(layer, k_scales, v_scales, n);
-  });
+  return bspa::capi::guarded(__func__,
+                             [&] { pool_of(require(pool, "pool"))->get_kv_scales(layer, k_scales, v_scales, n); });
 }
 
 BSPA_API bspa_status bspa_pool_check(const bspa_pool *pool) {

@@ -47,10 +47,10 @@ AttentionViews describe_attention(bspa::kernels::PrefillProblem &p, const bspa_l
   require(layout, "layout");
   const int32_t hq = layout->layout.num_heads;
   const TensorView qv = bspa::capi::view_tensor(q, "q", {-1, -1, head_dim});
-  check(q->shape[1] == hq, Errc::ShapeMismatch, "q.shape[1] = ", q->shape[1],
-        " query heads but the layout has ", hq, " heads");
-  check(hq % num_kv_heads == 0, Errc::ShapeMismatch, "q has ", hq, " query heads, not a multiple of the ",
-        num_kv_heads, " kv heads (GQA needs Hq % Hkv == 0)");
+  check(q->shape[1] == hq, Errc::ShapeMismatch, "q.shape[1] = ", q->shape[1], " query heads but the layout has ", hq,
+        " heads");
+  check(hq % num_kv_heads == 0, Errc::ShapeMismatch, "q has ", hq, " query heads, not a multiple of the ", num_kv_heads,
+        " kv heads (GQA needs Hq % Hkv == 0)");
   const int64_t t = q->shape[0];
   const TensorView ov = bspa::capi::view_tensor(out, "out", {t, hq, head_dim});
   bspa::capi::check_dtype(q, dtype, "q");
@@ -103,16 +103,16 @@ void check_paged_metadata(const bspa::kernels::PrefillProblem &p, int64_t num_pa
   check(qs[0] == 0, Errc::OutOfRange, "query_starts[0] = ", qs[0], " must be 0");
   const int64_t limit = bspa::kernels::layout_max_tokens(*p.layout);
   for (int32_t i = 0; i < p.num_seqs; ++i) {
-    check(qs[i + 1] >= qs[i], Errc::OutOfRange, "query_starts[", i + 1, "] = ", qs[i + 1],
-          " is below query_starts[", i, "] = ", qs[i]);
+    check(qs[i + 1] >= qs[i], Errc::OutOfRange, "query_starts[", i + 1, "] = ", qs[i + 1], " is below query_starts[", i,
+          "] = ", qs[i]);
     const int32_t ql = qs[i + 1] - qs[i], ctx = p.context_lens[i];
     check(ql <= p.max_query_len, Errc::OutOfRange, "sequence ", i, " has ", ql,
           " query rows, more than max_query_len = ", p.max_query_len);
     check(ctx >= 0, Errc::OutOfRange, "context_lens[", i, "] = ", ctx, " is negative");
     const int64_t tokens = static_cast<int64_t>(ctx) + ql;
     if (ql == 0) continue;
-    check(tokens <= limit, Errc::OutOfRange, "sequence ", i, " has ", tokens,
-          " tokens but the CSR layout covers only ", limit);
+    check(tokens <= limit, Errc::OutOfRange, "sequence ", i, " has ", tokens, " tokens but the CSR layout covers only ",
+          limit);
     const int64_t pages = (tokens + p.page_size - 1) / p.page_size;
     check(pages <= max_pages, Errc::OutOfRange, "sequence ", i, " needs ", pages, " pages for ", tokens,
           " tokens but block_table has ", max_pages, " columns");
@@ -159,8 +159,8 @@ const float *paged_scale(const DLTensor *t, const char *name, int64_t hkv, DLDev
   const float *f = reinterpret_cast<const float *>(s.data);
   if (device.device_type == kDLCPU)
     for (int64_t h = 0; h < hkv; ++h)
-      check(std::isfinite(f[h]) && f[h] > 0.0f, Errc::InvalidArgument, name, "[", h, "] = ", f[h],
-            " (KV head ", h, ") is not a finite positive scale");
+      check(std::isfinite(f[h]) && f[h] > 0.0f, Errc::InvalidArgument, name, "[", h, "] = ", f[h], " (KV head ", h,
+            ") is not a finite positive scale");
   return f;
 }
 
@@ -282,10 +282,10 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
           plan.total_q, " new tokens");
     const int64_t limit = bspa::kernels::layout_max_tokens(layout->layout);
     for (int32_t i = 0; i < plan.num_seqs; ++i) {
-      const int64_t tokens = static_cast<int64_t>(plan.context_lens[i]) + plan.query_starts[i + 1] -
-                             plan.query_starts[i];
-      check(tokens <= limit || plan.query_starts[i + 1] == plan.query_starts[i], Errc::OutOfRange,
-            "sequence ", i, " of the batch has ", tokens, " tokens but the CSR layout covers only ", limit);
+      const int64_t tokens =
+          static_cast<int64_t>(plan.context_lens[i]) + plan.query_starts[i + 1] - plan.query_starts[i];
+      check(tokens <= limit || plan.query_starts[i + 1] == plan.query_starts[i], Errc::OutOfRange, "sequence ", i,
+            " of the batch has ", tokens, " tokens but the CSR layout covers only ", limit);
     }
     p.page_size = pl.page_size();
     p.max_query_len = plan.max_query_len;
@@ -366,8 +366,8 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
 
     const TensorView k = bspa::capi::view_tensor(args->k_pages, "k_pages", {-1, -1, -1, -1});
     const int64_t num_pages = k.dim(0), hkv = k.dim(1), page_size = k.dim(2), head_dim = k.dim(3);
-    check(hkv >= 1 && page_size >= 1 && head_dim >= 1, Errc::ShapeMismatch, "k_pages.shape = [", num_pages, ", ",
-          hkv, ", ", page_size, ", ", head_dim, "] has an empty head, page or head dimension");
+    check(hkv >= 1 && page_size >= 1 && head_dim >= 1, Errc::ShapeMismatch, "k_pages.shape = [", num_pages, ", ", hkv,
+          ", ", page_size, ", ", head_dim, "] has an empty head, page or head dimension");
     // The kernels hold these as int32: a larger value would be truncated, not rejected.
     check(num_pages <= INT32_MAX && hkv <= INT32_MAX && page_size <= INT32_MAX && head_dim <= INT32_MAX,
           Errc::ShapeMismatch, "k_pages.shape = [", num_pages, ", ", hkv, ", ", page_size, ", ", head_dim,
@@ -391,9 +391,9 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
     bspa::capi::check_device(args->v_pages, device, "v_pages", "k_pages");
 
     bspa::kernels::PrefillProblem p;
-    const AttentionViews views = describe_attention(p, args->layout, args->q, args->out, args->lse, args->scale,
-                                                    dtype, static_cast<int32_t>(hkv), static_cast<int32_t>(head_dim),
-                                                    device, "k_pages");
+    const AttentionViews views =
+        describe_attention(p, args->layout, args->q, args->out, args->lse, args->scale, dtype,
+                           static_cast<int32_t>(hkv), static_cast<int32_t>(head_dim), device, "k_pages");
     p.page_size = static_cast<int32_t>(page_size);
     describe_pages(p.kv, k, v);
     const DLTensor *k_scale = args->version >= 3 ? args->k_scale : nullptr;
@@ -421,8 +421,8 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
     bspa::capi::check_device(args->context_lens, device, "context_lens", "k_pages");
     check(args->max_query_len >= 0, Errc::InvalidArgument, "args->max_query_len = ", args->max_query_len,
           " is negative");
-    check(args->q->shape[0] <= INT32_MAX, Errc::ShapeMismatch, "q.shape[0] = ",
-          args->q->shape[0], " exceeds INT32_MAX");
+    check(args->q->shape[0] <= INT32_MAX, Errc::ShapeMismatch, "q.shape[0] = ", args->q->shape[0],
+          " exceeds INT32_MAX");
     p.num_seqs = static_cast<int32_t>(num_seqs);
     p.block_table = reinterpret_cast<const int32_t *>(bt.data);
     p.block_table_stride = bt.stride[0];
@@ -437,8 +437,7 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
     // (on CUDA a launch would leave rows of out unwritten and report success).
     check(num_seqs > 0 || p.total_q == 0, Errc::OutOfRange, "block_table has no sequences but q has ", p.total_q,
           " rows");
-    check(p.max_query_len > 0 || p.total_q == 0, Errc::OutOfRange, "max_query_len = 0 but q has ", p.total_q,
-          " rows");
+    check(p.max_query_len > 0 || p.total_q == 0, Errc::OutOfRange, "max_query_len = 0 but q has ", p.total_q, " rows");
     // What the launch writes (out, lse, the workspace) must not overlap what it reads: the
     // CPU backend would read metadata it had already overwritten.
     const std::pair<const TensorView *, const char *> inputs[] = {

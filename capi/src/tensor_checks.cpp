@@ -33,8 +33,11 @@ std::string expected_string(std::initializer_list<int64_t> shape) {
 std::string dtype_string(DLDataType d) {
   if (d.code == BSPA_DL_FLOAT8_E4M3FN && d.bits == 8)
     return cat("float8_e4m3fn", d.lanes != 1 ? cat("x", d.lanes) : std::string());
-  const char *code = d.code == kDLFloat ? "float" : d.code == kDLBfloat ? "bfloat" : d.code == kDLInt ? "int"
-                     : d.code == kDLUInt ? "uint" : "code";
+  const char *code = d.code == kDLFloat    ? "float"
+                     : d.code == kDLBfloat ? "bfloat"
+                     : d.code == kDLInt    ? "int"
+                     : d.code == kDLUInt   ? "uint"
+                                           : "code";
   return cat(code, static_cast<int>(d.bits), d.lanes != 1 ? cat("x", d.lanes) : std::string());
 }
 
@@ -57,8 +60,8 @@ TensorView view(const DLTensor *t, const char *name, std::initializer_list<int64
   // stride below: once it fits in int64, none of those products overflows.
   uint64_t bound = 1;
   for (int64_t want : shape) {
-    check(t->shape[i] >= 0 && (want < 0 || t->shape[i] == want), Errc::ShapeMismatch, name, ".shape = ",
-          shape_string(t->shape, ndim), " but expected ", expected_string(shape), " (dimension ", i, ")");
+    check(t->shape[i] >= 0 && (want < 0 || t->shape[i] == want), Errc::ShapeMismatch, name,
+          ".shape = ", shape_string(t->shape, ndim), " but expected ", expected_string(shape), " (dimension ", i, ")");
     check(mul_within(bound, static_cast<uint64_t>(t->shape[i] > 1 ? t->shape[i] : 1), INT64_MAX, &bound),
           Errc::ShapeMismatch, name, ".shape = ", shape_string(t->shape, ndim),
           " has more elements than int64 can count");
@@ -84,9 +87,9 @@ TensorView view(const DLTensor *t, const char *name, std::initializer_list<int64
             Errc::ShapeMismatch, name, ".strides[", d, "] = ", v.stride[d],
             " reaches past the largest offset int64 can hold");
       if (t->shape[d] > 1 && (compact || d == ndim - 1))
-        check(v.stride[d] == compact_stride, Errc::ShapeMismatch, name, ".strides[", d, "] = ", v.stride[d],
-              " but ", compact ? "the tensor must be compact" : "the last dimension must be contiguous",
-              " (expected ", compact_stride, ")");
+        check(v.stride[d] == compact_stride, Errc::ShapeMismatch, name, ".strides[", d, "] = ", v.stride[d], " but ",
+              compact ? "the tensor must be compact" : "the last dimension must be contiguous", " (expected ",
+              compact_stride, ")");
       compact_stride *= t->shape[d];
     }
   }
@@ -140,10 +143,14 @@ kernels::DType attention_dtype(const DLTensor *t, const char *name) {
   const DLDataType d = t->dtype;
   if (d.lanes == 1) {
     kernels::DType r;
-    if (d.code == kDLFloat && d.bits == 32) r = kernels::DType::F32;
-    else if (d.code == kDLFloat && d.bits == 16) r = kernels::DType::F16;
-    else if (d.code == kDLBfloat && d.bits == 16) r = kernels::DType::BF16;
-    else fail(Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d), " is none of float32, float16, bfloat16");
+    if (d.code == kDLFloat && d.bits == 32)
+      r = kernels::DType::F32;
+    else if (d.code == kDLFloat && d.bits == 16)
+      r = kernels::DType::F16;
+    else if (d.code == kDLBfloat && d.bits == 16)
+      r = kernels::DType::BF16;
+    else
+      fail(Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d), " is none of float32, float16, bfloat16");
     check_aligned(t, static_cast<uint64_t>(kernels::dtype_bytes(r)), name);
     return r;
   }
@@ -173,22 +180,22 @@ kernels::DType fp8_companion_dtype(const DLTensor *t, const char *name, const ch
 
 void check_float32(const DLTensor *t, const char *name) {
   const DLDataType d = t->dtype;
-  check(d.lanes == 1 && d.code == kDLFloat && d.bits == 32, Errc::DtypeMismatch, name, ".dtype = ",
-        dtype_string(d), " but expected float32");
+  check(d.lanes == 1 && d.code == kDLFloat && d.bits == 32, Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d),
+        " but expected float32");
   check_aligned(t, 4, name);
 }
 
 void check_int32(const DLTensor *t, const char *name) {
   const DLDataType d = t->dtype;
-  check(d.lanes == 1 && d.code == kDLInt && d.bits == 32, Errc::DtypeMismatch, name, ".dtype = ",
-        dtype_string(d), " but expected int32");
+  check(d.lanes == 1 && d.code == kDLInt && d.bits == 32, Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d),
+        " but expected int32");
   check_aligned(t, 4, name);
 }
 
 void check_uint8(const DLTensor *t, const char *name) {
   const DLDataType d = t->dtype;
-  check(d.lanes == 1 && d.code == kDLUInt && d.bits == 8, Errc::DtypeMismatch, name, ".dtype = ",
-        dtype_string(d), " but expected uint8");
+  check(d.lanes == 1 && d.code == kDLUInt && d.bits == 8, Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d),
+        " but expected uint8");
 }
 
 void check_elements_distinct(const TensorView &v, const char *name) {

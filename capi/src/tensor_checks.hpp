@@ -51,8 +51,7 @@ void check_elements_distinct(const TensorView &v, const char *name);
 // without sharing an element are refused too.
 void check_disjoint(const TensorView &a, const char *a_name, const char *begin, const char *end,
                     const char *other_name);
-inline void check_disjoint(const TensorView &a, const char *a_name, const TensorView &other,
-                           const char *other_name) {
+inline void check_disjoint(const TensorView &a, const char *a_name, const TensorView &other, const char *other_name) {
   check_disjoint(a, a_name, other.begin, other.end, other_name);
 }
 

@@ -19,14 +19,14 @@
 enum { HQ = 4, HKV = 2, D = 64, PAGE = 16 };
 
 /* Prints the failed call and the library's message, then jumps to the function's cleanup. */
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    bspa_status status_ = (call);                                                            \
-    if (status_ != BSPA_OK) {                                                                \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,                    \
-              bspa_status_string(status_), bspa_last_error());                               \
-      goto fail;                                                                             \
-    }                                                                                        \
+#define CHECK(call)                                                                                    \
+  do {                                                                                                 \
+    bspa_status status_ = (call);                                                                      \
+    if (status_ != BSPA_OK) {                                                                          \
+      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, bspa_status_string(status_), \
+              bspa_last_error());                                                                      \
+      goto fail;                                                                                       \
+    }                                                                                                  \
   } while (0)
 
 /* bf16 is the upper half of an f32, rounded to nearest even. */
@@ -88,8 +88,10 @@ static int host_tensor_init(host_tensor *h, bspa_dtype dtype, int64_t rows, int6
 /* values -> bytes (before a call) and bytes -> values (after one). */
 static void store(host_tensor *h) {
   for (int64_t i = 0; i < h->count; ++i) {
-    if (h->t.dtype.code == kDLFloat) ((float *)h->bytes)[i] = h->values[i];
-    else ((uint16_t *)h->bytes)[i] = to_bf16(h->values[i]);
+    if (h->t.dtype.code == kDLFloat)
+      ((float *)h->bytes)[i] = h->values[i];
+    else
+      ((uint16_t *)h->bytes)[i] = to_bf16(h->values[i]);
   }
 }
 
@@ -116,8 +118,8 @@ static int turn(bspa_pool *pool, const bspa_layout *layout, bspa_dtype dtype, co
   bspa_batch *batch = NULL;
   host_tensor q = {0}, k = {0}, v = {0};
   int ok = 0;
-  CHECK(bspa_seq_create(&seq, pool, NULL)); /* NULL options: no salt, no extra key */
-  CHECK(bspa_seq_match(seq, prompt, n, cached)); /* a miss is *cached = 0, not an error */
+  CHECK(bspa_seq_create(&seq, pool, NULL));                   /* NULL options: no salt, no extra key */
+  CHECK(bspa_seq_match(seq, prompt, n, cached));              /* a miss is *cached = 0, not an error */
   CHECK(bspa_seq_append(seq, prompt + *cached, n - *cached)); /* all or nothing */
   const int32_t q_len = (int32_t)(n - *cached);
   CHECK(bspa_batch_create(&batch, pool, &seq, &q_len, 1, NULL));
@@ -131,7 +133,7 @@ static int turn(bspa_pool *pool, const bspa_layout *layout, bspa_dtype dtype, co
   fill(&q, *cached, 3.0f);
   fill(&k, *cached, 1.0f);
   fill(&v, *cached, 2.0f);
-  CHECK(bspa_kv_write(pool, batch, 0, &k.t, &v.t, NULL));                  /* [q_len, HKV, D] */
+  CHECK(bspa_kv_write(pool, batch, 0, &k.t, &v.t, NULL));                         /* [q_len, HKV, D] */
   CHECK(bspa_prefill(pool, batch, 0, layout, &q.t, &out->t, 0.125f, NULL, NULL)); /* [q_len, HQ, D] */
   load(out);
   CHECK(bspa_seq_commit(seq, n)); /* publishes the full pages for later turns */
@@ -195,10 +197,10 @@ static int run(bspa_dtype dtype, const char *name) {
   const double rel = sqrt(diff / norm), tolerance = dtype == BSPA_DTYPE_F32 ? 1e-5 : 1e-2;
   struct bspa_pool_stats s;
   CHECK(bspa_pool_stats(pool, &s));
-  printf("%-4s turn 1: %lld cached of 300; turn 2: %lld cached of 420, %lld computed; "
-         "rel. L2 vs uncached %.2e (tolerance %.0e); %llu hits\n",
-         name, (long long)cached1, (long long)cached2, (long long)rows, rel, tolerance,
-         (unsigned long long)s.hits);
+  printf(
+      "%-4s turn 1: %lld cached of 300; turn 2: %lld cached of 420, %lld computed; "
+      "rel. L2 vs uncached %.2e (tolerance %.0e); %llu hits\n",
+      name, (long long)cached1, (long long)cached2, (long long)rows, rel, tolerance, (unsigned long long)s.hits);
   /* 300 tokens fill 18 pages of 16 (288 tokens); turn 2 reuses them all. */
   ok = cached1 == 0 && cached2 == 288 && cached_full == 0 && rel <= tolerance;
   if (!ok) fprintf(stderr, "%s: unexpected result\n", name);

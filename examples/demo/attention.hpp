@@ -60,8 +60,8 @@ using LayerOutputs = std::vector<std::vector<float>>;
 // `seq` holds the whole prompt with its first `cached` tokens computed (matched);
 // computes tokens [cached, n) for every layer through bspa_batch_create, bspa_kv_write
 // and bspa_prefill. Does not commit.
-LayerOutputs prefill_with_cache(const AttentionSetup &setup, bspa_pool *pool, bspa_seq *seq,
-                                const int32_t *prompt, int64_t n, int64_t cached, Timings &timings);
+LayerOutputs prefill_with_cache(const AttentionSetup &setup, bspa_pool *pool, bspa_seq *seq, const int32_t *prompt,
+                                int64_t n, int64_t cached, Timings &timings);
 
 // Full prefill of prompt[0..n) from nothing, through bspa_prefill_paged over a private,
 // freshly written page buffer; returns the last `rows` output rows of every layer.

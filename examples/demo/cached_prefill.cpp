@@ -6,8 +6,8 @@
 
 namespace demo {
 
-LayerOutputs prefill_with_cache(const AttentionSetup &setup, bspa_pool *pool, bspa_seq *seq,
-                                const int32_t *prompt, int64_t n, int64_t cached, Timings &timings) {
+LayerOutputs prefill_with_cache(const AttentionSetup &setup, bspa_pool *pool, bspa_seq *seq, const int32_t *prompt,
+                                int64_t n, int64_t cached, Timings &timings) {
   const ModelShape &m = setup.model->shape();
   const int64_t q_len = n - cached;
   const int32_t query_len = static_cast<int32_t>(q_len);
@@ -34,8 +34,8 @@ LayerOutputs prefill_with_cache(const AttentionSetup &setup, bspa_pool *pool, bs
     DEMO_OK(bspa_kv_write(pool, batch.get(), layer, k.dl(), v.dl(), nullptr));
     synchronize(setup.device);
     double t2 = now_s();
-    DEMO_OK(bspa_prefill(pool, batch.get(), layer, setup.layouts->at(layer), q.dl(), out.dl(), setup.scale,
-                         nullptr, nullptr));
+    DEMO_OK(bspa_prefill(pool, batch.get(), layer, setup.layouts->at(layer), q.dl(), out.dl(), setup.scale, nullptr,
+                         nullptr));
     synchronize(setup.device);
     double t3 = now_s();
     timings.project_s += t1 - t0;

@@ -44,23 +44,29 @@ void define(CLI::App &app, Options &o, std::string &user_tokens, std::string &ge
 
   const char *g = "Device";
   app.add_option("--device", o.device, "backend (auto: CUDA when a GPU is visible)")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))->group(g);
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->group(g);
   app.add_option("--device-id", o.device_id, "CUDA device ordinal")->check(CLI::Range(0, 1024))->group(g);
   app.add_option("--dtype", o.dtype,
                  "KV and attention dtype [f32 on CPU, bf16 on CUDA]; fp8: e4m3 pages (scales calibrated from "
                  "the first prompt), bf16 queries, outputs and K/V writes")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8"}))->group(g);
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "fp8"}))
+      ->group(g);
 
   g = "Synthetic workload";
   app.add_option("--seed", o.workload.seed, "everything is a pure function of the seed")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{INT64_MAX}))->group(g);
+      ->check(CLI::Range(uint64_t{0}, uint64_t{INT64_MAX}))
+      ->group(g);
   app.add_option("--tenants", o.workload.tenants, "tenants (cache salts); conversation c belongs to tenant c % N")
-      ->check(CLI::Range(1, 1 << 20))->group(g);
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(g);
   app.add_option("--conversations", o.workload.conversations, "multi-turn conversations")
-      ->check(CLI::Range(1, 1 << 20))->group(g);
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(g);
   app.add_option("--turns", o.workload.turns, "turns per conversation")->check(CLI::Range(1, 1 << 20))->group(g);
   app.add_option("--system-tokens", o.workload.system_tokens, "shared system prompt length")
-      ->check(CLI::Range(0, 1 << 20))->group(g);
+      ->check(CLI::Range(0, 1 << 20))
+      ->group(g);
   user_tokens = std::to_string(o.workload.user_min) + ":" + std::to_string(o.workload.user_max);
   gen_tokens = std::to_string(o.workload.gen_min) + ":" + std::to_string(o.workload.gen_max);
   app.add_option("--user-tokens", user_tokens, "MIN:MAX new user tokens per turn")->group(g);
@@ -68,35 +74,49 @@ void define(CLI::App &app, Options &o, std::string &user_tokens, std::string &ge
 
   g = "Model and cache";
   app.add_option("--layers", o.model.num_layers, "layers, block-sparse and dense alternating")
-      ->check(CLI::Range(0, 1024))->group(g);
+      ->check(CLI::Range(0, 1024))
+      ->group(g);
   app.add_option("--q-heads", o.model.num_q_heads, "query heads")->check(CLI::Range(1, 1024))->group(g);
   app.add_option("--kv-heads", o.model.num_kv_heads, "KV heads")->check(CLI::Range(1, 1024))->group(g);
   app.add_option("--head-dim", o.model.head_dim, "head dimension (even)")->check(CLI::Range(2, 1024))->group(g);
   app.add_option("--block", o.strided.block_size, "sparse layout: tokens per block")
-      ->check(CLI::Range(1, 1 << 16))->group(g);
+      ->check(CLI::Range(1, 1 << 16))
+      ->group(g);
   app.add_option("--local-blocks", o.strided.local_blocks, "sparse layout: local blocks")
-      ->check(CLI::Range(1, 1 << 20))->group(g);
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(g);
   app.add_option("--vert-stride", o.strided.vert_stride, "sparse layout: vertical stride")
-      ->check(CLI::Range(1, 1 << 20))->group(g);
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(g);
   app.add_option("--page-size", o.page_size, "tokens per page")->check(CLI::Range(1, 1 << 16))->group(g);
-  app.add_option("--pages", o.pages, "pool capacity in pages; 0 = unbounded (nothing is ever evicted) [synthetic: 0; trace: 16384]")
-      ->check(CLI::Range(int64_t{0}, kBig * 64))->default_str("")->group(g);
+  app.add_option("--pages", o.pages,
+                 "pool capacity in pages; 0 = unbounded (nothing is ever evicted) [synthetic: 0; trace: 16384]")
+      ->check(CLI::Range(int64_t{0}, kBig * 64))
+      ->default_str("")
+      ->group(g);
   app.add_option("--scale", o.scale, "logit scale [1/sqrt(head_dim)]")
-      ->check(CLI::PositiveNumber)->default_str("")->group(g);
+      ->check(CLI::PositiveNumber)
+      ->default_str("")
+      ->group(g);
 
   g = "Mooncake trace replay";
   app.add_option("--trace", o.trace, "replay a Mooncake JSONL trace instead")->group(g);
   app.add_option("--max-requests", o.max_requests, "only the first N requests [all]")
-      ->check(CLI::Range(int64_t{1}, kBig * 64))->default_str("")->group(g);
+      ->check(CLI::Range(int64_t{1}, kBig * 64))
+      ->default_str("")
+      ->group(g);
   app.add_option("--attention-sample", o.attention_sample, "requests whose attention is computed and verified")
-      ->check(CLI::Range(0, 1 << 20))->group(g);
+      ->check(CLI::Range(0, 1 << 20))
+      ->group(g);
   app.add_option("--attention-max-tokens", o.attention_max_tokens, "sampled prompts are cut to N tokens")
-      ->check(CLI::Range(2, 1 << 24))->group(g);
+      ->check(CLI::Range(2, 1 << 24))
+      ->group(g);
   app.add_flag("--no-attention", o.no_attention, "bookkeeping only (a pool without KV storage)")->group(g);
   app.add_option("--events", o.events,
                  "KV cache events: a queue of N records, drained after every request as a vLLM msgpack "
                  "batch (what a publisher sends) [0: off]")
-      ->check(CLI::Range(int64_t{0}, int64_t{INT32_MAX}))->group(g);
+      ->check(CLI::Range(int64_t{0}, int64_t{INT32_MAX}))
+      ->group(g);
 
   g = "Output";
   app.add_option("--json", o.json, "write the summary as JSON")->group(g);
@@ -105,7 +125,8 @@ void define(CLI::App &app, Options &o, std::string &user_tokens, std::string &ge
   app.add_option("--inject-fault", o.inject_fault,
                  "break the cache on purpose (corrupt one cached page, or one salt for all tenants) to see "
                  "the checks fail")
-      ->check(CLI::IsMember({"kv", "salt"}))->group(g);
+      ->check(CLI::IsMember({"kv", "salt"}))
+      ->group(g);
 }
 
 }  // namespace

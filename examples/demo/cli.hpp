@@ -19,14 +19,14 @@ struct Options {
   LayerLayouts::Strided strided;
   int32_t page_size = 64;
   int64_t pages = -1;  // -1 = not given; 0 = unbounded (enough that nothing is evicted); trace default: 16384
-  double scale = 0;   // 0 = 1/sqrt(head_dim)
+  double scale = 0;    // 0 = 1/sqrt(head_dim)
 
-  std::string trace;            // Mooncake JSONL file: replay it instead of the synthetic workload
-  int64_t max_requests = 0;     // trace: replay only the first N requests (0 = all)
-  int32_t attention_sample = 3; // trace: requests whose attention is computed and checked
+  std::string trace;                    // Mooncake JSONL file: replay it instead of the synthetic workload
+  int64_t max_requests = 0;             // trace: replay only the first N requests (0 = all)
+  int32_t attention_sample = 3;         // trace: requests whose attention is computed and checked
   int32_t attention_max_tokens = 2048;  // trace: sampled prompts are cut to this many tokens
   bool no_attention = false;
-  int64_t events = 0;           // trace: KV cache event queue capacity, drained as vLLM msgpack after each request
+  int64_t events = 0;  // trace: KV cache event queue capacity, drained as vLLM msgpack after each request
 
   // Testing the checks themselves: "kv" corrupts one cached page once, "salt" gives every
   // tenant the same salt. Either must make the run fail with exit status 1.

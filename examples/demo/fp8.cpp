@@ -25,7 +25,8 @@ Fp8Scales calibrate_fp8(const ToyModel &model, const int32_t *prompt, int64_t n)
         }
   }
   for (float *x : {s.k.data(), s.v.data()})
-    for (size_t i = 0; i < s.k.size(); ++i) x[i] = x[i] > 0 ? x[i] / 448.0f * kFp8Headroom : 1.0f;  // all zero: any scale
+    for (size_t i = 0; i < s.k.size(); ++i)
+      x[i] = x[i] > 0 ? x[i] / 448.0f * kFp8Headroom : 1.0f;  // all zero: any scale
   return s;
 }
 
@@ -39,7 +40,7 @@ uint8_t encode_e4m3(float x) {
   if (std::isnan(x)) return static_cast<uint8_t>(sign | 0x7f);
   const float a = std::fabs(x);
   if (a >= 448.0f) return static_cast<uint8_t>(sign | 0x7e);
-  if (a < 0.015625f) {  // subnormal: m * 2^-9, m = a * 512 rounded to nearest even
+  if (a < 0.015625f) {                           // subnormal: m * 2^-9, m = a * 512 rounded to nearest even
     const float m = std::nearbyint(a * 512.0f);  // the default rounding mode: ties to even
     return static_cast<uint8_t>(sign | static_cast<uint8_t>(m));  // 8 -> 0x08, the smallest normal
   }

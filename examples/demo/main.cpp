@@ -64,9 +64,10 @@ int main(int argc, char **argv) {
     const double t0 = demo::now_s();
     if (options.trace.empty()) {
       report.mode = "synthetic";
-      std::printf("synthetic workload: %d conversations x %d turns from %d tenants, system prompt %d tokens, on %s (%s)\n",
-                  options.workload.conversations, options.workload.turns, options.workload.tenants,
-                  options.workload.system_tokens, report.device.c_str(), report.dtype.c_str());
+      std::printf(
+          "synthetic workload: %d conversations x %d turns from %d tenants, system prompt %d tokens, on %s (%s)\n",
+          options.workload.conversations, options.workload.turns, options.workload.tenants,
+          options.workload.system_tokens, report.device.c_str(), report.dtype.c_str());
       demo::replay_synthetic(options, device, dtype, report);
     } else {
       report.mode = "trace";

@@ -36,7 +36,7 @@ class ToyModel {
   ModelShape shape_;
   uint64_t seed_;
   std::vector<std::vector<float>> wq_, wk_, wv_;  // per layer, [embed_dim, heads * head_dim]
-  std::vector<float> inv_freq_;                    // rotary frequencies, head_dim / 2
+  std::vector<float> inv_freq_;                   // rotary frequencies, head_dim / 2
 };
 
 }  // namespace demo

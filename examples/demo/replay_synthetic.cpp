@@ -70,8 +70,9 @@ void replay_synthetic(const Options &o, Device device, bspa_dtype dtype, Report 
     const Turn &turn = turns[i];
     const int32_t *prompt = turn.prompt.data();
     const int64_t n = static_cast<int64_t>(turn.prompt.size());
-    const std::string where = "turn " + std::to_string(i) + " (tenant " + std::to_string(turn.tenant) + ", conversation " +
-                              std::to_string(turn.conversation) + ", turn " + std::to_string(turn.turn) + ")";
+    const std::string where = "turn " + std::to_string(i) + " (tenant " + std::to_string(turn.tenant) +
+                              ", conversation " + std::to_string(turn.conversation) + ", turn " +
+                              std::to_string(turn.turn) + ")";
     auto fail = [&](const std::string &what) {
       progress.clear();
       report.fail(where + ": " + what);
@@ -126,10 +127,10 @@ void replay_synthetic(const Options &o, Device device, bspa_dtype dtype, Report 
     for (size_t l = 0; l < got.size(); ++l) {
       const double err = relative_l2(got[l], want[l]);
       if (!(err <= report.tolerance))
-        fail("layer " + std::to_string(l) + (LayerLayouts::sparse(static_cast<int32_t>(l)) ? " (block-sparse)" : " (dense)") +
-             ": relative L2 error " + std::to_string(err) + " against the full recompute (tolerance " +
-             std::to_string(report.tolerance) + ", cached prefix " + std::to_string(cached) + " of " + std::to_string(n) +
-             " tokens)");
+        fail("layer " + std::to_string(l) +
+             (LayerLayouts::sparse(static_cast<int32_t>(l)) ? " (block-sparse)" : " (dense)") + ": relative L2 error " +
+             std::to_string(err) + " against the full recompute (tolerance " + std::to_string(report.tolerance) +
+             ", cached prefix " + std::to_string(cached) + " of " + std::to_string(n) + " tokens)");
       if (!(err <= worst)) worst = err;  // NaN sticks
     }
     if (!(worst <= report.max_rel_l2) || std::isnan(worst)) report.max_rel_l2 = worst;
@@ -157,8 +158,9 @@ void replay_synthetic(const Options &o, Device device, bspa_dtype dtype, Report 
                   static_cast<long long>(n), static_cast<long long>(cached), static_cast<long long>(n - cached), worst,
                   turn_ok ? "ok" : "FAILED");
     }
-    progress.update(static_cast<int64_t>(i + 1),
-                    "hit " + std::to_string(report.prompt_tokens ? 100 * report.cached_tokens / report.prompt_tokens : 0) + "%");
+    progress.update(
+        static_cast<int64_t>(i + 1),
+        "hit " + std::to_string(report.prompt_tokens ? 100 * report.cached_tokens / report.prompt_tokens : 0) + "%");
   }
   progress.finish();
   DEMO_OK(bspa_pool_stats(pool.get(), &report.stats));

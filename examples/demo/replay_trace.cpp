@@ -56,7 +56,8 @@ void attention_sample(const Options &o, const AttentionSetup &setup, Device devi
   int64_t hit = 0;
   DEMO_OK(bspa_seq_match(seq.get(), prompt.data(), n, &hit));
   if (hit != cached)
-    report.fail(where + ": the private pool matched " + std::to_string(hit) + " tokens, expected " + std::to_string(cached));
+    report.fail(where + ": the private pool matched " + std::to_string(hit) + " tokens, expected " +
+                std::to_string(cached));
   DEMO_OK(bspa_seq_append(seq.get(), prompt.data() + hit, n - hit));
   const LayerOutputs got = prefill_with_cache(s, pool.get(), seq.get(), prompt.data(), n, hit, with);
   const LayerOutputs want = prefill_from_scratch(s, prompt.data(), n, n - hit, without);
@@ -65,7 +66,8 @@ void attention_sample(const Options &o, const AttentionSetup &setup, Device devi
     const double err = relative_l2(got[l], want[l]);
     if (!(err <= report.tolerance))
       report.fail(where + ": layer " + std::to_string(l) + ": relative L2 error " + std::to_string(err) +
-                  " against the full recompute (cached prefix " + std::to_string(hit) + " of " + std::to_string(n) + ")");
+                  " against the full recompute (cached prefix " + std::to_string(hit) + " of " + std::to_string(n) +
+                  ")");
     if (!(err <= worst)) worst = err;
   }
   if (!(worst <= report.max_rel_l2) || std::isnan(worst)) report.max_rel_l2 = worst;
@@ -189,8 +191,9 @@ void replay_trace(const Options &o, Device device, bspa_dtype dtype, Report &rep
       std::vector<int32_t> cut(prompt.begin(), prompt.begin() + m);
       attention_sample(o, setup, device, dtype, cut, c, report, where);
     }
-    progress.update(static_cast<int64_t>(i + 1),
-                    "hit " + std::to_string(report.prompt_tokens ? 100 * report.cached_tokens / report.prompt_tokens : 0) + "%");
+    progress.update(
+        static_cast<int64_t>(i + 1),
+        "hit " + std::to_string(report.prompt_tokens ? 100 * report.cached_tokens / report.prompt_tokens : 0) + "%");
   }
   progress.finish();
   if (too_long)

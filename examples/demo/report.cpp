@@ -10,7 +10,9 @@ namespace demo {
 
 namespace {
 
-double pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0; }
+double pct(int64_t part, int64_t whole) {
+  return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
 
 using Json = nlohmann::ordered_json;  // keys in the order written
 
@@ -34,8 +36,8 @@ void print_summary(const Report &r, bool attention_skipped) {
   std::printf("\n== bspa-demo summary (%s) ==\n", r.mode.c_str());
   std::printf("device              %s, %s, %d layers (%d block-sparse), page %d, %lld pages\n", r.device.c_str(),
               r.dtype.c_str(), r.num_layers, r.sparse_layers, r.page_size, ll(r.num_pages));
-  std::printf("requests            %lld from %lld tenants; %lld hit the cache (%.1f%%)\n", ll(r.requests), ll(r.tenants),
-              ll(r.hit_requests), pct(r.hit_requests, r.requests));
+  std::printf("requests            %lld from %lld tenants; %lld hit the cache (%.1f%%)\n", ll(r.requests),
+              ll(r.tenants), ll(r.hit_requests), pct(r.hit_requests, r.requests));
   std::printf("prompt tokens       %lld, of which %lld served from the cache: token hit rate %.2f%%\n",
               ll(r.prompt_tokens), ll(r.cached_tokens), pct(r.cached_tokens, r.prompt_tokens));
   std::printf("prefill saved       %lld tokens not recomputed\n", ll(r.cached_tokens));
@@ -54,17 +56,20 @@ void print_summary(const Report &r, bool attention_skipped) {
                 r.max_rel_l2, r.tolerance, ll(r.attention_verified), ll(r.attention_requests));
   }
   if (r.mode == "synthetic")
-    std::printf("tenant isolation    %lld matches checked against what each tenant produced; %lld first requests of\n"
-                "                    a tenant found the shared system prompt cached only by others and missed\n",
-                ll(r.cache_checks), ll(r.isolation_probes));
+    std::printf(
+        "tenant isolation    %lld matches checked against what each tenant produced; %lld first requests of\n"
+        "                    a tenant found the shared system prompt cached only by others and missed\n",
+        ll(r.cache_checks), ll(r.isolation_probes));
   else
-    std::printf("cache checks        %lld matches checked against the trace's own prefixes (exact while nothing\n"
-                "                    was evicted, an upper bound after)\n",
-                ll(r.cache_checks));
+    std::printf(
+        "cache checks        %lld matches checked against the trace's own prefixes (exact while nothing\n"
+        "                    was evicted, an upper bound after)\n",
+        ll(r.cache_checks));
   const auto &s = r.stats;
-  std::printf("pool                %lld pages: %lld in use, %lld cached, %lld free; %llu evictions, %llu pages published\n",
-              ll(s.pages_total), ll(s.pages_in_use), ll(s.pages_cached), ll(s.pages_free),
-              static_cast<unsigned long long>(s.evictions), static_cast<unsigned long long>(s.published_pages));
+  std::printf(
+      "pool                %lld pages: %lld in use, %lld cached, %lld free; %llu evictions, %llu pages published\n",
+      ll(s.pages_total), ll(s.pages_in_use), ll(s.pages_cached), ll(s.pages_free),
+      static_cast<unsigned long long>(s.evictions), static_cast<unsigned long long>(s.published_pages));
   std::printf("wall time           %.2f s\n", r.wall_s);
   if (r.verified())
     std::printf("result              verified: every check passed\n");
@@ -101,12 +106,18 @@ bool write_json(const Report &r, const std::string &path) {
                     {"without_cache", timings(r.without_cache)}};
   j["cache_checks"] = r.cache_checks;
   j["isolation_probes"] = r.isolation_probes;
-  j["pool"] = {{"pages_total", st.pages_total},       {"pages_free", st.pages_free},
-               {"pages_cached", st.pages_cached},     {"pages_in_use", st.pages_in_use},
-               {"match_calls", st.match_calls},       {"hits", st.hits},
-               {"misses", st.misses},                 {"matched_tokens", st.matched_tokens},
-               {"queried_tokens", st.queried_tokens}, {"hashed_tokens", st.hashed_tokens},
-               {"published_pages", st.published_pages}, {"evictions", st.evictions}};
+  j["pool"] = {{"pages_total", st.pages_total},
+               {"pages_free", st.pages_free},
+               {"pages_cached", st.pages_cached},
+               {"pages_in_use", st.pages_in_use},
+               {"match_calls", st.match_calls},
+               {"hits", st.hits},
+               {"misses", st.misses},
+               {"matched_tokens", st.matched_tokens},
+               {"queried_tokens", st.queried_tokens},
+               {"hashed_tokens", st.hashed_tokens},
+               {"published_pages", st.published_pages},
+               {"evictions", st.evictions}};
   j["wall_s"] = number(r.wall_s);
   j["failure_count"] = r.failure_count;
   j["failures"] = r.failures;

@@ -20,10 +20,10 @@ struct Report {
   int32_t page_size = 0;
   int64_t num_pages = 0;
 
-  int64_t requests = 0;        // turns (synthetic) or trace requests replayed
-  int64_t hit_requests = 0;    // requests whose match returned at least one page
-  int64_t prompt_tokens = 0;   // sum of prompt lengths
-  int64_t cached_tokens = 0;   // served from the prefix cache (prefill tokens saved)
+  int64_t requests = 0;       // turns (synthetic) or trace requests replayed
+  int64_t hit_requests = 0;   // requests whose match returned at least one page
+  int64_t prompt_tokens = 0;  // sum of prompt lengths
+  int64_t cached_tokens = 0;  // served from the prefix cache (prefill tokens saved)
   int64_t tenants = 0;
 
   // Attention checks (every turn in synthetic mode; a sample in trace mode).

@@ -12,7 +12,8 @@ namespace demo {
 struct LibraryError : std::runtime_error {
   bspa_status status;
   LibraryError(const char *call, bspa_status s)
-      : std::runtime_error(std::string(call).substr(0, std::string(call).find('(')) + " failed: " + bspa_status_string(s) + ": " + bspa_last_error()),
+      : std::runtime_error(std::string(call).substr(0, std::string(call).find('(')) +
+                           " failed: " + bspa_status_string(s) + ": " + bspa_last_error()),
         status(s) {}
 };
 

@@ -36,10 +36,10 @@ typedef struct kv_publisher_options {
   const char *endpoint;
   /* ROUTER address for replay requests (always bound); NULL = no replay. */
   const char *replay_endpoint;
-  const char *topic;      /* first frame of every message; NULL = "" (vLLM's default) */
-  size_t replay_batches;  /* batches kept for replay; 0 = 10000 (vLLM's buffer_steps) */
-  int hwm;                /* PUB send high-water mark; 0 = 100000 (vLLM's) */
-  int32_t dp_rank;        /* the batches' data_parallel_rank; < 0 = nil */
+  const char *topic;     /* first frame of every message; NULL = "" (vLLM's default) */
+  size_t replay_batches; /* batches kept for replay; 0 = 10000 (vLLM's buffer_steps) */
+  int hwm;               /* PUB send high-water mark; 0 = 100000 (vLLM's) */
+  int32_t dp_rank;       /* the batches' data_parallel_rank; < 0 = nil */
   /* Wait in kv_publisher_create until this many subscriptions reached the PUB side (an
    * XPUB socket then, the same on the wire), or wait_ms passed: messages sent before a
    * subscriber has joined are lost to it (ZMQ's "slow joiner"). 0 = do not wait. */

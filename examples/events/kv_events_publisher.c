@@ -75,16 +75,26 @@ int main(int argc, char **argv) {
       return usage("an option without its value, or an unknown option");
     } else {
       ++i;
-      if (!strcmp(a, "--endpoint")) o.endpoint = v;
-      else if (!strcmp(a, "--replay-endpoint")) o.replay_endpoint = v;
-      else if (!strcmp(a, "--topic")) o.topic = v;
-      else if (!strcmp(a, "--steps")) steps = strtol(v, NULL, 10);
-      else if (!strcmp(a, "--pages")) pages = strtol(v, NULL, 10);
-      else if (!strcmp(a, "--events-capacity")) capacity = strtol(v, NULL, 10);
-      else if (!strcmp(a, "--replay-batches")) o.replay_batches = (size_t)strtoul(v, NULL, 10);
-      else if (!strcmp(a, "--wait-subscribers")) o.wait_subscribers = atoi(v);
-      else if (!strcmp(a, "--wait-ms")) o.wait_ms = atoi(v);
-      else return usage(a);
+      if (!strcmp(a, "--endpoint"))
+        o.endpoint = v;
+      else if (!strcmp(a, "--replay-endpoint"))
+        o.replay_endpoint = v;
+      else if (!strcmp(a, "--topic"))
+        o.topic = v;
+      else if (!strcmp(a, "--steps"))
+        steps = strtol(v, NULL, 10);
+      else if (!strcmp(a, "--pages"))
+        pages = strtol(v, NULL, 10);
+      else if (!strcmp(a, "--events-capacity"))
+        capacity = strtol(v, NULL, 10);
+      else if (!strcmp(a, "--replay-batches"))
+        o.replay_batches = (size_t)strtoul(v, NULL, 10);
+      else if (!strcmp(a, "--wait-subscribers"))
+        o.wait_subscribers = atoi(v);
+      else if (!strcmp(a, "--wait-ms"))
+        o.wait_ms = atoi(v);
+      else
+        return usage(a);
     }
   }
   if (steps < 0 || pages <= 0 || capacity <= 0) return usage("--steps >= 0, --pages > 0, --events-capacity > 0");

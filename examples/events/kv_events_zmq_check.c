@@ -27,14 +27,14 @@ enum { STEPS = 80, PAGES = 24, EVENTS_CAPACITY = 12, KEEP = 8, TIMEOUT_MS = 6000
 static const char kTopic[] = "bspa-kv";
 
 static int failures;
-#define EXPECT(cond, ...)                                      \
-  do {                                                         \
-    if (!(cond)) {                                             \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);     \
-      fprintf(stderr, __VA_ARGS__);                            \
-      fputc('\n', stderr);                                     \
-      ++failures;                                              \
-    }                                                          \
+#define EXPECT(cond, ...)                                  \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fputc('\n', stderr);                                 \
+      ++failures;                                          \
+    }                                                      \
   } while (0)
 
 typedef struct batch {
@@ -138,8 +138,7 @@ static void check_replay(void *dealer, int64_t first, const batch *want, int n) 
       close_parts(p, k, 3);
       return;
     }
-    EXPECT(seq == next, "replay from %lld: seq %lld, expected %lld", (long long)first, (long long)seq,
-           (long long)next);
+    EXPECT(seq == next, "replay from %lld: seq %lld, expected %lld", (long long)first, (long long)seq, (long long)next);
     if (seq >= 0 && seq < n)
       EXPECT(zmq_msg_size(&p[2]) == want[seq].size && !memcmp(zmq_msg_data(&p[2]), want[seq].data, want[seq].size),
              "replayed batch %lld differs from the twin's", (long long)seq);
@@ -161,8 +160,8 @@ int main(int argc, char **argv) {
     removed |= contains(&want[i], "BlockRemoved");
     cleared |= contains(&want[i], "AllBlocksCleared");
   }
-  EXPECT(n > KEEP && removed && cleared, "the workload must evict and overflow: %d batches, removed %d, cleared %d",
-         n, removed, cleared);
+  EXPECT(n > KEEP && removed && cleared, "the workload must evict and overflow: %d batches, removed %d, cleared %d", n,
+         removed, cleared);
 
   char dir[] = "/tmp/bspa-kv-events-XXXXXX";
   if (!mkdtemp(dir)) {
@@ -246,9 +245,9 @@ int main(int argc, char **argv) {
   EXPECT(sscanf(line, "published %lld", &published) == 1 && published == n,
          "the publisher said \"%s\", expected \"published %d\"", line, n);
 
-  check_replay(dealer, 0, want, n);      /* the last KEEP batches */
-  check_replay(dealer, n - 3, want, n);  /* the last 3 */
-  check_replay(dealer, n + 5, want, n);  /* nothing: only the end marker */
+  check_replay(dealer, 0, want, n);     /* the last KEEP batches */
+  check_replay(dealer, n - 3, want, n); /* the last 3 */
+  check_replay(dealer, n + 5, want, n); /* nothing: only the end marker */
 
   close(to_child[1]); /* end of file: the publisher exits */
   int status = 0;

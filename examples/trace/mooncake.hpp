@@ -50,7 +50,9 @@ inline void request_tokens(const Request &r, std::vector<int32_t> &out) {
 
 namespace detail {
 
-inline std::runtime_error bad(const std::string &where, const std::string &what) { return std::runtime_error(where + what); }
+inline std::runtime_error bad(const std::string &where, const std::string &what) {
+  return std::runtime_error(where + what);
+}
 
 // A number field (integers or floats: timestamps may be written as floats), or throws.
 template <class Object>
@@ -73,7 +75,8 @@ inline std::vector<Request> read_mooncake(const std::string &path) {
   if (simdjson::padded_string::load(path).get(text)) throw std::runtime_error("cannot open trace " + path);
   simdjson::ondemand::parser parser;
   simdjson::ondemand::document_stream docs;
-  if (auto e = parser.iterate_many(text).get(docs)) throw std::runtime_error("trace " + path + ": " + simdjson::error_message(e));
+  if (auto e = parser.iterate_many(text).get(docs))
+    throw std::runtime_error("trace " + path + ": " + simdjson::error_message(e));
   std::vector<Request> requests;
   size_t line_no = 1, counted = 0;  // newlines before byte `counted`
   for (auto it = docs.begin(); it != docs.end(); ++it) {

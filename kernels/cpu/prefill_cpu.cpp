@@ -126,7 +126,8 @@ void run_tile(const PrefillProblem &p, const WorkItem &w, int32_t h, Scratch &sc
       // K transposed ([d][kKeyChunk]) so a query row's logits are one vector loop over keys
       // per dimension (no horizontal reductions); columns past nc hold stale values, never read.
       for (int c = 0; c < nc; ++c)
-        for (int i = 0; i < d; ++i) sc.kt[static_cast<size_t>(i) * kKeyChunk + c] = sc.k[static_cast<size_t>(c) * d + i];
+        for (int i = 0; i < d; ++i)
+          sc.kt[static_cast<size_t>(i) * kKeyChunk + c] = sc.k[static_cast<size_t>(c) * d + i];
       for (int r = 0; r < nr; ++r) {
         const int64_t pos = p_first + r;
         if (c0 > pos || !sc.allow[(pos / B - qb0) * nkb + kb]) continue;
@@ -183,10 +184,10 @@ void run_tile(const PrefillProblem &p, const WorkItem &w, int32_t h, Scratch &sc
     float *acc = sc.acc.data() + static_cast<size_t>(r) * d;
     const float inv = 1.0f / sc.l[r];
     for (int i = 0; i < d; ++i) acc[i] *= inv;
-    cpu::store_from_f32(p.dtype, acc,
-                        static_cast<char *>(p.out) +
-                            ((row0 + r) * p.out_token_stride + h * p.out_head_stride) * dtype_bytes(p.dtype),
-                        d);
+    cpu::store_from_f32(
+        p.dtype, acc,
+        static_cast<char *>(p.out) + ((row0 + r) * p.out_token_stride + h * p.out_head_stride) * dtype_bytes(p.dtype),
+        d);
     if (p.lse) p.lse[h * p.lse_head_stride + row0 + r] = sc.m[r] + std::log(sc.l[r]);
   }
 }
@@ -258,21 +259,19 @@ void kv_write_cpu(const KvWriteProblem &p) {
   const bool parallel = int64_t{2} * p.total_q * p.num_kv_heads * row >= (int64_t{4} << 20);
 #pragma omp parallel for schedule(static) if (parallel)
   for (int32_t t = 0; t < p.total_q; ++t) {
-    const int32_t s = static_cast<int32_t>(
-        std::upper_bound(p.query_starts, p.query_starts + p.num_seqs + 1, t) - p.query_starts - 1);
+    const int32_t s =
+        static_cast<int32_t>(std::upper_bound(p.query_starts, p.query_starts + p.num_seqs + 1, t) - p.query_starts - 1);
     const int32_t *table = p.block_table + s * p.block_table_stride;
     const int64_t j = static_cast<int64_t>(p.context_lens[s]) + (t - p.query_starts[s]);
     const int64_t base = table[j / p.page_size] * page_stride + (j % p.page_size) * p.head_dim;
     for (int32_t h = 0; h < p.num_kv_heads; ++h) {
       if (fp8) {
-        quantize_row(p.dtype,
-                     static_cast<const char *>(p.k_new) + (t * p.k_new_token_stride + h * p.k_new_head_stride) * bytes,
-                     static_cast<uint8_t *>(p.k_pages) + (base + h * head_stride) * page_bytes, p.head_dim,
-                     p.k_scale[h]);
-        quantize_row(p.dtype,
-                     static_cast<const char *>(p.v_new) + (t * p.v_new_token_stride + h * p.v_new_head_stride) * bytes,
-                     static_cast<uint8_t *>(p.v_pages) + (base + h * head_stride) * page_bytes, p.head_dim,
-                     p.v_scale[h]);
+        quantize_row(
+            p.dtype, static_cast<const char *>(p.k_new) + (t * p.k_new_token_stride + h * p.k_new_head_stride) * bytes,
+            static_cast<uint8_t *>(p.k_pages) + (base + h * head_stride) * page_bytes, p.head_dim, p.k_scale[h]);
+        quantize_row(
+            p.dtype, static_cast<const char *>(p.v_new) + (t * p.v_new_token_stride + h * p.v_new_head_stride) * bytes,
+            static_cast<uint8_t *>(p.v_pages) + (base + h * head_stride) * page_bytes, p.head_dim, p.v_scale[h]);
         continue;
       }
       std::memcpy(static_cast<char *>(p.k_pages) + (base + h * head_stride) * bytes,

@@ -22,14 +22,14 @@ struct AttentionParams {
   int64_t num_pages;  // host side only (TMA descriptors): pages k and v cover
   const int32_t *query_starts, *context_lens, *block_table;
   int64_t bt_stride;
-  const WorkItem *work;     // nullptr: grid (heads, tiles reversed, sequences)
-  int32_t work_tile_rows;   // a multiple of BM when work is set
-  int32_t group;            // Hq / Hkv
-  int32_t page_shift;       // page_size = 1 << page_shift
+  const WorkItem *work;    // nullptr: grid (heads, tiles reversed, sequences)
+  int32_t work_tile_rows;  // a multiple of BM when work is set
+  int32_t group;           // Hq / Hkv
+  int32_t page_shift;      // page_size = 1 << page_shift
   // Sequences with at most this many new tokens belong to the decode kernel (decode.hpp)
   // and the prefill kernels skip them; 0 = the prefill kernels compute every sequence.
   int32_t decode_max_query_len;
-  float scale_log2;         // scale * log2(e)
+  float scale_log2;  // scale * log2(e)
   DeviceLayout layout;
 };
 

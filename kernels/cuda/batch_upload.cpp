@@ -20,7 +20,8 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, in
   const size_t cl = plan.context_lens.size() * sizeof(int32_t);
   const size_t bt = plan.block_table.size() * sizeof(int32_t);
   const size_t wk = plan.work.size() * sizeof(WorkItem);
-  const size_t o_cl = cuda::align_to_256(qs), o_bt = o_cl + cuda::align_to_256(cl), o_wk = o_bt + cuda::align_to_256(bt);
+  const size_t o_cl = cuda::align_to_256(qs), o_bt = o_cl + cuda::align_to_256(cl),
+               o_wk = o_bt + cuda::align_to_256(bt);
   const size_t copied = o_wk + cuda::align_to_256(wk);
   auto meta = std::make_unique<DeviceBatchMetadata>();
   meta->device = device;
@@ -51,11 +52,10 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, in
   // (and never splits).
   // The decode kernel splits key ranges when its (sequence, KV head) items do not fill the GPU.
   const int sms = cuda::multiprocessor_count(device);
-  const bool prefill_may_split = plan.max_query_len > 64 &&
-                                 static_cast<int64_t>(plan.work.size()) * num_kv_heads < sm90::kSplitMaxRounds * sms;
-  const bool decode_may_split =
-      plan.decode_seqs > 0 && decode::plan_splits(int64_t{plan.decode_seqs} * num_kv_heads, plan.decode_max_keys, sms,
-                                                  INT64_MAX) > 1;
+  const bool prefill_may_split =
+      plan.max_query_len > 64 && static_cast<int64_t>(plan.work.size()) * num_kv_heads < sm90::kSplitMaxRounds * sms;
+  const bool decode_may_split = plan.decode_seqs > 0 && decode::plan_splits(int64_t{plan.decode_seqs} * num_kv_heads,
+                                                                            plan.decode_max_keys, sms, INT64_MAX) > 1;
   if (prefill_may_split || decode_may_split) {
     const size_t bytes = prefill_workspace_bytes_cuda(device, head_dim);
     if (bytes) {

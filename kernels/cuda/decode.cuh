@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(128, 2)
       const int r = idx / C::kChunks, c = idx % C::kChunks;
       const bool valid = r < rows;
       const int t = r / G, g = r - t * G;
-      const T *src = valid ? q + static_cast<int64_t>(qs + t) * p.q_tok + static_cast<int64_t>(kvh * G + g) * p.q_head + c * 8 : q;
+      const T *src =
+          valid ? q + static_cast<int64_t>(qs + t) * p.q_tok + static_cast<int64_t>(kvh * G + g) * p.q_head + c * 8 : q;
       cp_async_16(smem_addr(sQ) + swz<D>(r, c), src, valid);
     }
     cp_async_commit();
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(128, 2)
   const int64_t v_step = static_cast<int64_t>(C::kRowsPerPass) * p.v_tok;
   const bool tile_in_page = p.page_shift >= 6;
   constexpr int kPasses = kKeyTile / C::kRowsPerPass;
-  auto fetch_pages = [&](int entry, int (&pages)[kPasses]) {
+  auto fetch_pages = [&](int entry, int(&pages)[kPasses]) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
     if (tile_in_page) {
       pages[0] = bt[k0 >> p.page_shift];
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(128, 2)
       }
     }
   };
-  auto load_kv = [&](int entry, int stage, const int (&pages)[kPasses]) {
+  auto load_kv = [&](int entry, int stage, const int(&pages)[kPasses]) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
     const uint32_t dk = smem_addr(sK + stage * C::kTileBytes) + kv_dst0;
     const uint32_t dv = smem_addr(sV + stage * C::kTileBytes) + kv_dst0;
@@ -231,7 +232,8 @@ __global__ void __launch_bounds__(128, 2)
     const int c1 = min(c_end, c0 + C::kListCap);
     // A dense layout lists every tile: the entries are computed, not compacted (no scan,
     // no barrier before the first copies).
-    const int total = dense ? c1 - c0 : cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
+    const int total =
+        dense ? c1 - c0 : cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
     auto entry_at = [&](int i) { return dense ? classify(c0 + i) : sList[i]; };
 
     int pages[kPasses];
@@ -350,7 +352,7 @@ __global__ void __launch_bounds__(128, 2)
   cp_async_wait<0>();  // the Q copy of a split without key tiles
   // Merge the key groups: each warp's (m, l, O) for its rows into the idle ring, then each
   // thread combines a pair of columns of a row across the key groups.
-  float *red_o = reinterpret_cast<float *>(sK);                // [kKeyWarps][kRows][D]
+  float *red_o = reinterpret_cast<float *>(sK);                                      // [kKeyWarps][kRows][D]
   float2 *red_ml = reinterpret_cast<float2 *>(red_o + C::kKeyWarps * C::kRows * D);  // [kKeyWarps][kRows]
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
@@ -371,8 +373,7 @@ __global__ void __launch_bounds__(128, 2)
                                              unit_floats(split.rows, D);
   for (int idx = tid; idx < rows * (D / 2); idx += C::kThreads) {
     const int r = idx / (D / 2), col = (idx % (D / 2)) * 2;
-    const cuda::MergedRow mr =
-        cuda::merge_row_stats(C::kKeyWarps, [&](int w) { return red_ml[w * C::kRows + r]; });
+    const cuda::MergedRow mr = cuda::merge_row_stats(C::kKeyWarps, [&](int w) { return red_ml[w * C::kRows + r]; });
     float ox = 0.f, oy = 0.f;
     for (int w = 0; w < C::kKeyWarps; ++w) {
       const float wt = cuda::merge_weight(mr, red_ml[w * C::kRows + r]);
@@ -385,7 +386,8 @@ __global__ void __launch_bounds__(128, 2)
     if (whole) {
       const int t = r / G, h = kvh * G + (r - t * G);
       const float inv = mr.l > 0.f ? 1.f / mr.l : 0.f;
-      T *dst = static_cast<T *>(p.out) + static_cast<int64_t>(qs + t) * p.o_tok + static_cast<int64_t>(h) * p.o_head + col;
+      T *dst =
+          static_cast<T *>(p.out) + static_cast<int64_t>(qs + t) * p.o_tok + static_cast<int64_t>(h) * p.o_head + col;
       *reinterpret_cast<uint32_t *>(dst) = pack2<T>(ox * inv, oy * inv);
       if (p.lse && col == 0) p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(mr.m, mr.l);
     } else {
@@ -402,8 +404,8 @@ __global__ void __launch_bounds__(128, 2)
 // was written for all its rows (an empty split stores zeros and a zero sum), so no load
 // depends on another.
 template <class T, int D>
-__global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant__ cuda::AttentionParams p,
-                                                           const Split split) {
+__global__ void __launch_bounds__(128)
+    decode_merge_kernel(const __grid_constant__ cuda::AttentionParams p, const Split split) {
 #if __CUDA_ARCH__ >= 900
   // Launched early (programmatic dependent launch, sm90+): wait here for the decode
   // grid's units to be complete and visible.
@@ -452,7 +454,8 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
     }
     const int t = r / G, h = kvh * G + (r - t * G);
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    T *dst = static_cast<T *>(p.out) + static_cast<int64_t>(qs + t) * p.o_tok + static_cast<int64_t>(h) * p.o_head + col;
+    T *dst =
+        static_cast<T *>(p.out) + static_cast<int64_t>(qs + t) * p.o_tok + static_cast<int64_t>(h) * p.o_head + col;
     *reinterpret_cast<uint32_t *>(dst) = pack2<T>(ox * inv, oy * inv);
     if (p.lse && col == 0) p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(m, l);
   }
@@ -486,14 +489,19 @@ void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_k
 template <class T, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
             const Split &split, bool programmatic, cudaStream_t stream) {
-  if (max_rows <= 16) launch_rows<T, D, 1>(p, num_seqs, num_kv_heads, split, programmatic, stream);
-  else if (max_rows <= 32) launch_rows<T, D, 2>(p, num_seqs, num_kv_heads, split, programmatic, stream);
-  else launch_rows<T, D, 4>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+  if (max_rows <= 16)
+    launch_rows<T, D, 1>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+  else if (max_rows <= 32)
+    launch_rows<T, D, 2>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+  else
+    launch_rows<T, D, 4>(p, num_seqs, num_kv_heads, split, programmatic, stream);
 }
 
 template <int D>
 constexpr size_t shared_bytes_for(int32_t max_rows) {
-  return max_rows <= 16 ? Config<D, 1>::kSmemBytes : max_rows <= 32 ? Config<D, 2>::kSmemBytes : Config<D, 4>::kSmemBytes;
+  return max_rows <= 16   ? Config<D, 1>::kSmemBytes
+         : max_rows <= 32 ? Config<D, 2>::kSmemBytes
+                          : Config<D, 4>::kSmemBytes;
 }
 
 }  // namespace bspa::kernels::decode

@@ -8,7 +8,9 @@ size_t shared_bytes(int32_t head_dim, int32_t max_rows) {
   return head_dim == 64 ? shared_bytes_for<64>(max_rows) : head_dim == 128 ? shared_bytes_for<128>(max_rows) : 0;
 }
 
-template void launch<__nv_bfloat16, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool, cudaStream_t);
-template void launch<__nv_bfloat16, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool, cudaStream_t);
+template void launch<__nv_bfloat16, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool,
+                                        cudaStream_t);
+template void launch<__nv_bfloat16, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool,
+                                         cudaStream_t);
 
 }  // namespace bspa::kernels::decode

@@ -40,9 +40,8 @@ DeviceLayout device_layout(const Layout &layout, int device, cudaStream_t stream
   if (!mem) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     check_cuda(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
-    check(capture == cudaStreamCaptureStatusNone, Errc::InvalidState,
-          "a CSR layout's first use on CUDA device ", device,
-          " uploads its arrays and cannot happen during graph capture: launch once before capturing");
+    check(capture == cudaStreamCaptureStatusNone, Errc::InvalidState, "a CSR layout's first use on CUDA device ",
+          device, " uploads its arrays and cannot happen during graph capture: launch once before capturing");
     const size_t crow_bytes = layout.crow.size() * sizeof(int32_t);
     const size_t col_bytes = layout.col.size() * sizeof(int32_t);
     void *p = cuda_malloc(device, crow_bytes + col_bytes + 16);

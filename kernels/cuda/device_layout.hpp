@@ -27,7 +27,8 @@ struct DeviceLayout {
   __device__ __forceinline__ bool allowed(int32_t h, int32_t qb, int32_t kb) const {
     if (kb > qb) return false;
     if (kind == static_cast<int32_t>(Layout::Kind::Dense)) return true;
-    if (kind == static_cast<int32_t>(Layout::Kind::Strided)) return qb - kb < local_blocks || (kb + (head_begin + h) * head_step + 1) % vert_stride == 0;
+    if (kind == static_cast<int32_t>(Layout::Kind::Strided))
+      return qb - kb < local_blocks || (kb + (head_begin + h) * head_step + 1) % vert_stride == 0;
     if (qb >= num_block_rows) return false;
     const int32_t *row = crow + static_cast<int64_t>(h) * (num_block_rows + 1) + qb;
     int32_t lo = row[0], hi = row[1];  // col ascending: binary search
@@ -35,7 +36,10 @@ struct DeviceLayout {
       const int32_t mid = (lo + hi) >> 1;
       const int32_t c = col[mid];
       if (c == kb) return true;
-      if (c < kb) lo = mid + 1; else hi = mid;
+      if (c < kb)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
     return false;
   }

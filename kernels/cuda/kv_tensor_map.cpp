@@ -27,7 +27,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   void *f = nullptr;
   cudaDriverEntryPointQueryResult found{};
 #if CUDART_VERSION >= 12050
-  const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found);
+  const cudaError_t e =
+      cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found);
 #else
   const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &f, cudaEnableDefault, &found);
 #endif

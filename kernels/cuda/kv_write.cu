@@ -25,9 +25,9 @@ struct KvParams {
   const int32_t *query_starts, *context_lens, *block_table;
   int64_t bt_stride;
   int32_t num_seqs, num_kv_heads, page_size;
-  int64_t row_bytes;      // head_dim * element size
-  int32_t vecs_per_row;   // row_bytes / sizeof(V)
-  int64_t total;          // total_q * num_kv_heads * vecs_per_row
+  int64_t row_bytes;               // head_dim * element size
+  int32_t vecs_per_row;            // row_bytes / sizeof(V)
+  int64_t total;                   // total_q * num_kv_heads * vecs_per_row
   const float *k_scale, *v_scale;  // FP8 pages: [num_kv_heads] on the device
 };
 
@@ -46,7 +46,10 @@ __device__ inline RowTarget locate(const KvParams &p, int64_t i, int64_t vec_byt
   int32_t lo = 0, hi = p.num_seqs - 1;  // last sequence with query_starts[s] <= row
   while (lo < hi) {
     const int32_t mid = (lo + hi + 1) >> 1;
-    if (p.query_starts[mid] <= r.row) lo = mid; else hi = mid - 1;
+    if (p.query_starts[mid] <= r.row)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const int64_t pos = static_cast<int64_t>(p.context_lens[lo]) + (r.row - p.query_starts[lo]);
   const int64_t page = p.block_table[lo * p.bt_stride + pos / p.page_size];
@@ -56,11 +59,28 @@ __device__ inline RowTarget locate(const KvParams &p, int64_t i, int64_t vec_byt
 }
 
 // G elements per thread: the load of G 16-bit values and the store of G bytes.
-template <int G> struct Fp8Vec;
-template <> struct Fp8Vec<8> { using In = uint4; using Out = uint2; };
-template <> struct Fp8Vec<4> { using In = uint2; using Out = uint32_t; };
-template <> struct Fp8Vec<2> { using In = uint32_t; using Out = uint16_t; };
-template <> struct Fp8Vec<1> { using In = uint16_t; using Out = uint8_t; };
+template <int G>
+struct Fp8Vec;
+template <>
+struct Fp8Vec<8> {
+  using In = uint4;
+  using Out = uint2;
+};
+template <>
+struct Fp8Vec<4> {
+  using In = uint2;
+  using Out = uint32_t;
+};
+template <>
+struct Fp8Vec<2> {
+  using In = uint32_t;
+  using Out = uint16_t;
+};
+template <>
+struct Fp8Vec<1> {
+  using In = uint16_t;
+  using Out = uint8_t;
+};
 
 template <int G, bool kBf16>
 __device__ inline void quantize_vec(const char *src, char *dst, float scale) {

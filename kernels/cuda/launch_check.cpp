@@ -16,7 +16,8 @@ bool debug_sync_enabled() {
 
 void check_launch(const char *kernel, cudaStream_t stream) {
   cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) fail(Errc::Cuda, "launch of ", kernel, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+  if (e != cudaSuccess)
+    fail(Errc::Cuda, "launch of ", kernel, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
   if (debug_sync_enabled()) {
     e = cudaStreamSynchronize(stream);
     if (e == cudaSuccess) e = cudaGetLastError();

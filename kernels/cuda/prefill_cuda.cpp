@@ -34,19 +34,24 @@ int log2_exact(int32_t v) {
 template <class T>
 void dispatch(const sm80::Params &prm, int head_dim, int bm, dim3 grid, cudaStream_t stream) {
   if (head_dim == 64) {
-    if (bm == 128) sm80::launch<T, 64, 128>(prm, grid, stream);
-    else sm80::launch<T, 64, 64>(prm, grid, stream);
+    if (bm == 128)
+      sm80::launch<T, 64, 128>(prm, grid, stream);
+    else
+      sm80::launch<T, 64, 64>(prm, grid, stream);
   } else {
-    if (bm == 128) sm80::launch<T, 128, 128>(prm, grid, stream);
-    else sm80::launch<T, 128, 64>(prm, grid, stream);
+    if (bm == 128)
+      sm80::launch<T, 128, 128>(prm, grid, stream);
+    else
+      sm80::launch<T, 128, 64>(prm, grid, stream);
   }
 }
 
 template <class T>
-void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, const SplitWorkspace &split,
-                   cudaStream_t stream) {
-  if (head_dim == 64) sm90::launch<T, 64>(prm, grid, split, stream);
-  else sm90::launch<T, 128>(prm, grid, split, stream);
+void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, const SplitWorkspace &split, cudaStream_t stream) {
+  if (head_dim == 64)
+    sm90::launch<T, 64>(prm, grid, split, stream);
+  else
+    sm90::launch<T, 128>(prm, grid, split, stream);
 }
 
 // BSPA_CUDA_PATH=sm80|sm90 forces a kernel family (to time or test both on one GPU);
@@ -100,8 +105,8 @@ void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
     prm.work = p.work;
     prm.work_tile_rows = p.work_tile_rows;
     const int64_t y = static_cast<int64_t>(p.num_work) * (p.work_tile_rows / bm);
-    check(y <= 65535, Errc::NotSupported, "the CUDA prefill launches at most 65535 query tiles per head (",
-          y, " needed)");
+    check(y <= 65535, Errc::NotSupported, "the CUDA prefill launches at most 65535 query tiles per head (", y,
+          " needed)");
     grid = dim3(p.num_q_heads, static_cast<unsigned>(y), 1);
   } else {
     const int64_t tiles = (static_cast<int64_t>(p.max_query_len) + bm - 1) / bm;
@@ -111,8 +116,10 @@ void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
     grid = dim3(p.num_q_heads, static_cast<unsigned>(tiles), p.num_seqs);
   }
   if (use_sm90) {
-    if (p.dtype == DType::BF16) dispatch_sm90<__nv_bfloat16>(prm, p.head_dim, grid, p.split, stream);
-    else dispatch_sm90<__half>(prm, p.head_dim, grid, p.split, stream);
+    if (p.dtype == DType::BF16)
+      dispatch_sm90<__nv_bfloat16>(prm, p.head_dim, grid, p.split, stream);
+    else
+      dispatch_sm90<__half>(prm, p.head_dim, grid, p.split, stream);
   } else if (p.dtype == DType::BF16) {
     dispatch<__nv_bfloat16>(prm, p.head_dim, bm, grid, stream);
   } else {
@@ -123,8 +130,10 @@ void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
 template <class T>
 void dispatch_decode(const sm80::Params &prm, int head_dim, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
                      const decode::Split &split, bool programmatic, cudaStream_t stream) {
-  if (head_dim == 64) decode::launch<T, 64>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
-  else decode::launch<T, 128>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+  if (head_dim == 64)
+    decode::launch<T, 64>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+  else
+    decode::launch<T, 128>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
 }
 
 }  // namespace
@@ -151,8 +160,8 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
         ": the CUDA prefill supports 64 and 128");
   check(p.layout != nullptr, Errc::NullPointer, "layout is NULL");
   const Layout &layout = *p.layout;
-  check(p.num_kv_heads >= 1 && p.num_q_heads % p.num_kv_heads == 0, Errc::InvalidArgument, "num_q_heads = ",
-        p.num_q_heads, " is not a multiple of num_kv_heads = ", p.num_kv_heads);
+  check(p.num_kv_heads >= 1 && p.num_q_heads % p.num_kv_heads == 0, Errc::InvalidArgument,
+        "num_q_heads = ", p.num_q_heads, " is not a multiple of num_kv_heads = ", p.num_kv_heads);
   const int page_shift = log2_exact(p.page_size);
   check(page_shift >= 0, Errc::NotSupported, "page_size = ", p.page_size,
         ": the CUDA prefill supports power-of-two page sizes");
@@ -215,12 +224,13 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // Every check comes before the first launch (a failed call writes nothing).
   const int32_t planned = cuda_decode_max_query_len();
   int32_t decode_max = std::min(planned, decode::kMaxRows / prm.group);
-  if (decode_max > 0 && (p.num_seqs > 65535 ||
-                         decode::shared_bytes(p.head_dim, std::min(p.max_query_len, decode_max) * prm.group) >
-                             static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()))))
+  if (decode_max > 0 &&
+      (p.num_seqs > 65535 || decode::shared_bytes(p.head_dim, std::min(p.max_query_len, decode_max) * prm.group) >
+                                 static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()))))
     decode_max = 0;
   const bool known = p.decode_seqs >= 0;
-  const bool route_decode = decode_max > 0 && (p.max_query_len <= decode_max || (known ? p.decode_seqs > 0 : p.num_seqs > 1));
+  const bool route_decode =
+      decode_max > 0 && (p.max_query_len <= decode_max || (known ? p.decode_seqs > 0 : p.num_seqs > 1));
   prm.decode_max_query_len = route_decode ? decode_max : 0;
   // A pool batch's work list leaves out the sequences of up to `planned` new tokens: where
   // this launch routes fewer of them to the decode kernel, the prefill covers every
@@ -231,7 +241,8 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   decode::Split split;
   if (route_decode) {
     // Rows: the launch's largest decode q (known for pool batches) times the group.
-    const int32_t max_q = p.decode_max_q > 0 ? std::min(p.decode_max_q, decode_max) : std::min(p.max_query_len, decode_max);
+    const int32_t max_q =
+        p.decode_max_q > 0 ? std::min(p.decode_max_q, decode_max) : std::min(p.max_query_len, decode_max);
     split.rows = max_q * prm.group;
     // Items to fill the GPU with: the decode sequences (all of them over device metadata,
     // where the decode ones are not known; the CTAs of the others exit at once). Units are
@@ -256,7 +267,8 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   if (route_decode) {
     const bool programmatic = device_is_sm90(device.device());
     if (p.dtype == DType::BF16)
-      dispatch_decode<__nv_bfloat16>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, programmatic, stream);
+      dispatch_decode<__nv_bfloat16>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, programmatic,
+                                     stream);
     else
       dispatch_decode<__half>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, programmatic, stream);
   }

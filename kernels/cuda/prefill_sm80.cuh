@@ -51,8 +51,7 @@ struct Config {
 };
 
 template <class T, int D, int BM>
-__global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
-    prefill_sm80_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(const __grid_constant__ Params p) {
   using C = Config<D, BM>;
   extern __shared__ __align__(128) char smem_raw[];
   char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -79,8 +78,8 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
 
   // Q tile -> shared (rows past the sequence are zero).
   {
-    const T *qbase = static_cast<const T *>(p.q) + static_cast<int64_t>(qs + t0) * p.q_tok +
-                     static_cast<int64_t>(h) * p.q_head;
+    const T *qbase =
+        static_cast<const T *>(p.q) + static_cast<int64_t>(qs + t0) * p.q_tok + static_cast<int64_t>(h) * p.q_head;
 #pragma unroll
     for (int i = 0; i < BM * C::kChunks / C::kThreads; ++i) {
       const int idx = tid + i * C::kThreads;
@@ -181,7 +180,8 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
   for (int c0 = 0; c0 < n_kt; c0 += kListCap) {
     // 1. classify key tiles [c0, c1) and compact the visible ones into sList.
     const int c1 = min(n_kt, c0 + kListCap);
-    const int total = cuda::list_key_tiles<C::kThreads, C::kPerThread>(p.layout, h, qb0, qb1, p0, B, c0, c1, sList, sScan);
+    const int total =
+        cuda::list_key_tiles<C::kThreads, C::kPerThread>(p.layout, h, qb0, qb1, p0, B, c0, c1, sList, sScan);
 
     // 2-3. the pipeline over the listed tiles.
     if (total > 0) load_kv(sList[0], 0);
@@ -369,8 +369,9 @@ template <class T, int D, int BM>
 void launch(const Params &p, dim3 grid, cudaStream_t stream) {
   constexpr int smem = Config<D, BM>::kSmemBytes;
   // The opt-in above 48 KiB is per device; setting it again is cheap and capturable.
-  cuda::check_cuda(cudaFuncSetAttribute(prefill_sm80_kernel<T, D, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                   "cudaFuncSetAttribute(prefill_sm80_kernel)");
+  cuda::check_cuda(
+      cudaFuncSetAttribute(prefill_sm80_kernel<T, D, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+      "cudaFuncSetAttribute(prefill_sm80_kernel)");
   prefill_sm80_kernel<T, D, BM><<<grid, Config<D, BM>::kThreads, smem, stream>>>(p);
   cuda::check_launch("prefill_sm80_kernel", stream);
 }

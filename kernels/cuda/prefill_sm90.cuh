@@ -55,9 +55,9 @@ namespace bspa::kernels::sm90 {
 constexpr int kKeyTile = cuda::kKeyTileTokens;
 static_assert(kTmaBoxTokens == kKeyTile && kTmaBoxColumns * 2 == 128,
               "a TMA box is one key tile's 128-byte half, as a stage stores it");
-constexpr int kListCap = 512;          // key tiles classified per producer pass
-constexpr int kLastTile = 1 << 27;     // stage entry flag: no tile of this query tile follows
-constexpr int kNoTiles = -1;           // stage entry of a query tile that sees no key tile
+constexpr int kListCap = 512;       // key tiles classified per producer pass
+constexpr int kLastTile = 1 << 27;  // stage entry flag: no tile of this query tile follows
+constexpr int kNoTiles = -1;        // stage entry of a query tile that sees no key tile
 constexpr int kTileIndexMask = kLastTile - 1;
 
 template <int D>
@@ -75,7 +75,8 @@ struct Config {
   static constexpr int kStages = D == 128 ? 6 : 8;
   static constexpr int kProducers = 128;
   static constexpr int kPerThread = kListCap / kProducers;
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 32 + kStages * 4 + 2 * kStages * 8;
+  static constexpr int kSmemBytes =
+      kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 32 + kStages * 4 + 2 * kStages * 8;
   static_assert(kSmemBytes <= 232448, "shared memory over the sm_90 opt-in limit");
 };
 
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(384, 1)
       // beside a TMA box whose bytes thread 0 announced), + the entries for K.
       mbar_init(full_k + 8 * q, 2 * C::kProducers + 1);
       mbar_init(full_v + 8 * q, 2 * C::kProducers);
-      mbar_init(empty_k + 8 * q, 8);                     // one arrival per consumer warp
+      mbar_init(empty_k + 8 * q, 8);  // one arrival per consumer warp
       mbar_init(empty_v + 8 * q, 8);
     }
     fence_mbar_init();
@@ -257,7 +258,8 @@ __global__ void __launch_bounds__(384, 1)
           const int slot = k0 & page_mask, pg = static_cast<int>(page);
           auto coord = [&](int dim) { return maps.dim_tok == dim ? slot : maps.dim_head == dim ? kvh : pg; };
 #pragma unroll
-          for (int hh = 0; hh < NH; ++hh) tma_load_4d(dst + hh * kHalfStride, &map, hh * 64, coord(1), coord(2), coord(3), bar);
+          for (int hh = 0; hh < NH; ++hh)
+            tma_load_4d(dst + hh * kHalfStride, &map, hh * 64, coord(1), coord(2), coord(3), bar);
         } else {
           mbar_arrive(bar);
         }
@@ -296,7 +298,7 @@ __global__ void __launch_bounds__(384, 1)
       }
       kv_len = ctx + q_len;
       kvh = h / p.group;
-      {  // the consumers load this item's Q after the current item: bring it to L2 now
+      {                     // the consumers load this item's Q after the current item: bring it to L2 now
         const int r = tid;  // one row per thread, 128-byte lines
         if (r < t1 - t0) {
           const T *q = static_cast<const T *>(p.q) + static_cast<int64_t>(qs + t0 + r) * p.q_tok +
@@ -307,9 +309,8 @@ __global__ void __launch_bounds__(384, 1)
       }
       const int n_kt = p1 / kKeyTile + 1;
       auto list_pass = [&](int c0) {
-        return cuda::list_key_tiles<C::kProducers, C::kPerThread>(p.layout, h, qb0, qb1, p0, B, c0,
-                                                                  min(n_kt, c0 + kListCap), sList, sScan,
-                                                                  ProducerBarrier{});
+        return cuda::list_key_tiles<C::kProducers, C::kPerThread>(
+            p.layout, h, qb0, qb1, p0, B, c0, min(n_kt, c0 + kListCap), sList, sScan, ProducerBarrier{});
       };
       // The unit's share [lo, hi) of the item's visible tiles: all of them unless split,
       // which needs their count first (one pass usually lists them all: kept, not redone).
@@ -344,9 +345,9 @@ __global__ void __launch_bounds__(384, 1)
   // ---- consumers ------------------------------------------------------------------------
   regs_alloc<C::kConsumerRegs>();
   const int cg = wg - 1;  // rows 64 * cg .. 64 * cg + 63 of the tile
-  auto load_q = [&] {  // this warpgroup's 64 Q rows -> shared (rows past the sequence are zero)
-    const T *qbase = static_cast<const T *>(p.q) + static_cast<int64_t>(qs + t0) * p.q_tok +
-                     static_cast<int64_t>(h) * p.q_head;
+  auto load_q = [&] {     // this warpgroup's 64 Q rows -> shared (rows past the sequence are zero)
+    const T *qbase =
+        static_cast<const T *>(p.q) + static_cast<int64_t>(qs + t0) * p.q_tok + static_cast<int64_t>(h) * p.q_head;
     const int ctid = tid & 127;
 #pragma unroll
     for (int i = 0; i < 64 * C::kChunks / 128; ++i) {
@@ -507,8 +508,8 @@ __global__ void __launch_bounds__(384, 1)
     bool rescale;
     if constexpr (kSpeculate) {
       exponentials(m, sum);
-      rescale = __any_sync(0xffffffffu, !(sum[0] <= kSlackBound) || !(sum[1] <= kSlackBound) || m[0] == -INFINITY ||
-                                            m[1] == -INFINITY);
+      rescale = __any_sync(
+          0xffffffffu, !(sum[0] <= kSlackBound) || !(sum[1] <= kSlackBound) || m[0] == -INFINITY || m[1] == -INFINITY);
       if (rescale) {
         row_max(mx);
         move_max(mx);
@@ -540,9 +541,7 @@ __global__ void __launch_bounds__(384, 1)
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + n.bar());
   };
-  auto any_masked = [](int e0, int e1) {
-    return e1 == kNoTiles || ((e0 | e1) & cuda::kKeyTileMasked);
-  };
+  auto any_masked = [](int e0, int e1) { return e1 == kNoTiles || ((e0 | e1) & cuda::kKeyTileMasked); };
   // The step at stages n, n + 1 once their K landed: its entries (e1 = kNoTiles when the
   // second stage is a pad).
   struct Step {
@@ -551,7 +550,8 @@ __global__ void __launch_bounds__(384, 1)
   };
   auto take_step = [&](Ring n) {
     mbar_wait(full_k + n.bar(), n.phase);
-    fence_proxy_async();  // cp.async copies land through the generic proxy, wgmma reads through the async one (TMA's too)
+    fence_proxy_async();  // cp.async copies land through the generic proxy, wgmma reads through the async one (TMA's
+                          // too)
     // Lane 0 reads the entries for its warp: it alone arrives on the empty barrier that
     // lets the producer rewrite them, so the reads are ordered before that arrival in its
     // own program order (compute-sanitizer racecheck reports the other lanes' reads otherwise).
@@ -571,176 +571,176 @@ __global__ void __launch_bounds__(384, 1)
 
   Ring used{0, 0};  // the ring position after the stages consumed so far
   for (int round = 0; round < rounds; ++round) {
-  const int u = unit_of(round);
-  if (u >= units) break;
-  const Unit unit = unit_parts(u);
-  const int item = unit.item;
-  // No `continue` for items without rows: they arrive as one empty step and store
-  // nothing. (A branch around the wgmma code on a loaded value makes ptxas serialize every
-  // wgmma of the kernel: C7520.)
-  locate(item);
-  row_blocks = ((p0 + wrow) / B - qb0) | (((p0 + wrow + 8) / B - qb0) << 8);
-  named_barrier(2 + cg, 128);  // the previous item's epilogue has read its rows of sQ back
-  load_q();
-  // Q landed: every thread waits for its own copies, then the warpgroup meets.
-  cp_async_wait<0>();
-  fence_proxy_async();
-  named_barrier(2 + cg, 128);
+    const int u = unit_of(round);
+    if (u >= units) break;
+    const Unit unit = unit_parts(u);
+    const int item = unit.item;
+    // No `continue` for items without rows: they arrive as one empty step and store
+    // nothing. (A branch around the wgmma code on a loaded value makes ptxas serialize every
+    // wgmma of the kernel: C7520.)
+    locate(item);
+    row_blocks = ((p0 + wrow) / B - qb0) | (((p0 + wrow + 8) / B - qb0) << 8);
+    named_barrier(2 + cg, 128);  // the previous item's epilogue has read its rows of sQ back
+    load_q();
+    // Q landed: every thread waits for its own copies, then the warpgroup meets.
+    cp_async_wait<0>();
+    fence_proxy_async();
+    named_barrier(2 + cg, 128);
 #pragma unroll
-  for (int hh = 0; hh < NH; ++hh)
+    for (int hh = 0; hh < NH; ++hh)
 #pragma unroll
-    for (int i = 0; i < 32; ++i) o[hh][i] = 0.f;
-  m[0] = m[1] = -INFINITY;
-  l[0] = l[1] = 0.f;
+      for (int i = 0; i < 32; ++i) o[hh][i] = 0.f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.f;
 
-  float alpha[2] = {1.f, 1.f};
-  Step cur = take_step(used);
-  if (cur.e0 == kNoTiles) {
-    release(empty_k, used);  // no visible key: O = 0, lse = -inf
-    release(empty_v, used);
-    used = used.advanced(2);
-    asm volatile("" : "+r"(used.stage), "+r"(used.phase));
-  } else {
-    issue_s(cur.n);
-    wgmma_wait<0>();
-    fence_s();
-    release(empty_k, cur.n);
-    rescale_o(run_softmax(std::false_type{}, cur, pa, alpha), alpha);
-    // One step: S(next) and PV(cur) in flight, softmax(next) into the other P buffer.
-    // Returns false after the last step.
-    auto body = [&](uint32_t(&Pcur)[8][4], uint32_t(&Pnext)[8][4]) -> bool {
-      const bool two = cur.e1 != kNoTiles;
-      const bool last = two ? (cur.e1 & kLastTile) : (cur.e0 & kLastTile);
-      // Only an item's last step may have one tile, so this is n + 2 wherever it is waited
-      // on. Written so, and with `used` opaque below: once the compiler can tell that every
-      // step starts on an even stage, ptxas serializes every wgmma (C7520; not understood).
-      const Ring n_next = cur.n.advanced(two ? 2 : 1);
-      Step next{};
-      if (!last) next = take_step(n_next);
-      fence_o();
-      fence_p(Pcur);
-      if (!last) issue_s(n_next);
-      wait_v(cur.n);
-      issue_pv(cur.n, two, Pcur);
-      if (!last) {
-        wgmma_wait<1>();
-        fence_s();
-        release(empty_k, n_next);
-        const bool rescale = run_softmax(std::true_type{}, next, Pnext, alpha);
+    float alpha[2] = {1.f, 1.f};
+    Step cur = take_step(used);
+    if (cur.e0 == kNoTiles) {
+      release(empty_k, used);  // no visible key: O = 0, lse = -inf
+      release(empty_v, used);
+      used = used.advanced(2);
+      asm volatile("" : "+r"(used.stage), "+r"(used.phase));
+    } else {
+      issue_s(cur.n);
+      wgmma_wait<0>();
+      fence_s();
+      release(empty_k, cur.n);
+      rescale_o(run_softmax(std::false_type{}, cur, pa, alpha), alpha);
+      // One step: S(next) and PV(cur) in flight, softmax(next) into the other P buffer.
+      // Returns false after the last step.
+      auto body = [&](uint32_t(&Pcur)[8][4], uint32_t(&Pnext)[8][4]) -> bool {
+        const bool two = cur.e1 != kNoTiles;
+        const bool last = two ? (cur.e1 & kLastTile) : (cur.e0 & kLastTile);
+        // Only an item's last step may have one tile, so this is n + 2 wherever it is waited
+        // on. Written so, and with `used` opaque below: once the compiler can tell that every
+        // step starts on an even stage, ptxas serializes every wgmma (C7520; not understood).
+        const Ring n_next = cur.n.advanced(two ? 2 : 1);
+        Step next{};
+        if (!last) next = take_step(n_next);
+        fence_o();
+        fence_p(Pcur);
+        if (!last) issue_s(n_next);
+        wait_v(cur.n);
+        issue_pv(cur.n, two, Pcur);
+        if (!last) {
+          wgmma_wait<1>();
+          fence_s();
+          release(empty_k, n_next);
+          const bool rescale = run_softmax(std::true_type{}, next, Pnext, alpha);
+          wgmma_wait<0>();
+          fence_o();
+          fence_p(Pcur);
+          release(empty_v, cur.n);
+          rescale_o(rescale, alpha);
+          cur = next;
+          return true;
+        }
         wgmma_wait<0>();
         fence_o();
         fence_p(Pcur);
         release(empty_v, cur.n);
-        rescale_o(rescale, alpha);
-        cur = next;
-        return true;
-      }
-      wgmma_wait<0>();
-      fence_o();
-      fence_p(Pcur);
-      release(empty_v, cur.n);
-      used = cur.n.advanced(2);
-      asm volatile("" : "+r"(used.stage), "+r"(used.phase));
-      return false;
-    };
-    // Unrolled by two by hand (the P buffers swap); no further unrolling (code size).
+        used = cur.n.advanced(2);
+        asm volatile("" : "+r"(used.stage), "+r"(used.phase));
+        return false;
+      };
+      // Unrolled by two by hand (the P buffers swap); no further unrolling (code size).
 #pragma unroll 1
-    while (body(pa, pb) && body(pb, pa)) {
-    }
-  }
-
-  // The item's rows and head again, rather than keeping them in registers through the
-  // key loop (consumer registers are the kernel's limit).
-  locate(item);
-  bool last_in = true;  // this unit holds the item's whole result and stores it
-  if (unit.tail >= 0) {
-    const int ctid = tid & 127;
-    constexpr int kVecs = NH * 8 + 1;  // float4s per thread: O, then (m0, m1, l0, l1)
-    auto slot = [&](int chunk) {
-      return partials + (static_cast<int64_t>(chunk * split.tail + unit.tail) * 2 + cg) * (kVecs * 128) + ctid;
-    };
-    float4 *mine = slot(unit.chunk);
-#pragma unroll
-    for (int hh = 0; hh < NH; ++hh)
-#pragma unroll
-      for (int q = 0; q < 8; ++q)
-        mine[(hh * 8 + q) * 128] = make_float4(o[hh][4 * q], o[hh][4 * q + 1], o[hh][4 * q + 2], o[hh][4 * q + 3]);
-    mine[NH * 8 * 128] = make_float4(m[0], m[1], l[0], l[1]);
-    // Release (every thread's stores, then the warpgroup's one count) and, for the
-    // last unit in, acquire: the pattern of CUDA's threadFenceReduction sample.
-    __threadfence();
-    named_barrier(2 + cg, 128);
-    if (ctid == 0) sLastIn[cg] = atomicAdd(counters + 2 * unit.tail + cg, 1) == split.ways - 1;
-    named_barrier(2 + cg, 128);
-    last_in = sLastIn[cg] != 0;
-    if (last_in) {
-      __threadfence();
-      for (int c = 0; c < split.ways; ++c) {
-        if (c == unit.chunk) continue;
-        const float4 *other = slot(c);
-        const float4 st = __ldcg(other + NH * 8 * 128);
-        const float ms[2] = {st.x, st.y}, ls[2] = {st.z, st.w};
-        float wa[2], wb[2];  // weights of this unit's and the other's partial sums
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          const float mm = fmaxf(m[rr], ms[rr]);
-          wa[rr] = m[rr] == -INFINITY ? 0.f : fast_exp2(m[rr] - mm);
-          wb[rr] = ms[rr] == -INFINITY ? 0.f : fast_exp2(ms[rr] - mm);
-          m[rr] = mm;
-          l[rr] = l[rr] * wa[rr] + ls[rr] * wb[rr];
-        }
-#pragma unroll
-        for (int hh = 0; hh < NH; ++hh)
-#pragma unroll
-          for (int q = 0; q < 8; ++q) {
-            const float4 x = __ldcg(other + (hh * 8 + q) * 128);
-            const float xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int rr = ((4 * q + e) >> 1) & 1;
-              o[hh][4 * q + e] = o[hh][4 * q + e] * wa[rr] + xs[e] * wb[rr];
-            }
-          }
+      while (body(pa, pb) && body(pb, pa)) {
       }
     }
-  }
-  if (last_in) {
-  // Epilogue: normalise, stage this warp's 16 rows in its own part of sQ (its warpgroup's
-  // wgmma reads of sQ are complete), store 16 bytes a lane.
-  float inv[2];
+
+    // The item's rows and head again, rather than keeping them in registers through the
+    // key loop (consumer registers are the kernel's limit).
+    locate(item);
+    bool last_in = true;  // this unit holds the item's whole result and stores it
+    if (unit.tail >= 0) {
+      const int ctid = tid & 127;
+      constexpr int kVecs = NH * 8 + 1;  // float4s per thread: O, then (m0, m1, l0, l1)
+      auto slot = [&](int chunk) {
+        return partials + (static_cast<int64_t>(chunk * split.tail + unit.tail) * 2 + cg) * (kVecs * 128) + ctid;
+      };
+      float4 *mine = slot(unit.chunk);
 #pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    float sum = l[rr];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    inv[rr] = sum > 0.f ? 1.f / sum : 0.f;
-    const int t = t0 + wrow + rr * 8;
-    if (p.lse && (lane & 3) == 0 && t < t1)
-      p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(m[rr], sum);
-  }
+      for (int hh = 0; hh < NH; ++hh)
 #pragma unroll
-  for (int hh = 0; hh < NH; ++hh)
+        for (int q = 0; q < 8; ++q)
+          mine[(hh * 8 + q) * 128] = make_float4(o[hh][4 * q], o[hh][4 * q + 1], o[hh][4 * q + 2], o[hh][4 * q + 3]);
+      mine[NH * 8 * 128] = make_float4(m[0], m[1], l[0], l[1]);
+      // Release (every thread's stores, then the warpgroup's one count) and, for the
+      // last unit in, acquire: the pattern of CUDA's threadFenceReduction sample.
+      __threadfence();
+      named_barrier(2 + cg, 128);
+      if (ctid == 0) sLastIn[cg] = atomicAdd(counters + 2 * unit.tail + cg, 1) == split.ways - 1;
+      named_barrier(2 + cg, 128);
+      last_in = sLastIn[cg] != 0;
+      if (last_in) {
+        __threadfence();
+        for (int c = 0; c < split.ways; ++c) {
+          if (c == unit.chunk) continue;
+          const float4 *other = slot(c);
+          const float4 st = __ldcg(other + NH * 8 * 128);
+          const float ms[2] = {st.x, st.y}, ls[2] = {st.z, st.w};
+          float wa[2], wb[2];  // weights of this unit's and the other's partial sums
 #pragma unroll
-    for (int i = 0; i < 32; i += 2) {
-      const int rr = (i >> 1) & 1;
-      const int r = wrow + rr * 8;
-      const int col = hh * 64 + (i >> 2) * 8 + 2 * (lane & 3);
-      *reinterpret_cast<uint32_t *>(sQ + swz<BM>(r, col >> 3) + (col & 7) * 2) =
-          pack2<T>(o[hh][i] * inv[rr], o[hh][i + 1] * inv[rr]);
+          for (int rr = 0; rr < 2; ++rr) {
+            const float mm = fmaxf(m[rr], ms[rr]);
+            wa[rr] = m[rr] == -INFINITY ? 0.f : fast_exp2(m[rr] - mm);
+            wb[rr] = ms[rr] == -INFINITY ? 0.f : fast_exp2(ms[rr] - mm);
+            m[rr] = mm;
+            l[rr] = l[rr] * wa[rr] + ls[rr] * wb[rr];
+          }
+#pragma unroll
+          for (int hh = 0; hh < NH; ++hh)
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+              const float4 x = __ldcg(other + (hh * 8 + q) * 128);
+              const float xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int rr = ((4 * q + e) >> 1) & 1;
+                o[hh][4 * q + e] = o[hh][4 * q + e] * wa[rr] + xs[e] * wb[rr];
+              }
+            }
+        }
+      }
     }
-  __syncwarp();
-  T *obase = static_cast<T *>(p.out) + static_cast<int64_t>(qs + t0) * p.o_tok + static_cast<int64_t>(h) * p.o_head;
-  const int row0 = cg * 64 + (warp & 3) * 16;
+    if (last_in) {
+      // Epilogue: normalise, stage this warp's 16 rows in its own part of sQ (its warpgroup's
+      // wgmma reads of sQ are complete), store 16 bytes a lane.
+      float inv[2];
 #pragma unroll
-  for (int i = 0; i < 16 * C::kChunks / 32; ++i) {
-    const int idx = lane + i * 32;
-    const int r = row0 + idx / C::kChunks, c = idx % C::kChunks;
-    if (t0 + r < t1)
-      *reinterpret_cast<uint4 *>(obase + static_cast<int64_t>(r) * p.o_tok + c * 8) =
-          *reinterpret_cast<const uint4 *>(sQ + swz<BM>(r, c));
-  }
-  }  // last_in
-  }  // units
+      for (int rr = 0; rr < 2; ++rr) {
+        float sum = l[rr];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        inv[rr] = sum > 0.f ? 1.f / sum : 0.f;
+        const int t = t0 + wrow + rr * 8;
+        if (p.lse && (lane & 3) == 0 && t < t1)
+          p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(m[rr], sum);
+      }
+#pragma unroll
+      for (int hh = 0; hh < NH; ++hh)
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) {
+          const int rr = (i >> 1) & 1;
+          const int r = wrow + rr * 8;
+          const int col = hh * 64 + (i >> 2) * 8 + 2 * (lane & 3);
+          *reinterpret_cast<uint32_t *>(sQ + swz<BM>(r, col >> 3) + (col & 7) * 2) =
+              pack2<T>(o[hh][i] * inv[rr], o[hh][i + 1] * inv[rr]);
+        }
+      __syncwarp();
+      T *obase = static_cast<T *>(p.out) + static_cast<int64_t>(qs + t0) * p.o_tok + static_cast<int64_t>(h) * p.o_head;
+      const int row0 = cg * 64 + (warp & 3) * 16;
+#pragma unroll
+      for (int i = 0; i < 16 * C::kChunks / 32; ++i) {
+        const int idx = lane + i * 32;
+        const int r = row0 + idx / C::kChunks, c = idx % C::kChunks;
+        if (t0 + r < t1)
+          *reinterpret_cast<uint4 *>(obase + static_cast<int64_t>(r) * p.o_tok + c * 8) =
+              *reinterpret_cast<const uint4 *>(sQ + swz<BM>(r, c));
+      }
+    }  // last_in
+  }    // units
 #endif
 }
 

@@ -1,10 +1,9 @@
 // Thin wrappers over the sm90a instructions the Hopper prefill kernel is built from:
 // wgmma.mma_async (m64n128k16 with A and B from shared memory; m64n128k16 and m64n64k16
-// with A from registers and B N-major; fp32 accumulators), its fences and groups, shared-memory matrix descriptors for the
-// 128-byte swizzle, the generic->async proxy fence, mbarriers, TMA tensor loads, register
-// reallocation and named barriers.
-// Only meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); the kernel that
-// uses them compiles to an empty body for other targets.
+// with A from registers and B N-major; fp32 accumulators), its fences and groups, shared-memory matrix descriptors for
+// the 128-byte swizzle, the generic->async proxy fence, mbarriers, TMA tensor loads, register reallocation and named
+// barriers. Only meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); the kernel that uses them compiles to
+// an empty body for other targets.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,9 +27,7 @@ using sm80::smem_addr;
 // cp.async and st.shared write through the generic proxy; wgmma reads through the async
 // proxy. Each writer fences after its writes are complete, before the barrier that
 // publishes them.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // Matrix descriptor, 128-byte swizzle. The operand is stored as rows of 128 bytes (64
 // 16-bit elements), 16-byte chunk c of row r at chunk c ^ (r & 7), 8-row atoms of 1024
@@ -71,10 +68,10 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-#define BSPA_WG_D32                                                                                         \
+#define BSPA_WG_D32                                                                                            \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define BSPA_WG_OUT32(d)                                                                                       \
+#define BSPA_WG_OUT32(d)                                                                                      \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
       "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
       "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
@@ -94,36 +91,37 @@ __device__ __forceinline__ void wgmma_ss128(float (&d0)[32], float (&d1)[32], ui
 template <class T>
 __device__ __forceinline__ void wgmma_rs_tb128(float (&d0)[32], float (&d1)[32], const uint32_t (&a)[4], uint64_t b);
 
-#define BSPA_WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define BSPA_WG_D64 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define BSPA_WG_OUT64(d0, d1) BSPA_WG_OUT32(d0), BSPA_WG_OUT32(d1)
-#define BSPA_WG_DEFINE(TYPE, PTX)                                                                             \
-  template <>                                                                                               \
-  __device__ __forceinline__ void wgmma_rs_tb<TYPE>(float(&d)[32], const uint32_t(&a)[4], uint64_t b) {    \
-    asm volatile(                                                                                           \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                        \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " BSPA_WG_D32                           \
-        ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                     \
-        : BSPA_WG_OUT32(d)                                                                                  \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                                     \
-  }                                                                                                         \
-  template <>                                                                                               \
-  __device__ __forceinline__ void wgmma_ss128<TYPE>(float(&d0)[32], float(&d1)[32], uint64_t a, uint64_t b, \
-                                                    int accumulate) {                                        \
-    asm volatile(                                                                                           \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                        \
+#define BSPA_WG_DEFINE(TYPE, PTX)                                                                                    \
+  template <>                                                                                                        \
+  __device__ __forceinline__ void wgmma_rs_tb<TYPE>(float(&d)[32], const uint32_t(&a)[4], uint64_t b) {              \
+    asm volatile(                                                                                                    \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                                 \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " BSPA_WG_D32                                    \
+        ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                              \
+        : BSPA_WG_OUT32(d)                                                                                           \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                                               \
+  }                                                                                                                  \
+  template <>                                                                                                        \
+  __device__ __forceinline__ void wgmma_ss128<TYPE>(float(&d0)[32], float(&d1)[32], uint64_t a, uint64_t b,          \
+                                                    int accumulate) {                                                \
+    asm volatile(                                                                                                    \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                                 \
         "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " BSPA_WG_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n" \
-        : BSPA_WG_OUT64(d0, d1)                                                                             \
-        : "l"(a), "l"(b), "r"(accumulate));                                                                 \
-  }                                                                                                         \
-  template <>                                                                                               \
-  __device__ __forceinline__ void wgmma_rs_tb128<TYPE>(float(&d0)[32], float(&d1)[32], const uint32_t(&a)[4], \
-                                                       uint64_t b) {                                         \
-    asm volatile(                                                                                           \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                        \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " BSPA_WG_D64                           \
-        ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                     \
-        : BSPA_WG_OUT64(d0, d1)                                                                             \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                                     \
+        : BSPA_WG_OUT64(d0, d1)                                                                                      \
+        : "l"(a), "l"(b), "r"(accumulate));                                                                          \
+  }                                                                                                                  \
+  template <>                                                                                                        \
+  __device__ __forceinline__ void wgmma_rs_tb128<TYPE>(float(&d0)[32], float(&d1)[32], const uint32_t(&a)[4],        \
+                                                       uint64_t b) {                                                 \
+    asm volatile(                                                                                                    \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                                 \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " BSPA_WG_D64                                   \
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                              \
+        : BSPA_WG_OUT64(d0, d1)                                                                                      \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                                               \
   }
 
 BSPA_WG_DEFINE(__nv_bfloat16, "bf16")
@@ -133,7 +131,6 @@ BSPA_WG_DEFINE(__half, "f16")
 #undef BSPA_WG_D64
 #undef BSPA_WG_OUT32
 #undef BSPA_WG_D32
-
 
 // mbarriers (shared-memory transaction barriers) for the producer/consumer pipeline.
 // A phase completes when `count` arrivals have happened and every byte of asynchronous
@@ -191,9 +188,7 @@ __device__ __forceinline__ void regs_alloc() {
 }
 
 // Starts moving the 128-byte line at `ptr` into L2 (no register result, no wait).
-__device__ __forceinline__ void prefetch_l2(const void *ptr) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
-}
+__device__ __forceinline__ void prefetch_l2(const void *ptr) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr)); }
 
 // Barrier among `threads` threads (whole warps) on hardware barrier `id` (1..15; 0 is
 // __syncthreads).

@@ -30,7 +30,7 @@ static void wl_make_prompts(wl_prompts *p) {
     for (int64_t t = 0; t < WL_MAX_LEN; ++t) {
       int j = (int)(t / WL_BLOCK);
       int shift = 6 - j < 0 ? 0 : 6 - j;
-      int block_id = (q >> shift) + 100 * j;     /* prompts share prefixes as a tree */
+      int block_id = (q >> shift) + 100 * j;                    /* prompts share prefixes as a tree */
       p->tokens[q][t] = (block_id % 3) * 10 + (int32_t)(t % 4); /* contents repeat */
     }
   }
@@ -70,17 +70,17 @@ typedef struct wl_state {
 } wl_state;
 
 /* Records the first failure and returns from the calling function. */
-#define WL_CHECK(w, cond, ...)                                              \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      if (!(w)->failed) snprintf((w)->message, sizeof (w)->message, __VA_ARGS__); \
-      (w)->failed = 1;                                                      \
-      return;                                                               \
-    }                                                                       \
+#define WL_CHECK(w, cond, ...)                                                   \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      if (!(w)->failed) snprintf((w)->message, sizeof(w)->message, __VA_ARGS__); \
+      (w)->failed = 1;                                                           \
+      return;                                                                    \
+    }                                                                            \
   } while (0)
-#define WL_OK(w, call)                                                                    \
-  do {                                                                                    \
-    bspa_status st_ = (call);                                                             \
+#define WL_OK(w, call)                                                                                    \
+  do {                                                                                                    \
+    bspa_status st_ = (call);                                                                             \
     WL_CHECK(w, st_ == BSPA_OK, "%s returned %s: %s", #call, bspa_status_string(st_), bspa_last_error()); \
   } while (0)
 
@@ -112,7 +112,6 @@ static void wl_init(wl_state *w, bspa_pool *pool, const wl_prompts *prompts, uin
 
 static int64_t wl_rand(wl_state *w, int64_t n) { return (int64_t)(test_rng_next(&w->rng) % (uint64_t)n); }
 
-
 static void wl_create(wl_state *w) {
   wl_seq *s = &w->live[w->num_live];
   memset(s, 0, sizeof *s);
@@ -132,7 +131,7 @@ static void wl_create(wl_state *w) {
   int64_t cached = -1;
   WL_OK(w, bspa_seq_match(s->seq, tok, n, &cached));
   WL_CHECK(w, cached >= 0 && cached % w->page_size == 0 && (n == 0 || cached <= (n - 1) / w->page_size * w->page_size),
-            "cached = %lld for n = %lld", (long long)cached, (long long)n);
+           "cached = %lld for n = %lld", (long long)cached, (long long)n);
   int32_t pages[WL_MAX_LEN];
   int64_t np = 0;
   WL_OK(w, bspa_seq_pages(s->seq, pages, WL_MAX_LEN, &np));
@@ -140,9 +139,9 @@ static void wl_create(wl_state *w) {
   for (int64_t t = 0; t < cached; ++t) {
     const int64_t slot = (int64_t)pages[t / w->page_size] * w->page_size + t % w->page_size;
     WL_CHECK(w, w->k[slot] == (float)tok[t], "a hit handed out a page with other tokens at position %lld",
-                 (long long)t);
+             (long long)t);
     WL_CHECK(w, w->v[slot] == wl_prefix_value(s->salt, s->extra, tok, t),
-                 "a hit handed out a page of another prefix, salt or extra key at position %lld", (long long)t);
+             "a hit handed out a page of another prefix, salt or extra key at position %lld", (long long)t);
   }
   w->hit_tokens += (uint64_t)cached;
   w->verified_tokens += (uint64_t)cached;
@@ -168,7 +167,7 @@ static void wl_append(wl_state *w, wl_seq *s) {
     WL_OK(w, bspa_seq_pages(s->seq, pages_after, WL_MAX_LEN, &na));
     WL_CHECK(w, memcmp(&before, &after, sizeof before) == 0, "a failed append changed the sequence");
     WL_CHECK(w, na == nb && memcmp(pages_before, pages_after, sizeof(int32_t) * (size_t)nb) == 0,
-              "a failed append changed the page list");
+             "a failed append changed the page list");
     if (w->exact_stats) {
       WL_OK(w, bspa_pool_stats(w->pool, &sa));
       WL_CHECK(w, memcmp(&sb, &sa, sizeof sb) == 0, "a failed append changed the pool's stats");

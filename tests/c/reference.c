@@ -33,8 +33,7 @@ void ref_attention(const ref_layout *l, int hq, int hkv, int d, int64_t n, int64
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t p = first + r;
       /* The token-level mask of this row over the whole sequence. */
-      for (int64_t j = 0; j < n; ++j)
-        mask[j] = j <= p && ref_block_allowed(l, h, p / l->block_size, j / l->block_size);
+      for (int64_t j = 0; j < n; ++j) mask[j] = j <= p && ref_block_allowed(l, h, p / l->block_size, j / l->block_size);
       const double *qr = q + (r * hq + h) * d;
       double mx = -INFINITY;
       for (int64_t j = 0; j < n; ++j) {

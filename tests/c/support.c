@@ -96,8 +96,10 @@ void test_tensor_init(test_tensor *tt, void *data, bspa_dtype dtype, int ndim, c
   tt->t.device.device_type = kDLCPU;
   tt->t.device.device_id = 0;
   tt->t.ndim = ndim;
-  tt->t.dtype.code = dtype == BSPA_DTYPE_F32 ? kDLFloat : dtype == BSPA_DTYPE_F16 ? kDLFloat
-                     : dtype == BSPA_DTYPE_FP8_E4M3 ? BSPA_DL_FLOAT8_E4M3FN : kDLBfloat;
+  tt->t.dtype.code = dtype == BSPA_DTYPE_F32        ? kDLFloat
+                     : dtype == BSPA_DTYPE_F16      ? kDLFloat
+                     : dtype == BSPA_DTYPE_FP8_E4M3 ? BSPA_DL_FLOAT8_E4M3FN
+                                                    : kDLBfloat;
   tt->t.dtype.bits = dtype == BSPA_DTYPE_F32 ? 32 : dtype == BSPA_DTYPE_FP8_E4M3 ? 8 : 16;
   tt->t.dtype.lanes = 1;
   tt->t.shape = tt->shape;

@@ -8,12 +8,12 @@
 #include <stdint.h>
 
 /* Asserts a call's status and, for failures, that a message was recorded. */
-#define EXPECT_STATUS(call, expected)                                                        \
-  do {                                                                                       \
-    bspa_status s_ = (call);                                                                 \
-    cr_assert_eq(s_, (expected), "%s returned %s (%d), expected %s: %s", #call,              \
-                 bspa_status_string(s_), s_, bspa_status_string(expected), bspa_last_error()); \
-    if ((expected) != BSPA_OK) cr_assert_neq(bspa_last_error()[0], '\0', "%s set no message", #call); \
+#define EXPECT_STATUS(call, expected)                                                                       \
+  do {                                                                                                      \
+    bspa_status s_ = (call);                                                                                \
+    cr_assert_eq(s_, (expected), "%s returned %s (%d), expected %s: %s", #call, bspa_status_string(s_), s_, \
+                 bspa_status_string(expected), bspa_last_error());                                          \
+    if ((expected) != BSPA_OK) cr_assert_neq(bspa_last_error()[0], '\0', "%s set no message", #call);       \
   } while (0)
 #define EXPECT_OK(call) EXPECT_STATUS(call, BSPA_OK)
 

@@ -169,8 +169,8 @@ static size_t public_function_names(char names[][64], size_t cap) {
     cr_assert_not_null(paren, "unexpected declaration: %s", line);
     char *end = paren;
     char *begin = end;
-    while (begin > line && (begin[-1] == '_' || (begin[-1] >= 'a' && begin[-1] <= 'z') ||
-                            (begin[-1] >= '0' && begin[-1] <= '9')))
+    while (begin > line &&
+           (begin[-1] == '_' || (begin[-1] >= 'a' && begin[-1] <= 'z') || (begin[-1] >= '0' && begin[-1] <= '9')))
       --begin;
     cr_assert_lt(n, cap);
     snprintf(names[n], 64, "%.*s", (int)(end - begin), begin);

@@ -23,10 +23,10 @@ const char *__asan_default_options(void) { return "allocator_may_return_null=1";
 enum { T = 4, HKV = 2, HQ = 4, D = 8, PS = 16, PAGES = 4, BIG = 4096 };
 
 typedef struct env {
-  bspa_pool *P, *Q, *E, *Z;     /* main pool; another pool; an exhausted pool; no KV storage */
+  bspa_pool *P, *Q, *E, *Z; /* main pool; another pool; an exhausted pool; no KV storage */
   bspa_seq *S, *S2, *SQ, *SE, *SZ;
   bspa_layout *dense4, *dense3, *csr_short;
-  bspa_batch *B, *BQ;           /* S computing T tokens; a batch of pool Q */
+  bspa_batch *B, *BQ; /* S computing T tokens; a batch of pool Q */
   float kn[BIG], vn[BIG], q[BIG], out[BIG], lse[BIG], kp[BIG], vp[BIG];
   int32_t bt[16], qs[16], cl[16];
   test_tensor tk, tv, tq, tout, tlse, tkp, tvp, tbt, tqs, tcl;
@@ -66,8 +66,8 @@ static void take(env *e, snapshot *s) {
 
 static void expect_unchanged(env *e, const char *what, int line) {
   take(e, &g_after);
-  cr_expect(memcmp(g_before.stats, g_after.stats, sizeof g_after.stats) == 0,
-            "line %d: %s changed pool statistics", line, what);
+  cr_expect(memcmp(g_before.stats, g_after.stats, sizeof g_after.stats) == 0, "line %d: %s changed pool statistics",
+            line, what);
   cr_expect(memcmp(g_before.info, g_after.info, sizeof g_after.info) == 0, "line %d: %s changed a sequence", line,
             what);
   cr_expect(memcmp(g_before.kv, g_after.kv, sizeof g_after.kv) == 0, "line %d: %s changed KV storage", line, what);
@@ -89,35 +89,34 @@ static void verify(env *e, const char *call, int line, bspa_status got, bspa_sta
   cr_expect(msg[0] != '\0', "line %d: %s set no message", line, call);
   if (strncmp(call, "bspa_seq_options_init", 21) != 0)
     cr_expect(strcmp(msg, kSentinel) != 0, "line %d: %s left the previous message", line, call);
-  cr_expect(strstr(msg, needle) != NULL, "line %d: %s: message \"%s\" does not name \"%s\"", line, call, msg,
-            needle);
+  cr_expect(strstr(msg, needle) != NULL, "line %d: %s: message \"%s\" does not name \"%s\"", line, call, msg, needle);
   expect_unchanged(e, call, line);
   ++g_cases;
 }
 
-#define BAD(e, want, needle, call)                                       \
-  do {                                                                   \
-    take((e), &g_before);                                                \
-    bspa_seq_options_init(NULL);                                         \
-    const bspa_status got_ = (call);                                     \
-    verify((e), #call, __LINE__, got_, (want), (needle));                \
+#define BAD(e, want, needle, call)                        \
+  do {                                                    \
+    take((e), &g_before);                                 \
+    bspa_seq_options_init(NULL);                          \
+    const bspa_status got_ = (call);                      \
+    verify((e), #call, __LINE__, got_, (want), (needle)); \
   } while (0)
 
 /* Constructors also promise *out = NULL on failure. */
-#define BAD_OUT(e, type, want, needle, call)                                              \
-  do {                                                                                    \
-    type *out_ = (type *)(uintptr_t)0x10;                                                 \
-    BAD(e, want, needle, call);                                                           \
+#define BAD_OUT(e, type, want, needle, call)                                                      \
+  do {                                                                                            \
+    type *out_ = (type *)(uintptr_t)0x10;                                                         \
+    BAD(e, want, needle, call);                                                                   \
     cr_expect_null(out_, "line %d: %s failed but left *out = %p", __LINE__, #call, (void *)out_); \
   } while (0)
 
 /* Destructors accept NULL and change nothing. */
-#define NOOP(e, call)                         \
-  do {                                        \
-    take((e), &g_before);                     \
-    call;                                     \
-    expect_unchanged((e), #call, __LINE__);   \
-    ++g_cases;                                \
+#define NOOP(e, call)                       \
+  do {                                      \
+    take((e), &g_before);                   \
+    call;                                   \
+    expect_unchanged((e), #call, __LINE__); \
+    ++g_cases;                              \
   } while (0)
 
 /* ---- the environment: one valid object of every kind -------------------------------- */
@@ -253,10 +252,10 @@ static void pool_cases(env *e) {
   BAD(e, BSPA_ERR_NULL_POINTER, "pool", bspa_pool_create(NULL, &o));
   BAD_OUT(e, bspa_pool, BSPA_ERR_NULL_POINTER, "options", bspa_pool_create(&out_, NULL));
 
-#define POOL_FIELD(field, value, want, needle)                          \
-  do {                                                                  \
-    bspa_pool_options o2 = o;                                           \
-    o2.field = value;                                                   \
+#define POOL_FIELD(field, value, want, needle)                         \
+  do {                                                                 \
+    bspa_pool_options o2 = o;                                          \
+    o2.field = value;                                                  \
     BAD_OUT(e, bspa_pool, want, needle, bspa_pool_create(&out_, &o2)); \
   } while (0)
   POOL_FIELD(version, 0, BSPA_ERR_VERSION, "version");
@@ -367,9 +366,9 @@ static void seq_cases(env *e) {
   BAD(e, BSPA_ERR_NULL_POINTER, "tokens", bspa_seq_append(e->S2, NULL, 1));
   BAD(e, BSPA_ERR_INVALID_ARGUMENT, "n", bspa_seq_append(e->S2, tokens, -1));
   BAD(e, BSPA_ERR_INVALID_ARGUMENT, "n", bspa_seq_append(e->S2, tokens, INT64_MAX));
-  BAD(e, BSPA_ERR_OUT_OF_PAGES, "pages", bspa_seq_append(e->SE, tokens, 1));         /* exhausted pool */
+  BAD(e, BSPA_ERR_OUT_OF_PAGES, "pages", bspa_seq_append(e->SE, tokens, 1));          /* exhausted pool */
   BAD(e, BSPA_ERR_OUT_OF_PAGES, "pages", bspa_seq_append(e->S2, tokens, 3 * PS + 1)); /* 4 pages, 2 left */
-  BAD(e, BSPA_ERR_OUT_OF_PAGES, "pages", bspa_seq_append(e->S, tokens, 3 * PS)); /* 20 -> 68 tokens: 5 pages */
+  BAD(e, BSPA_ERR_OUT_OF_PAGES, "pages", bspa_seq_append(e->S, tokens, 3 * PS));      /* 20 -> 68 tokens: 5 pages */
 
   BAD(e, BSPA_ERR_NULL_POINTER, "seq", bspa_seq_commit(NULL, 0));
   BAD(e, BSPA_ERR_INVALID_ARGUMENT, "computed", bspa_seq_commit(e->S, PS - 1));
@@ -400,10 +399,10 @@ static void layout_cases(env *e) {
   EXPECT_OK(bspa_layout_strided_options_init(&lo));
   BAD(e, BSPA_ERR_NULL_POINTER, "layout", bspa_layout_create_strided(NULL, &lo));
   BAD_OUT(e, bspa_layout, BSPA_ERR_NULL_POINTER, "options", bspa_layout_create_strided(&out_, NULL));
-#define STRIDED(field, value, want, needle)                                         \
-  do {                                                                              \
-    bspa_layout_strided_options o2 = lo;                                            \
-    o2.field = value;                                                               \
+#define STRIDED(field, value, want, needle)                                        \
+  do {                                                                             \
+    bspa_layout_strided_options o2 = lo;                                           \
+    o2.field = value;                                                              \
     BAD_OUT(e, bspa_layout, want, needle, bspa_layout_create_strided(&out_, &o2)); \
   } while (0)
   STRIDED(version, 0, BSPA_ERR_VERSION, "version");
@@ -443,12 +442,12 @@ static void layout_cases(env *e) {
   CSR(BSPA_ERR_INVALID_ARGUMENT, "num_block_rows", 2, 16, -1, crow, col);
 #define SPOIL(arr, src, i, value) (memcpy(arr, src, sizeof arr), arr[i] = (value), arr)
   CSR(BSPA_ERR_INVALID_ARGUMENT, "crow[0][0]", 2, 16, 2, SPOIL(c2, crow, 0, 1), col);
-  CSR(BSPA_ERR_INVALID_ARGUMENT, "crow[1][0]", 2, 16, 2, SPOIL(c2, crow, 3, 2), col);   /* heads not chained */
-  CSR(BSPA_ERR_INVALID_ARGUMENT, "crow[0][2]", 2, 16, 2, SPOIL(c2, crow, 2, 0), col);   /* decreasing */
-  CSR(BSPA_ERR_INVALID_ARGUMENT, "col[0]", 2, 16, 2, crow, SPOIL(k2, col, 0, -1));      /* negative block */
-  CSR(BSPA_ERR_INVALID_ARGUMENT, "col[0]", 2, 16, 2, crow, SPOIL(k2, col, 0, 1));       /* not causal */
-  CSR(BSPA_ERR_INVALID_ARGUMENT, "col[2]", 2, 16, 2, crow, SPOIL(k2, col, 2, 0));       /* not ascending */
-  CSR(BSPA_ERR_INVALID_ARGUMENT, "diagonal", 2, 16, 2, SPOIL(c2, crow, 1, 0), col);     /* row 0 empty */
+  CSR(BSPA_ERR_INVALID_ARGUMENT, "crow[1][0]", 2, 16, 2, SPOIL(c2, crow, 3, 2), col); /* heads not chained */
+  CSR(BSPA_ERR_INVALID_ARGUMENT, "crow[0][2]", 2, 16, 2, SPOIL(c2, crow, 2, 0), col); /* decreasing */
+  CSR(BSPA_ERR_INVALID_ARGUMENT, "col[0]", 2, 16, 2, crow, SPOIL(k2, col, 0, -1));    /* negative block */
+  CSR(BSPA_ERR_INVALID_ARGUMENT, "col[0]", 2, 16, 2, crow, SPOIL(k2, col, 0, 1));     /* not causal */
+  CSR(BSPA_ERR_INVALID_ARGUMENT, "col[2]", 2, 16, 2, crow, SPOIL(k2, col, 2, 0));     /* not ascending */
+  CSR(BSPA_ERR_INVALID_ARGUMENT, "diagonal", 2, 16, 2, SPOIL(c2, crow, 1, 0), col);   /* row 0 empty */
   {
     const int32_t crow_nodiag[3] = {0, 1, 2}, col_nodiag[2] = {0, 0}; /* row 1 = {0}: no diagonal */
     CSR(BSPA_ERR_INVALID_ARGUMENT, "diagonal", 1, 16, 2, crow_nodiag, col_nodiag);
@@ -485,8 +484,8 @@ static void batch_cases(env *e) {
   BATCH(BSPA_ERR_INVALID_ARGUMENT, "n", e->P, &e->S, &ql, -1);
   BATCH(BSPA_ERR_INVALID_ARGUMENT, "n", e->P, &e->S, &ql, INT32_MIN);
   BATCH(BSPA_ERR_INVALID_ARGUMENT, "query_lens[0]", e->P, &e->S, &neg, 1);
-  BATCH(BSPA_ERR_INVALID_ARGUMENT, "seqs[1]", e->P, two, ql2, 2);     /* the same sequence twice */
-  BATCH(BSPA_ERR_INVALID_ARGUMENT, "seqs[1]", e->P, other, ql2, 2);   /* a sequence of another pool */
+  BATCH(BSPA_ERR_INVALID_ARGUMENT, "seqs[1]", e->P, two, ql2, 2);   /* the same sequence twice */
+  BATCH(BSPA_ERR_INVALID_ARGUMENT, "seqs[1]", e->P, other, ql2, 2); /* a sequence of another pool */
   BATCH(BSPA_ERR_INVALID_ARGUMENT, "seqs[0]", e->Q, &e->S, &ql, 1);
   BATCH(BSPA_ERR_OUT_OF_RANGE, "query_lens[0]", e->P, &e->S, &past, 1);
   BATCH(BSPA_ERR_OUT_OF_RANGE, "query_lens[0]", e->P, &e->S2, &ql, 1); /* an empty sequence */
@@ -572,7 +571,7 @@ static void prefill_cases(env *e) {
   PF(BSPA_ERR_INVALID_ARGUMENT, "scale", e->P, e->B, 0, e->dense4, NAN, lse);
   PF(BSPA_ERR_INVALID_ARGUMENT, "scale", e->P, e->B, 0, e->dense4, INFINITY, lse);
   PF(BSPA_ERR_INVALID_ARGUMENT, "scale", e->P, e->B, 0, e->dense4, -INFINITY, lse);
-  PF(BSPA_ERR_OUT_OF_RANGE, "CSR", e->P, e->B, 0, e->csr_short, 0.125f, lse); /* 20 tokens, layout 16 */
+  PF(BSPA_ERR_OUT_OF_RANGE, "CSR", e->P, e->B, 0, e->csr_short, 0.125f, lse);   /* 20 tokens, layout 16 */
   PF(BSPA_ERR_SHAPE_MISMATCH, "layout", e->P, e->B, 0, e->dense3, 0.125f, lse); /* q has 4 heads */
   {
     /* 3 query heads over 2 kv heads: consistent with the layout, not with GQA. */
@@ -625,10 +624,10 @@ static void prefill_cases(env *e) {
 static void paged_cases(env *e) {
   BAD(e, BSPA_ERR_NULL_POINTER, "args", bspa_paged_args_init(NULL));
   BAD(e, BSPA_ERR_NULL_POINTER, "args", bspa_prefill_paged(NULL, NULL));
-#define PAGED(want, needle, change)              \
-  do {                                           \
-    reset_tensors(e);                            \
-    change;                                      \
+#define PAGED(want, needle, change)                         \
+  do {                                                      \
+    reset_tensors(e);                                       \
+    change;                                                 \
     BAD(e, want, needle, bspa_prefill_paged(&e->pa, NULL)); \
   } while (0)
   PAGED(BSPA_ERR_VERSION, "version", e->pa.version = 0);

@@ -116,8 +116,8 @@ Test(collisions, same_key_parents_are_told_apart) {
   EXPECT_OK(bspa_seq_match(c, y, 3 * PS, &cached));
   cr_assert_eq(cached, 2 * PS);
   EXPECT_OK(bspa_seq_pages(c, pc, 3, &n));
-  cr_assert(pc[0] == pb[0] && pc[1] == pb[1], "y's chain got pages %d %d, not its own %d %d (x's: %d %d)", pc[0],
-            pc[1], pb[0], pb[1], pa[0], pa[1]);
+  cr_assert(pc[0] == pb[0] && pc[1] == pb[1], "y's chain got pages %d %d, not its own %d %d (x's: %d %d)", pc[0], pc[1],
+            pb[0], pb[1], pa[0], pa[1]);
   bspa_seq_destroy(c);
 
   /* salts whose 4-bit root keys are equal still never share */
@@ -158,7 +158,7 @@ Test(collisions, a_child_of_an_evicted_parent_is_never_served) {
   EXPECT_OK(bspa_seq_create(&a, pool, NULL)); /* page X: tokens x */
   EXPECT_OK(bspa_seq_append(a, xc, PS));
   EXPECT_OK(bspa_seq_commit(a, PS));
-  bspa_seq_destroy(a); /* X cached */
+  bspa_seq_destroy(a);                        /* X cached */
   EXPECT_OK(bspa_seq_create(&s, pool, NULL)); /* x again (a duplicate of X) then c */
   EXPECT_OK(bspa_seq_append(s, xc, 2 * PS));
   EXPECT_OK(bspa_seq_commit(s, 2 * PS)); /* c is published as X's child; s does not hold X */
@@ -173,8 +173,10 @@ Test(collisions, a_child_of_an_evicted_parent_is_never_served) {
   EXPECT_OK(bspa_seq_create(&u, pool, NULL));
   EXPECT_OK(bspa_seq_match(u, zc, 2 * PS + 1, &cached));
   EXPECT_OK(bspa_seq_pages(u, pu, 2, &n));
-  cr_assert_eq(cached, PS, "z's page hits, but c after z must not (it was computed after x): got page %d, "
-               "c is page %d", n > 1 ? pu[1] : -1, ps[1]);
+  cr_assert_eq(cached, PS,
+               "z's page hits, but c after z must not (it was computed after x): got page %d, "
+               "c is page %d",
+               n > 1 ? pu[1] : -1, ps[1]);
   cr_assert_eq(pu[0], pt[0]);
   EXPECT_OK(bspa_pool_check(pool));
   bspa_pool_destroy(pool);

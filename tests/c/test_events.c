@@ -159,8 +159,8 @@ Test(events, msgpack_drain_encodes_a_vllm_event_batch) {
   cr_assert_lt(size, sizeof buf);
   EXPECT_OK(bspa_pool_events_drain_msgpack(pool, 2.0, 0, buf, sizeof buf, &size));
   /* [2.0, [{"type": "BlockStored", ...}], 0] */
-  static const unsigned char head[] = {0x93, 0xcb, 0x40, 0x00, 0, 0, 0, 0, 0, 0, 0x91, 0x88, 0xa4, 't', 'y', 'p', 'e',
-                                       0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd'};
+  static const unsigned char head[] = {0x93, 0xcb, 0x40, 0x00, 0,   0,   0,   0,   0,   0,   0x91, 0x88, 0xa4, 't', 'y',
+                                       'p',  'e',  0xab, 'B',  'l', 'o', 'c', 'k', 'S', 't', 'o',  'r',  'e',  'd'};
   cr_assert_eq(memcmp(buf, head, sizeof head), 0);
   cr_assert_eq(buf[size - 1], 0x00, "dp_rank 0");
   /* Drained: the next batch is empty, [ts, [], nil] with dp_rank < 0. */
@@ -175,15 +175,24 @@ Test(events, msgpack_drain_encodes_a_vllm_event_batch) {
 static int64_t mp_int(const unsigned char **pp) {
   const unsigned char *p = *pp;
   int64_t v;
-  if (p[0] < 0x80) v = p[0], *pp += 1;
-  else if (p[0] >= 0xe0) v = (int8_t)p[0], *pp += 1;
-  else if (p[0] == 0xcc) v = p[1], *pp += 2;
-  else if (p[0] == 0xcd) v = (p[1] << 8) | p[2], *pp += 3;
-  else if (p[0] == 0xce) v = ((int64_t)p[1] << 24) | (p[2] << 16) | (p[3] << 8) | p[4], *pp += 5;
-  else if (p[0] == 0xd0) v = (int8_t)p[1], *pp += 2;
-  else if (p[0] == 0xd1) v = (int16_t)((p[1] << 8) | p[2]), *pp += 3;
-  else if (p[0] == 0xd2) v = (int32_t)(((uint32_t)p[1] << 24) | (p[2] << 16) | (p[3] << 8) | p[4]), *pp += 5;
-  else cr_assert_fail("unexpected msgpack byte %#x", p[0]);
+  if (p[0] < 0x80)
+    v = p[0], *pp += 1;
+  else if (p[0] >= 0xe0)
+    v = (int8_t)p[0], *pp += 1;
+  else if (p[0] == 0xcc)
+    v = p[1], *pp += 2;
+  else if (p[0] == 0xcd)
+    v = (p[1] << 8) | p[2], *pp += 3;
+  else if (p[0] == 0xce)
+    v = ((int64_t)p[1] << 24) | (p[2] << 16) | (p[3] << 8) | p[4], *pp += 5;
+  else if (p[0] == 0xd0)
+    v = (int8_t)p[1], *pp += 2;
+  else if (p[0] == 0xd1)
+    v = (int16_t)((p[1] << 8) | p[2]), *pp += 3;
+  else if (p[0] == 0xd2)
+    v = (int32_t)(((uint32_t)p[1] << 24) | (p[2] << 16) | (p[3] << 8) | p[4]), *pp += 5;
+  else
+    cr_assert_fail("unexpected msgpack byte %#x", p[0]);
   return v;
 }
 
@@ -223,7 +232,11 @@ Test(events, msgpack_token_ids_of_every_width_round_trip) {
     const int64_t v = mp_int(&p);
     cr_assert_eq(v, t[i], "token %d: %lld, want %d", i, (long long)v, t[i]);
   }
-  cr_assert(memcmp(p, "\xaa" "block_size", 11) == 0, "the ids end where block_size begins");
+  cr_assert(memcmp(p,
+                   "\xaa"
+                   "block_size",
+                   11) == 0,
+            "the ids end where block_size begins");
   bspa_pool_destroy(pool);
 }
 
@@ -301,7 +314,8 @@ static void *worker(void *arg) {
   for (int r = 0; r < kRounds; ++r) {
     const int64_t n = 1 + (int64_t)(test_rng_next(&rng) % (10 * kPage));
     const int32_t shared = (int32_t)(test_rng_next(&rng) % 3);
-    for (int64_t i = 0; i < n; ++i) t[i] = i < 3 * kPage ? shared * 1000 + (int32_t)i : (int32_t)(test_rng_next(&rng) % 50);
+    for (int64_t i = 0; i < n; ++i)
+      t[i] = i < 3 * kPage ? shared * 1000 + (int32_t)i : (int32_t)(test_rng_next(&rng) % 50);
     bspa_seq *s = seq_salted(g_pool, (r & 1) ? "a" : "b", 0);
     int64_t cached = 0;
     if (bspa_seq_match(s, t, n, &cached) == BSPA_OK && bspa_seq_append(s, t + cached, n - cached) == BSPA_OK)

@@ -127,22 +127,20 @@ Test(fp8, known_values_give_known_codes) {
     float x;
     uint8_t code;
   } cases[] = {
-      {0.0f, 0x00},        {-0.0f, 0x80},        {1.0f, 0x38},          {-1.0f, 0xb8},
-      {448.0f, 0x7e},      {-448.0f, 0xfe},      {464.0f, 0x7e},        {480.0f, 0x7e},
-      {8192.0f, 0x7e},      {-65536.0f, 0xfe},    {INFINITY, 0x7e},      {-INFINITY, 0xfe},
-      {416.0f, 0x7d},      {432.0f, 0x7e},       /* tie 416 / 448 -> even 448 */
-      {0.015625f, 0x08},   /* 2^-6, the smallest normal */
-      {0.001953125f, 0x01}, /* 2^-9, the smallest subnormal */
-      {0.013671875f, 0x07}, /* 7 * 2^-9 */
-      {0.0009765625f, 0x00}, /* 2^-10: tie 0 / 2^-9 -> even 0 */
-      {-0.0009765625f, 0x80},
-      {0.00146484375f, 0x01}, /* 1.5 * 2^-10 */
-      {0.0029296875f, 0x02}, /* 1.5 * 2^-9: tie 1 / 2 -> even 2 */
-      {0.0048828125f, 0x02}, /* 2.5 * 2^-9: tie 2 / 3 -> even 2 */
-      {0.0146484375f, 0x08}, /* 7.5 * 2^-9: tie 7 / 8 -> even 8 (2^-6) */
-      {1.0625f, 0x38},     /* tie 1 / 1.125 -> even 1 */
-      {1.1875f, 0x3a},     /* tie 1.125 / 1.25 -> even 1.25 */
-      {240.0f, 0x77},      {-3.5f, 0xc6},        {NAN, 0x7f},           {-NAN, 0xff},
+      {0.0f, 0x00},           {-0.0f, 0x80},          {1.0f, 0x38},   {-1.0f, 0xb8},   {448.0f, 0x7e},
+      {-448.0f, 0xfe},        {464.0f, 0x7e},         {480.0f, 0x7e}, {8192.0f, 0x7e}, {-65536.0f, 0xfe},
+      {INFINITY, 0x7e},       {-INFINITY, 0xfe},      {416.0f, 0x7d}, {432.0f, 0x7e}, /* tie 416 / 448 -> even 448 */
+      {0.015625f, 0x08},                                                              /* 2^-6, the smallest normal */
+      {0.001953125f, 0x01},                                                           /* 2^-9, the smallest subnormal */
+      {0.013671875f, 0x07},                                                           /* 7 * 2^-9 */
+      {0.0009765625f, 0x00},                          /* 2^-10: tie 0 / 2^-9 -> even 0 */
+      {-0.0009765625f, 0x80}, {0.00146484375f, 0x01}, /* 1.5 * 2^-10 */
+      {0.0029296875f, 0x02},                          /* 1.5 * 2^-9: tie 1 / 2 -> even 2 */
+      {0.0048828125f, 0x02},                          /* 2.5 * 2^-9: tie 2 / 3 -> even 2 */
+      {0.0146484375f, 0x08},                          /* 7.5 * 2^-9: tie 7 / 8 -> even 8 (2^-6) */
+      {1.0625f, 0x38},                                /* tie 1 / 1.125 -> even 1 */
+      {1.1875f, 0x3a},                                /* tie 1.125 / 1.25 -> even 1.25 */
+      {240.0f, 0x77},         {-3.5f, 0xc6},          {NAN, 0x7f},    {-NAN, 0xff},
   };
   enum { N = sizeof(cases) / sizeof(cases[0]) };
   uint16_t vals[N];
@@ -307,7 +305,8 @@ static void fp8_step(bspa_pool *p, bspa_layout *layout, const ref_layout *rl, bs
         ref_store(t, kn, (size_t)((row + r) * HKV * AD + j), c[i].k[(ctx[i] + r) * HKV * AD + j]);
         ref_store(t, vn, (size_t)((row + r) * HKV * AD + j), c[i].v[(ctx[i] + r) * HKV * AD + j]);
       }
-      for (int j = 0; j < HQ * AD; ++j) ref_store(t, q, (size_t)((row + r) * HQ * AD + j), c[i].q[(ctx[i] + r) * HQ * AD + j]);
+      for (int j = 0; j < HQ * AD; ++j)
+        ref_store(t, q, (size_t)((row + r) * HQ * AD + j), c[i].q[(ctx[i] + r) * HQ * AD + j]);
     }
     row += qlen[i];
   }
@@ -561,8 +560,7 @@ Test(fp8, launches_without_scales_or_with_wrong_dtypes_fail) {
 
   /* Layer 0 has no scales. */
   EXPECT_STATUS(bspa_kv_write(p, b, 0, &tk.t, &tk.t, NULL), BSPA_ERR_INVALID_STATE);
-  cr_expect(strstr(bspa_last_error(), "layer 0") && strstr(bspa_last_error(), "no KV scales"), "%s",
-            bspa_last_error());
+  cr_expect(strstr(bspa_last_error(), "layer 0") && strstr(bspa_last_error(), "no KV scales"), "%s", bspa_last_error());
   EXPECT_STATUS(bspa_prefill(p, b, 0, l, &tq.t, &to.t, 0.1f, NULL, NULL), BSPA_ERR_INVALID_STATE);
   /* Layer 1: f32 input is refused (only the pages are fp8); so is f32 q, and out of
    * another dtype than q. */
@@ -667,8 +665,8 @@ Test(fp8, paged_scale_errors) {
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < HQ; ++h)
       for (int j = 0; j < AD; ++j)
-        cr_assert_eq(test_bf16_to_f32(out[(t * HQ + h) * AD + j]), 0.5f * vs[h / (HQ / HKV)], "out[%d][%d][%d]", t,
-                     h, j);
+        cr_assert_eq(test_bf16_to_f32(out[(t * HQ + h) * AD + j]), 0.5f * vs[h / (HQ / HKV)], "out[%d][%d][%d]", t, h,
+                     j);
   bspa_layout_destroy(l);
 }
 
@@ -704,8 +702,8 @@ Test(fp8, a_byte_budget_holds_twice_the_pages_of_bf16) {
   }
   cr_expect_eq(info[0].page_bytes, (uint64_t)4 * 2 * 2 * 64 * 128 * 2);
   cr_expect_eq(info[1].page_bytes * 2, info[0].page_bytes);
-  cr_expect_eq(info[1].num_pages, 2 * info[0].num_pages, "fp8 %lld pages, bf16 %lld",
-               (long long)info[1].num_pages, (long long)info[0].num_pages);
+  cr_expect_eq(info[1].num_pages, 2 * info[0].num_pages, "fp8 %lld pages, bf16 %lld", (long long)info[1].num_pages,
+               (long long)info[0].num_pages);
   printf("fp8 capacity: a %llu-byte budget holds %lld bf16 pages or %lld fp8 pages\n", (unsigned long long)budget,
          (long long)info[0].num_pages, (long long)info[1].num_pages);
   /* The views of an fp8 pool say what they hold. */

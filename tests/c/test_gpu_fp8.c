@@ -82,8 +82,12 @@ static bspa_pool *make_pool(int cuda, int hkv, int d, int ps, int64_t pages) {
   return p;
 }
 
-static uint16_t half_of(bspa_dtype dt, float f) { return dt == BSPA_DTYPE_BF16 ? test_f32_to_bf16(f) : test_f32_to_f16(f); }
-static double float_of(bspa_dtype dt, uint16_t h) { return dt == BSPA_DTYPE_BF16 ? test_bf16_to_f32(h) : test_f16_to_f32(h); }
+static uint16_t half_of(bspa_dtype dt, float f) {
+  return dt == BSPA_DTYPE_BF16 ? test_f32_to_bf16(f) : test_f32_to_f16(f);
+}
+static double float_of(bspa_dtype dt, uint16_t h) {
+  return dt == BSPA_DTYPE_BF16 ? test_bf16_to_f32(h) : test_f16_to_f32(h);
+}
 
 /* Layer 1 of both pools (layer 0 is left without scales on purpose): the K and V bytes of
  * the first n tokens of a sequence of each (the rest of the storage is uninitialised). */
@@ -142,8 +146,13 @@ Test(gpu_fp8, kv_write_stores_the_cpu_bytes) {
         bspa_batch *b = NULL;
         EXPECT_OK(bspa_batch_create(&b, pools[g], &s, &q, 1, NULL));
         int64_t shape[3] = {T, HKV, D}, strides[3] = {row, D, 1};
-        DLTensor t = {g ? dsrc : src, {g ? kDLCUDA : kDLCPU, 0}, 3, {dt == BSPA_DTYPE_BF16 ? kDLBfloat : kDLFloat, 16, 1},
-                      shape, strides, 0};
+        DLTensor t = {g ? dsrc : src,
+                      {g ? kDLCUDA : kDLCPU, 0},
+                      3,
+                      {dt == BSPA_DTYPE_BF16 ? kDLBfloat : kDLFloat, 16, 1},
+                      shape,
+                      strides,
+                      0};
         EXPECT_STATUS(bspa_kv_write(pools[g], b, 0, &t, &t, NULL), BSPA_ERR_INVALID_STATE); /* no scales on layer 0 */
         EXPECT_OK(bspa_kv_write(pools[g], b, 1, &t, &t, NULL));
         bspa_batch_destroy(b);
@@ -261,10 +270,11 @@ static void pool_case(const fcase *c, test_rng *rng) {
         num += (a - b) * (a - b), den += a * a;
       }
       const double rel = sqrt(num / den);
-      cr_expect(rel <= 1e-2, "step %d, %s: rel L2 %.3e vs the CPU fp8 pool (d %d, hq %d, hkv %d, ps %d, sparse %d)",
-                st, which ? "paged" : "pool", rel, c->d, c->hq, c->hkv, c->ps, c->sparse);
-      printf("gpu fp8 %s d %d hkv %d ps %d %s step %d %s: rel L2 %.3e vs CPU\n", c->dt == BSPA_DTYPE_BF16 ? "bf16" : "f16",
-             c->d, c->hkv, c->ps, c->sparse ? "sparse" : "dense", st, which ? "paged" : "pool", rel);
+      cr_expect(rel <= 1e-2, "step %d, %s: rel L2 %.3e vs the CPU fp8 pool (d %d, hq %d, hkv %d, ps %d, sparse %d)", st,
+                which ? "paged" : "pool", rel, c->d, c->hq, c->hkv, c->ps, c->sparse);
+      printf("gpu fp8 %s d %d hkv %d ps %d %s step %d %s: rel L2 %.3e vs CPU\n",
+             c->dt == BSPA_DTYPE_BF16 ? "bf16" : "f16", c->d, c->hkv, c->ps, c->sparse ? "sparse" : "dense", st,
+             which ? "paged" : "pool", rel);
     }
     for (int i = 0; i < NS; ++i)
       compare_tokens(pools[0], pools[1], seqs[0][i], seqs[1][i], ctx[i] + ql[i], c->hkv, c->ps, c->d, "pool step");

@@ -76,8 +76,12 @@ typedef struct gcase {
   int workspace; /* bspa_paged_args.workspace on the GPU: 0 none, 1 full size, 2 a quarter */
 } gcase;
 
-static uint16_t half_of(bspa_dtype dt, float f) { return dt == BSPA_DTYPE_BF16 ? test_f32_to_bf16(f) : test_f32_to_f16(f); }
-static float float_of(bspa_dtype dt, uint16_t h) { return dt == BSPA_DTYPE_BF16 ? test_bf16_to_f32(h) : test_f16_to_f32(h); }
+static uint16_t half_of(bspa_dtype dt, float f) {
+  return dt == BSPA_DTYPE_BF16 ? test_f32_to_bf16(f) : test_f32_to_f16(f);
+}
+static float float_of(bspa_dtype dt, uint16_t h) {
+  return dt == BSPA_DTYPE_BF16 ? test_bf16_to_f32(h) : test_f16_to_f32(h);
+}
 
 static void run_case(const gcase *c, test_rng *rng) {
   int qs[9] = {0}, max_pages = 1, pages = 2, max_q = 0, max_tokens = 1;
@@ -104,8 +108,7 @@ static void run_case(const gcase *c, test_rng *rng) {
   for (size_t i = 0; i < q_elems; ++i) q[i] = half_of(c->dt, (float)test_rng_normal(rng));
   int next = pages - 1; /* pages handed out from the end, so ids are not the identity */
   for (int i = 0; i < c->ns; ++i)
-    for (int p = 0; p < max_pages; ++p)
-      bt[i * max_pages + p] = p * c->ps < c->ctx[i] + c->q[i] ? next-- : 0;
+    for (int p = 0; p < max_pages; ++p) bt[i * max_pages + p] = p * c->ps < c->ctx[i] + c->q[i] ? next-- : 0;
   memset(out, 0xff, q_elems * 2);
   for (int i = 0; i < c->hq * T; ++i) lse[i] = NAN;
 
@@ -208,8 +211,18 @@ Test(gpu_prefill, unaligned_contexts_match_cpu) {
   test_rng rng = {test_seed()};
   static const int mods[] = {0, 1, 2, 16, 32, 36, 48, 63};
   for (int i = 0; i < 8; ++i) {
-    gcase c = {i % 2 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16, i % 4 < 2 ? 128 : 64, 8, i % 3 == 0 ? 8 : i % 3 == 1 ? 2 : 1,
-               16 << (i % 4), i % 3, 1, {1024 + mods[i] - 64 * (i % 3)}, {64 - mods[i] + (i % 2 ? 70 : 0)}, i % 2};
+    gcase c = {i % 2 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16,
+               i % 4 < 2 ? 128 : 64,
+               8,
+               i % 3 == 0   ? 8
+               : i % 3 == 1 ? 2
+                            : 1,
+               16 << (i % 4),
+               i % 3,
+               1,
+               {1024 + mods[i] - 64 * (i % 3)},
+               {64 - mods[i] + (i % 2 ? 70 : 0)},
+               i % 2};
     run_case(&c, &rng);
   }
 }
@@ -218,8 +231,16 @@ Test(gpu_prefill, mixed_batch_with_decode_rows) {
   need_gpu();
   test_rng rng = {test_seed()};
   for (int layout = 0; layout < 3; ++layout) {
-    gcase c = {layout == 1 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16, layout == 2 ? 64 : 128, 8, 2, 32, layout, 6,
-               {0, 1000, 63, 2047, 500, 0}, {300, 1, 200, 1, 129, 1}, layout != 1};
+    gcase c = {layout == 1 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16,
+               layout == 2 ? 64 : 128,
+               8,
+               2,
+               32,
+               layout,
+               6,
+               {0, 1000, 63, 2047, 500, 0},
+               {300, 1, 200, 1, 129, 1},
+               layout != 1};
     run_case(&c, &rng);
   }
 }
@@ -238,7 +259,8 @@ Test(gpu_prefill, split_tail_over_a_long_context) {
 Test(gpu_prefill, unsupported_head_dim_is_refused) {
   need_gpu();
   /* head_dim 96: the kernel lacks it, so NOT_SUPPORTED (never a wrong answer). */
-  const int64_t pshape[4] = {1, 1, 16, 96}, qshape[3] = {8, 1, 96}, bshape[2] = {1, 1}, sshape[1] = {2}, cshape[1] = {1};
+  const int64_t pshape[4] = {1, 1, 16, 96}, qshape[3] = {8, 1, 96}, bshape[2] = {1, 1}, sshape[1] = {2},
+                cshape[1] = {1};
   void *dk = to_device(NULL, 16 * 96 * 2), *dq = to_device(NULL, 8 * 96 * 2), *dout = to_device(NULL, 8 * 96 * 2);
   int32_t bt[1] = {0}, qs[2] = {0, 8}, cl[1] = {0};
   void *dbt = to_device(bt, 4), *dqs = to_device(qs, 8), *dcl = to_device(cl, 4);

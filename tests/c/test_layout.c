@@ -36,8 +36,8 @@ static void check_strided(int rows, int homo, int heads_total, int head_begin, i
         int32_t a = -1;
         EXPECT_OK(bspa_layout_allowed(l, h, r, c, &a));
         if (a != m[(size_t)r * rows + c])
-          cr_assert_fail("head %d (global %d), q_block %d, k_block %d: library %d, mask %d", h, head_begin + h, r, c,
-                         a, m[(size_t)r * rows + c]);
+          cr_assert_fail("head %d (global %d), q_block %d, k_block %d: library %d, mask %d", h, head_begin + h, r, c, a,
+                         m[(size_t)r * rows + c]);
         visible += a;
       }
     free(m);

@@ -163,27 +163,28 @@ static void take(snapshot *s) {
 /* NaN poison compares by bytes, so memcmp is the right test. */
 static void expect_refused(const char *call, bspa_status got, bspa_status want, const char *needle) {
   const char *msg = bspa_last_error();
-  cr_expect_eq(got, want, "%s returned %s, expected %s (%s)", call, bspa_status_string(got),
-               bspa_status_string(want), msg);
+  cr_expect_eq(got, want, "%s returned %s, expected %s (%s)", call, bspa_status_string(got), bspa_status_string(want),
+               msg);
   cr_expect(strstr(msg, needle) != NULL, "%s: message \"%s\" does not name \"%s\"", call, msg, needle);
   take(&after);
   cr_expect(memcmp(&before.stats, &after.stats, sizeof after.stats) == 0, "%s changed pool statistics", call);
   cr_expect(memcmp(&before.info, &after.info, sizeof after.info) == 0, "%s changed the sequence", call);
   cr_expect(memcmp(before.kv, after.kv, sizeof after.kv) == 0, "%s changed KV storage", call);
-  cr_expect(memcmp(before.out, after.out, sizeof after.out) == 0 && memcmp(before.lse, after.lse, sizeof after.lse) == 0,
-            "%s wrote into out or lse", call);
+  cr_expect(
+      memcmp(before.out, after.out, sizeof after.out) == 0 && memcmp(before.lse, after.lse, sizeof after.lse) == 0,
+      "%s wrote into out or lse", call);
   cr_expect(memcmp(before.kp, after.kp, sizeof after.kp) == 0 && memcmp(before.bt, after.bt, sizeof after.bt) == 0 &&
                 memcmp(before.qs, after.qs, sizeof after.qs) == 0 && memcmp(before.cl, after.cl, sizeof after.cl) == 0,
             "%s wrote into an input", call);
   cr_expect_eq(bspa_pool_check(P), BSPA_OK, "after %s: %s", call, bspa_last_error());
 }
 
-#define REFUSED(want, needle, call)                  \
-  do {                                               \
-    take(&before);                                   \
+#define REFUSED(want, needle, call)                    \
+  do {                                                 \
+    take(&before);                                     \
     bspa_seq_options_init(NULL); /* a stale message */ \
-    const bspa_status got_ = (call);                 \
-    expect_refused(#call, got_, (want), (needle));   \
+    const bspa_status got_ = (call);                   \
+    expect_refused(#call, got_, (want), (needle));     \
   } while (0)
 
 /* ---- 1. pool sizes: checked factor by factor, no wrap ------------------------------- */

@@ -16,8 +16,7 @@ static void expect_create_fails(const bspa_pool_options *o, bspa_status status, 
   bspa_pool *pool = (bspa_pool *)(uintptr_t)0x1;
   EXPECT_STATUS(bspa_pool_create(&pool, o), status);
   cr_assert_null(pool, "*pool must be NULL after a failure");
-  cr_assert(strstr(bspa_last_error(), needle) != NULL, "message \"%s\" does not name %s", bspa_last_error(),
-            needle);
+  cr_assert(strstr(bspa_last_error(), needle) != NULL, "message \"%s\" does not name %s", bspa_last_error(), needle);
 }
 
 Test(pool, options_init_fills_the_documented_defaults) {
@@ -26,8 +25,8 @@ Test(pool, options_init_fills_the_documented_defaults) {
   EXPECT_OK(bspa_pool_options_init(&o));
   cr_assert_eq(o.version, BSPA_POOL_OPTIONS_VERSION);
   cr_assert(o.device_type == kDLCPU && o.device_id == 0 && o.dtype == BSPA_DTYPE_BF16 && o.num_layers == 1 &&
-            o.num_kv_heads == 1 && o.head_dim == 128 && o.page_size == 64 && o.num_pages == 0 &&
-            o.memory_bytes == 0 && o.hash_seed == BSPA_DEFAULT_HASH_SEED);
+            o.num_kv_heads == 1 && o.head_dim == 128 && o.page_size == 64 && o.num_pages == 0 && o.memory_bytes == 0 &&
+            o.hash_seed == BSPA_DEFAULT_HASH_SEED);
   EXPECT_STATUS(bspa_pool_options_init(NULL), BSPA_ERR_NULL_POINTER);
   bspa_seq_options so;
   memset(&so, 0xab, sizeof so);
@@ -237,13 +236,13 @@ static void expect_unchanged(const fixture *f, const snapshot *before, const cha
   EXPECT_OK(bspa_pool_check(f->pool));
 }
 
-#define EXPECT_FAILS(f, call, status, needle)                                                         \
-  do {                                                                                                \
-    snapshot before_ = snap(f);                                                                       \
-    EXPECT_STATUS(call, status);                                                                      \
-    cr_assert(strstr(bspa_last_error(), needle) != NULL, "%s: message \"%s\" lacks \"%s\"", #call,    \
-              bspa_last_error(), needle);                                                             \
-    expect_unchanged(f, &before_, #call);                                                             \
+#define EXPECT_FAILS(f, call, status, needle)                                                                         \
+  do {                                                                                                                \
+    snapshot before_ = snap(f);                                                                                       \
+    EXPECT_STATUS(call, status);                                                                                      \
+    cr_assert(strstr(bspa_last_error(), needle) != NULL, "%s: message \"%s\" lacks \"%s\"", #call, bspa_last_error(), \
+              needle);                                                                                                \
+    expect_unchanged(f, &before_, #call);                                                                             \
   } while (0)
 
 Test(pool, seq_create_rejects_bad_arguments) {

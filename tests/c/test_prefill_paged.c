@@ -189,8 +189,8 @@ static double *run_case(const pcase *c, int full, double *rel_out) {
     if (ql[s] == 0) continue;
     double *ro = malloc(sizeof(double) * (size_t)(ql[s] * hq * d));
     double *rl = malloc(sizeof(double) * (size_t)(ql[s] * hq));
-    ref_attention(&c->rl, hq, hkv, d, n[s], ctx[s], qd[s] + ctx[s] * hq * d, kd[s], vd[s], (double)(float)c->scale,
-                  ro, rl);
+    ref_attention(&c->rl, hq, hkv, d, n[s], ctx[s], qd[s] + ctx[s] * hq * d, kd[s], vd[s], (double)(float)c->scale, ro,
+                  rl);
     for (int64_t r = 0; r < ql[s]; ++r)
       for (int i = 0; i < hq * d; ++i) {
         const size_t at = (size_t)((qs[s] + r) * hq * d + i);
@@ -205,10 +205,12 @@ static double *run_case(const pcase *c, int full, double *rel_out) {
   const double tol = c->dtype == BSPA_DTYPE_F32 ? 1e-5 : 1e-2;
   const double rel = ref_error_rel(&err);
   cr_log_info("%s%s [%s]: rel L2 %.3g, max abs %.3g; lse max abs %.3g", c->name, full ? " (full prefill)" : "",
-              c->dtype == BSPA_DTYPE_F32 ? "f32" : c->dtype == BSPA_DTYPE_F16 ? "f16" : "bf16", rel, err.max_abs,
-              lerr.max_abs);
-  cr_expect(rel <= tol, "%s: relative L2 error %.3g > %.0e (max abs %.3g), seed %llu", c->name, rel, tol,
-            err.max_abs, (unsigned long long)g_seed);
+              c->dtype == BSPA_DTYPE_F32   ? "f32"
+              : c->dtype == BSPA_DTYPE_F16 ? "f16"
+                                           : "bf16",
+              rel, err.max_abs, lerr.max_abs);
+  cr_expect(rel <= tol, "%s: relative L2 error %.3g > %.0e (max abs %.3g), seed %llu", c->name, rel, tol, err.max_abs,
+            (unsigned long long)g_seed);
   cr_expect(lerr.max_abs <= 1e-3, "%s: lse max abs error %.3g, seed %llu", c->name, lerr.max_abs,
             (unsigned long long)g_seed);
   if (rel_out) *rel_out = rel;
@@ -261,8 +263,8 @@ Test(prefill_paged, identity_unaligned_contexts) {
 
 /* The identity against the library itself: chunked output == last q rows of its full prefill. */
 Test(prefill_paged, identity_against_full_prefill) {
-  pcase c = {"identity-full", BSPA_DTYPE_F32, 4, 2, 64, 32, phi3(0, 4, 0), 4, 1.0 / 128, 3, {1060, 36, 1023},
-             {28, 28, 2}, 1};
+  pcase c = {"identity-full",  BSPA_DTYPE_F32, 4, 2, 64, 32, phi3(0, 4, 0), 4, 1.0 / 128, 3,
+             {1060, 36, 1023}, {28, 28, 2},    1};
   c.rl.local_blocks = 4;
   c.rl.vert_stride = 4;
   double *chunked = run_case(&c, 0, NULL);
@@ -296,8 +298,19 @@ Test(prefill_paged, matrix) {
   for (int g = 0; g < 3; ++g)
     for (int di = 0; di < 2; ++di)
       for (int lk = 0; lk < 4; ++lk, ++k) {
-        pcase c = {"matrix", dtypes[k % 3], gqa[g][0], gqa[g][1], di ? 128 : 64, page_sizes[k % 4],
-                   phi3(0, gqa[g][0], 0), 0, 1.0 / 128, 6, {0, 64, 100, 1088, 1153, 517}, {70, 64, 1, 1, 33, 2}, 0};
+        pcase c = {"matrix",
+                   dtypes[k % 3],
+                   gqa[g][0],
+                   gqa[g][1],
+                   di ? 128 : 64,
+                   page_sizes[k % 4],
+                   phi3(0, gqa[g][0], 0),
+                   0,
+                   1.0 / 128,
+                   6,
+                   {0, 64, 100, 1088, 1153, 517},
+                   {70, 64, 1, 1, 33, 2},
+                   0};
         static char names[64][64];
         if (lk == 0) {
           c.rl = phi3(0, 32, 8); /* TP rank 1 of 4: global heads 8.. */
@@ -317,7 +330,10 @@ Test(prefill_paged, matrix) {
           random_csr(&c.rl, c.hq, 20, 64, &rng);
         }
         snprintf(names[k], sizeof names[k], "matrix hq%d hkv%d d%d ps%d %s", c.hq, c.hkv, c.d, c.page_size,
-                 lk == 0 ? "strided-tp" : lk == 1 ? "strided-homo-b16" : lk == 2 ? "dense" : "csr");
+                 lk == 0   ? "strided-tp"
+                 : lk == 1 ? "strided-homo-b16"
+                 : lk == 2 ? "dense"
+                           : "csr");
         c.name = names[k];
         free(run_case(&c, 0, NULL));
         if (c.rl.kind == REF_CSR) {
@@ -329,8 +345,7 @@ Test(prefill_paged, matrix) {
 
 /* Long contexts, bf16, Phi-3-small heads (8 query heads of a rank, 2 kv heads). */
 Test(prefill_paged, long_context_bf16) {
-  pcase c = {"long-bf16", BSPA_DTYPE_BF16, 8, 2, 128, 64, phi3(0, 32, 24), 0, 1.0 / 128, 2, {3071, 2600},
-             {33, 1}, 0};
+  pcase c = {"long-bf16", BSPA_DTYPE_BF16, 8, 2, 128, 64, phi3(0, 32, 24), 0, 1.0 / 128, 2, {3071, 2600}, {33, 1}, 0};
   c.rl = phi3(0, 32, 24);
   free(run_case(&c, 0, NULL));
 }

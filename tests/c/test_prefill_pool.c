@@ -34,10 +34,10 @@ static void conv_init(conv *c, int64_t n, bspa_dtype t, const conv *share, int64
   c->v = malloc(sizeof(double) * (size_t)(n * HKV * D));
   c->q = malloc(sizeof(double) * (size_t)(n * HQ * D));
   char tmp[4];
-#define RND(x)                                        \
-  do {                                                \
-    ref_store(t, tmp, 0, test_rng_normal(&g_rng));   \
-    (x) = ref_load(t, tmp, 0);                        \
+#define RND(x)                                     \
+  do {                                             \
+    ref_store(t, tmp, 0, test_rng_normal(&g_rng)); \
+    (x) = ref_load(t, tmp, 0);                     \
   } while (0)
   for (int64_t i = 0; i < n * HKV * D; ++i) {
     RND(c->k[i]);
@@ -88,8 +88,8 @@ static const ref_layout g_ref = {REF_STRIDED, 64, 4, 8, 0, 32, 16, 0, NULL, NULL
 
 /* One step: sequences s[i] compute qlen[i] tokens after their computed ones; writes K/V
  * on `layer`, runs the prefill and checks each sequence's rows against the reference. */
-static void step(bspa_pool *pool, bspa_layout *layout, bspa_dtype t, bspa_seq **s, conv **c, const int32_t *qlen,
-                 int n, int layer) {
+static void step(bspa_pool *pool, bspa_layout *layout, bspa_dtype t, bspa_seq **s, conv **c, const int32_t *qlen, int n,
+                 int layer) {
   int64_t ctx[8], total = 0;
   for (int i = 0; i < n; ++i) {
     struct bspa_seq_info info;
@@ -110,7 +110,8 @@ static void step(bspa_pool *pool, bspa_layout *layout, bspa_dtype t, bspa_seq **
         ref_store(t, kn, (size_t)((row + r) * HKV * D + j), c[i]->k[(ctx[i] + r) * HKV * D + j]);
         ref_store(t, vn, (size_t)((row + r) * HKV * D + j), c[i]->v[(ctx[i] + r) * HKV * D + j]);
       }
-      for (int j = 0; j < HQ * D; ++j) ref_store(t, q, (size_t)((row + r) * HQ * D + j), c[i]->q[(ctx[i] + r) * HQ * D + j]);
+      for (int j = 0; j < HQ * D; ++j)
+        ref_store(t, q, (size_t)((row + r) * HQ * D + j), c[i]->q[(ctx[i] + r) * HQ * D + j]);
     }
     row += qlen[i];
   }
@@ -130,9 +131,11 @@ static void step(bspa_pool *pool, bspa_layout *layout, bspa_dtype t, bspa_seq **
   for (int i = 0; i < n; ++i) {
     if (qlen[i] > 0) {
       const int64_t nn = ctx[i] + qlen[i];
-      double *ro = malloc(sizeof(double) * (size_t)(qlen[i] * HQ * D)), *rl = malloc(sizeof(double) * (size_t)(qlen[i] * HQ));
+      double *ro = malloc(sizeof(double) * (size_t)(qlen[i] * HQ * D)),
+             *rl = malloc(sizeof(double) * (size_t)(qlen[i] * HQ));
       ref_attention(&g_ref, HQ, HKV, D, nn, ctx[i], c[i]->q + ctx[i] * HQ * D, c[i]->k, c[i]->v, 1.0 / 128, ro, rl);
-      for (int64_t j = 0; j < qlen[i] * HQ * D; ++j) ref_error_add(&err, ref_load(t, out, (size_t)(row * HQ * D + j)), ro[j]);
+      for (int64_t j = 0; j < qlen[i] * HQ * D; ++j)
+        ref_error_add(&err, ref_load(t, out, (size_t)(row * HQ * D + j)), ro[j]);
       for (int h = 0; h < HQ; ++h)
         for (int64_t r = 0; r < qlen[i]; ++r) ref_error_add(&lerr, lse[h * total + row + r], rl[h * qlen[i] + r]);
       free(ro);

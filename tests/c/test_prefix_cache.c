@@ -325,8 +325,7 @@ Test(prefix_cache, randomized_100k_operations_with_the_invariants_checked_after_
   cr_assert(w.hit_tokens > 10000 && w.out_of_pages > 100 && st.evictions > 1000,
             "the workload must exercise hits, exhaustion and eviction: %llu hit tokens, %llu out of pages, "
             "%llu evictions",
-            (unsigned long long)w.hit_tokens, (unsigned long long)w.out_of_pages,
-            (unsigned long long)st.evictions);
+            (unsigned long long)w.hit_tokens, (unsigned long long)w.out_of_pages, (unsigned long long)st.evictions);
   bspa_pool_destroy(pool);
 }
 

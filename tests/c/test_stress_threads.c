@@ -30,9 +30,9 @@ enum {
    * happens however the scheduler interleaves the threads (with 96 a run under ASan on
    * two cores once let each thread finish before the next started, and saw none). */
   POOL_PAGES = 32,
-  SLOTS = 3,          /* live sequences per thread */
-  FAMILIES = 4,       /* system prompts */
-  VARIANTS = 6,       /* user prompts per family */
+  SLOTS = 3,    /* live sequences per thread */
+  FAMILIES = 4, /* system prompts */
+  VARIANTS = 6, /* user prompts per family */
   SYS_LEN = 40,
   MAX_PROMPT = 200,
 };
@@ -69,8 +69,8 @@ static int failed(int cond, const char *fmt, ...) {
   }
   return 1;
 }
-#define FAIL_IF(cond, ...) \
-  do {                     \
+#define FAIL_IF(cond, ...)                   \
+  do {                                       \
     if (failed((cond), __VA_ARGS__)) return; \
   } while (0)
 
@@ -92,8 +92,8 @@ static void make_prompts(void) {
       /* Variants of a family share the system prompt; pairs share a longer user prefix. */
       const int64_t user = 20 + (int64_t)(test_rng_next(&r) % 120);
       for (int64_t i = 0; i < user; ++i)
-        p->tokens[SYS_LEN + i] = i < 24 && v % 2 == 1 ? g_prompts[f][v - 1].tokens[SYS_LEN + i]
-                                                     : (int32_t)(test_rng_next(&r) % 50);
+        p->tokens[SYS_LEN + i] =
+            i < 24 && v % 2 == 1 ? g_prompts[f][v - 1].tokens[SYS_LEN + i] : (int32_t)(test_rng_next(&r) % 50);
       p->n = SYS_LEN + user;
     }
   }
@@ -160,9 +160,10 @@ static void op_create(worker *w, slot *s) {
   const int32_t *pages = g_page_buf[w->id];
   for (int64_t t = 0; t < cached; ++t) {
     const float k = g_k[(size_t)pages[t / PS] * PS + (size_t)(t % PS)];
-    FAIL_IF(k != expected_k(salt, p->tokens, t), "a hit handed out wrong KV: token %lld of a %lld-token prompt "
-            "(page %d): K %.0f, expected %.0f", (long long)t, (long long)p->n, pages[t / PS], k,
-            expected_k(salt, p->tokens, t));
+    FAIL_IF(k != expected_k(salt, p->tokens, t),
+            "a hit handed out wrong KV: token %lld of a %lld-token prompt "
+            "(page %d): K %.0f, expected %.0f",
+            (long long)t, (long long)p->n, pages[t / PS], k, expected_k(salt, p->tokens, t));
   }
 }
 
@@ -205,10 +206,10 @@ static void op_info(worker *w, slot *s) {
   struct bspa_seq_info info;
   FAIL_IF(bspa_seq_info(s->seq, &info) != BSPA_OK, "seq_info: %s", bspa_last_error());
   ++w->ops;
-  FAIL_IF(info.num_tokens != s->tokens || info.num_computed != s->computed ||
-              info.num_pages != (s->tokens + PS - 1) / PS,
-          "seq_info: %lld/%lld tokens/computed, expected %lld/%lld", (long long)info.num_tokens,
-          (long long)info.num_computed, (long long)s->tokens, (long long)s->computed);
+  FAIL_IF(
+      info.num_tokens != s->tokens || info.num_computed != s->computed || info.num_pages != (s->tokens + PS - 1) / PS,
+      "seq_info: %lld/%lld tokens/computed, expected %lld/%lld", (long long)info.num_tokens,
+      (long long)info.num_computed, (long long)s->tokens, (long long)s->computed);
 }
 
 static pthread_barrier_t g_start; /* every worker starts together, so their sequences coexist */
@@ -250,13 +251,12 @@ static void *work(void *arg) {
 static void *checker(void *arg) {
   (void)arg;
   while (!atomic_load(&g_done)) {
-    if (failed(bspa_pool_check(g_pool) != BSPA_OK, "bspa_pool_check during the run: %s", bspa_last_error()))
-      break;
+    if (failed(bspa_pool_check(g_pool) != BSPA_OK, "bspa_pool_check during the run: %s", bspa_last_error())) break;
     struct bspa_pool_stats st;
     bspa_pool_stats(g_pool, &st);
     if (failed(st.pages_free + st.pages_cached + st.pages_in_use != POOL_PAGES || st.pages_in_use < 0,
-            "stats: free %lld + cached %lld + in use %lld != %d", (long long)st.pages_free,
-            (long long)st.pages_cached, (long long)st.pages_in_use, POOL_PAGES))
+               "stats: free %lld + cached %lld + in use %lld != %d", (long long)st.pages_free,
+               (long long)st.pages_cached, (long long)st.pages_in_use, POOL_PAGES))
       break;
     atomic_fetch_add(&g_checks, 1);
     const struct timespec ts = {0, 2000000};

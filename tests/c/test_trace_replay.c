@@ -58,7 +58,7 @@ Test(trace_replay, unbounded_pool_hits_the_readme_figure_exactly) {
   int64_t cap = 1 << 16, *ids = malloc(sizeof(int64_t) * (size_t)cap);
   int32_t *tokens = malloc(sizeof(int32_t) * (size_t)cap * BLOCK);
   uint64_t hit = 0, total = 0, requests = 0;
-  for (char *line = text; line && *line; ) {
+  for (char *line = text; line && *line;) {
     char *next = strchr(line, '\n');
     if (next) *next++ = '\0';
     const int64_t n = field(line, "\"input_length\"");
@@ -96,14 +96,14 @@ Test(trace_replay, unbounded_pool_hits_the_readme_figure_exactly) {
   }
   struct bspa_pool_stats st;
   EXPECT_OK(bspa_pool_stats(pool, &st));
-  cr_log_info("%llu requests, %llu of %llu prompt tokens hit (%.2f%%), %lld pages cached",
-              (unsigned long long)requests, (unsigned long long)hit, (unsigned long long)total,
-              100.0 * (double)hit / (double)total, (long long)st.pages_cached);
+  cr_log_info("%llu requests, %llu of %llu prompt tokens hit (%.2f%%), %lld pages cached", (unsigned long long)requests,
+              (unsigned long long)hit, (unsigned long long)total, 100.0 * (double)hit / (double)total,
+              (long long)st.pages_cached);
   cr_assert_eq(requests, 12031);
   cr_assert_eq(total, 144793823ull);
   cr_assert_eq(hit, 54093952ull, "hit %llu tokens", (unsigned long long)hit);
-  cr_assert(st.matched_tokens == hit && st.queried_tokens == total && st.evictions == 0 &&
-            st.match_calls == requests && st.pages_in_use == 0 && st.num_sequences == 0);
+  cr_assert(st.matched_tokens == hit && st.queried_tokens == total && st.evictions == 0 && st.match_calls == requests &&
+            st.pages_in_use == 0 && st.num_sequences == 0);
   EXPECT_OK(bspa_pool_check(pool));
   bspa_pool_destroy(pool);
   free(ids);

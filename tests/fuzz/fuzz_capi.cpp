@@ -49,7 +49,9 @@ class Bytes {
   uint16_t u16() { return static_cast<uint16_t>(u8() | (u8() << 8)); }
   int32_t pick(int32_t n) { return n <= 0 ? 0 : u8() % n; }
   template <class T, size_t N>
-  T one_of(const T (&a)[N]) { return a[u8() % N]; }
+  T one_of(const T (&a)[N]) {
+    return a[u8() % N];
+  }
 
  private:
   const uint8_t *d_;
@@ -296,16 +298,23 @@ Tensor make(Bytes &in, std::initializer_list<int64_t> shape, DLDataType dtype, b
   const int kind = spoil ? in.pick(19) : (variants && in.pick(4) == 0 ? 10 + in.pick(2) + 9 * in.pick(2) : 0);
   bool arbitrary = false;  // strides set below, the buffer sized to cover them
   switch (kind) {
-    case 1: x.t.ndim = nd + (nd < 4 ? 1 : -1); if (x.t.ndim > nd) x.shape[nd] = 1; break;
-    case 2: if (nd) x.shape[in.pick(nd)] += 1 + in.pick(2); break;
+    case 1:
+      x.t.ndim = nd + (nd < 4 ? 1 : -1);
+      if (x.t.ndim > nd) x.shape[nd] = 1;
+      break;
+    case 2:
+      if (nd) x.shape[in.pick(nd)] += 1 + in.pick(2);
+      break;
     case 3: x.t.dtype = in.pick(2) ? DLDataType{kDLInt, 32, 1} : DLDataType{kDLFloat, 64, 1}; break;
     case 4: x.t.dtype.lanes = 2; break;
     case 5: x.t.device = DLDevice{kDLCUDA, 0}; break;
     case 6: x.t.device = DLDevice{kDLCUDAHost, 0}; break;
-    case 7: if (nd) x.shape[in.pick(nd)] = -1 - in.pick(3); break;
-    case 8: pad = 1; break;  // last-dimension stride 2: not contiguous
-    case 9: pad = -1; break; // a negative stride
-    case 10: pad = 3; break; // padded rows (valid when only the last dim must be contiguous)
+    case 7:
+      if (nd) x.shape[in.pick(nd)] = -1 - in.pick(3);
+      break;
+    case 8: pad = 1; break;   // last-dimension stride 2: not contiguous
+    case 9: pad = -1; break;  // a negative stride
+    case 10: pad = 3; break;  // padded rows (valid when only the last dim must be contiguous)
     case 11: offset = 8; break;
     case 12: x.t.shape = nullptr; break;
     case 13: x.shape[0] = 0; break;
@@ -329,9 +338,10 @@ Tensor make(Bytes &in, std::initializer_list<int64_t> shape, DLDataType dtype, b
         // 2^62 - 4 with 4-byte elements is the review's case (the byte offset wrapped to -16);
         // any candidate whose one step stays below 2^63 bytes is raised to the first that does
         // not, so the span surely passes PTRDIFF_MAX whatever the dtype.
-        int64_t c = in.one_of<int64_t>({int64_t(1) << 62, (int64_t(1) << 62) - 4, INT64_MAX / 2, INT64_MAX,
-                                        (int64_t(1) << 61) + 1});
-        if (static_cast<unsigned __int128>(c) * static_cast<unsigned>(ebytes) < (static_cast<unsigned __int128>(1) << 63))
+        int64_t c = in.one_of<int64_t>(
+            {int64_t(1) << 62, (int64_t(1) << 62) - 4, INT64_MAX / 2, INT64_MAX, (int64_t(1) << 61) + 1});
+        if (static_cast<unsigned __int128>(c) * static_cast<unsigned>(ebytes) <
+            (static_cast<unsigned __int128>(1) << 63))
           c = static_cast<int64_t>(std::min<uint64_t>(
               ((uint64_t(1) << 63) + static_cast<uint64_t>(ebytes) - 1) / static_cast<uint64_t>(ebytes),
               INT64_MAX));  // 1-byte elements: INT64_MAX + the first element's byte pass it too
@@ -341,7 +351,7 @@ Tensor make(Bytes &in, std::initializer_list<int64_t> shape, DLDataType dtype, b
       break;
     }
     case 17: offset = in.u8() % 19; break;  // any small offset, aligned to the element or not
-    case 18:  // an offset past PTRDIFF_MAX, with the span or alone
+    case 18:                                // an offset past PTRDIFF_MAX, with the span or alone
       offset = in.one_of<uint64_t>({uint64_t(1) << 63, UINT64_MAX - 7, UINT64_MAX, (uint64_t(1) << 63) + 2});
       break;
     case 19: {  // valid: the two outer dimensions' strides swapped (e.g. [T, H, D] stored as [H, T, D])
@@ -351,7 +361,11 @@ Tensor make(Bytes &in, std::initializer_list<int64_t> shape, DLDataType dtype, b
       x.strides[nd - 2] = x.shape[nd - 1] * std::max<int64_t>(x.shape[0], 1);
       x.strides[0] = x.shape[nd - 1];
       for (int d = 1; d < nd - 2; ++d) x.strides[d] = x.strides[nd - 2] * x.shape[nd - 2];
-      if (nd == 4) { x.strides[1] = x.shape[3]; x.strides[2] = x.shape[3] * x.shape[1]; x.strides[0] = x.strides[2] * x.shape[2]; }
+      if (nd == 4) {
+        x.strides[1] = x.shape[3];
+        x.strides[2] = x.shape[3] * x.shape[1];
+        x.strides[0] = x.strides[2] * x.shape[2];
+      }
       arbitrary = true;
       break;
     }
@@ -495,7 +509,9 @@ void op_pool_create(World &w, Bytes &in) {
     case 3: o.device_type = 7; break;
     case 4: o.device_id = 1; break;
     case 5: o.hash_seed = in.u8(); break;
-    case 6: case 7: case 8: o.events_capacity = in.one_of<int64_t>({1, 2, 5, 64, 4096, -1, int64_t(1) << 40}); break;
+    case 6:
+    case 7:
+    case 8: o.events_capacity = in.one_of<int64_t>({1, 2, 5, 64, 4096, -1, int64_t(1) << 40}); break;
     default: break;
   }
   // Geometries near the overflow limits (the review's 2.7 GiB pool that stood for 2^128 +
@@ -518,8 +534,8 @@ void op_pool_create(World &w, Bytes &in) {
     const u128 cap = u128(1) << 100;
     auto mul = [&](u128 a, u128 b) { return (b != 0 && a > cap / b) ? cap : a * b; };
     const u128 elem = o.dtype == BSPA_DTYPE_F32 ? 4 : 2;
-    const u128 per_page = mul(mul(mul(mul(mul(u128(o.num_layers), 2), u128(o.num_kv_heads)), u128(o.page_size)),
-                                  u128(o.head_dim)), elem);
+    const u128 per_page =
+        mul(mul(mul(mul(mul(u128(o.num_layers), 2), u128(o.num_kv_heads)), u128(o.page_size)), u128(o.head_dim)), elem);
     u128 pages = u128(o.num_pages);
     bool defined = true;
     if (o.num_pages == 0) {
@@ -593,8 +609,8 @@ void op_pool_kv(World &w, Bytes &in) {
   DLTensor k{}, v{};
   const int which = in.pick(4);
   const bspa_status s = run(w, "bspa_pool_kv", [&] {
-    return bspa_pool_kv(null_pool ? nullptr : w.pools[static_cast<size_t>(i)].h, layer,
-                        which == 1 ? nullptr : &k, which == 2 ? nullptr : &v);
+    return bspa_pool_kv(null_pool ? nullptr : w.pools[static_cast<size_t>(i)].h, layer, which == 1 ? nullptr : &k,
+                        which == 2 ? nullptr : &v);
   });
   if (s == BSPA_OK) {
     const PoolState &p = w.pools[static_cast<size_t>(i)];
@@ -629,7 +645,10 @@ void op_seq_create(World &w, Bytes &in) {
   const int mode = in.pick(12);
   if (mode == 0) o.version = 0;
   if (mode == 1) o.version = 9;
-  if (mode == 2) { o.salt = nullptr; o.salt_len = 3; }
+  if (mode == 2) {
+    o.salt = nullptr;
+    o.salt_len = 3;
+  }
   const bool no_options = mode == 3;
   bspa_seq *s = reinterpret_cast<bspa_seq *>(&o);
   const bspa_status st = run(w, "bspa_seq_create", [&] {
@@ -823,8 +842,8 @@ void op_layout(World &w, Bytes &in) {
       int32_t at = 0;
       for (size_t i = 0; i < crow.size(); ++i) {
         const int32_t step = in.one_of({0, 1, 1, 1, 2, 3, -1, -2, 64, INT32_MAX / 2});
-        at = in.pick(16) == 0 ? in.one_of({INT32_MAX, INT32_MIN, 0, -1}) : static_cast<int32_t>(
-                                    std::clamp<int64_t>(int64_t(at) + step, INT32_MIN, INT32_MAX));
+        at = in.pick(16) == 0 ? in.one_of({INT32_MAX, INT32_MIN, 0, -1})
+                              : static_cast<int32_t>(std::clamp<int64_t>(int64_t(at) + step, INT32_MIN, INT32_MAX));
         crow[i] = i == 0 && in.pick(4) != 0 ? 0 : at;
       }
       for (int i = 0, n = in.pick(40); i < n; ++i) col.push_back(in.one_of({0, 0, 1, 2, 3, 5, -1, INT32_MAX}));
@@ -842,10 +861,10 @@ void op_layout(World &w, Bytes &in) {
         }
         crow[static_cast<size_t>(h * (rows + 1) + rows)] = nnz;
       }
-      if (in.pick(3) == 0 && !crow.empty()) crow[static_cast<size_t>(in.pick(static_cast<int32_t>(crow.size())))] =
-          in.one_of({-1, 0, 1, 3, 64, INT32_MAX});
-      if (in.pick(3) == 0 && !col.empty()) col[static_cast<size_t>(in.pick(static_cast<int32_t>(col.size())))] =
-          in.one_of({-1, 0, 5, 1});
+      if (in.pick(3) == 0 && !crow.empty())
+        crow[static_cast<size_t>(in.pick(static_cast<int32_t>(crow.size())))] = in.one_of({-1, 0, 1, 3, 64, INT32_MAX});
+      if (in.pick(3) == 0 && !col.empty())
+        col[static_cast<size_t>(in.pick(static_cast<int32_t>(col.size())))] = in.one_of({-1, 0, 5, 1});
     }
     // col exactly as long as the header defines it (crow's last value), on the heap, so
     // one entry read past it is an ASan report (the harness used to pad col to the largest
@@ -861,7 +880,8 @@ void op_layout(World &w, Bytes &in) {
     std::copy(crow.begin(), crow.end(), crow_exact.get());
     const int null_arr = in.pick(12);
     s = run(w, "bspa_layout_create_csr", [&] {
-      return bspa_layout_create_csr(null_out ? nullptr : &l, heads, bs, rows, null_arr == 0 ? nullptr : crow_exact.get(),
+      return bspa_layout_create_csr(null_out ? nullptr : &l, heads, bs, rows,
+                                    null_arr == 0 ? nullptr : crow_exact.get(),
                                     null_arr == 1 ? nullptr : col_exact.get());
     });
   }
@@ -925,7 +945,8 @@ void op_batch_create(World &w, Bytes &in) {
   const int mode = in.pick(10);
   bspa_batch *b = reinterpret_cast<bspa_batch *>(&w);
   const bspa_status s = run(w, "bspa_batch_create", [&] {
-    return bspa_batch_create(mode == 0 ? nullptr : &b, (pi < 0 || mode == 1) ? nullptr : w.pools[static_cast<size_t>(pi)].h,
+    return bspa_batch_create(mode == 0 ? nullptr : &b,
+                             (pi < 0 || mode == 1) ? nullptr : w.pools[static_cast<size_t>(pi)].h,
                              mode == 2 ? nullptr : seqs.data(), mode == 3 ? nullptr : qlens.data(), n, nullptr);
   });
   if (s != BSPA_OK) {
@@ -967,9 +988,9 @@ void op_launch(World &w, Bytes &in, bool prefill) {
   // themselves) or as q of a prefill (allowed: both only read it), or as out (refused).
   DLTensor pool_view{};
   const int alias = in.pick(6);  // 0: k_new/out in the pool's storage; 1: q there; 2: out on q; 3: lse on out
-  const bool have_view = alias <= 1 && p.num_layers > 0 &&
-                         bspa_pool_kv(p.h, in.pick(p.num_layers), in.pick(2) ? &pool_view : nullptr,
-                                      &pool_view) == BSPA_OK;
+  const bool have_view =
+      alias <= 1 && p.num_layers > 0 &&
+      bspa_pool_kv(p.h, in.pick(p.num_layers), in.pick(2) ? &pool_view : nullptr, &pool_view) == BSPA_OK;
   const int64_t view_elems = int64_t(p.num_pages) * p.hkv * p.page_size * p.head_dim;
   const int64_t shift = in.pick(3);
   auto pool_alias = [&](std::initializer_list<int64_t> shape) {
@@ -1166,8 +1187,8 @@ void op_prefill_paged(World &w, Bytes &in) {
     ws.t.byte_offset = (16 - reinterpret_cast<uintptr_t>(ws.buf.data()) % 16) % 16;
     if (alias == 3 && out_elems > 0 && out.t.strides == nullptr) {
       ws.t.data = out.t.data;
-      ws.t.byte_offset = (16 - (reinterpret_cast<uintptr_t>(out.t.data) + out.t.byte_offset) % 16) % 16 +
-                         out.t.byte_offset;
+      ws.t.byte_offset =
+          (16 - (reinterpret_cast<uintptr_t>(out.t.data) + out.t.byte_offset) % 16) % 16 + out.t.byte_offset;
       ws.shape[0] = 1;  // one byte inside out, if out reaches past that offset
       const uint64_t out_bytes = static_cast<uint64_t>(out_elems) * (out.t.dtype.bits / 8);
       overlapping = ws.t.byte_offset < out.t.byte_offset + out_bytes;
@@ -1176,7 +1197,8 @@ void op_prefill_paged(World &w, Bytes &in) {
     if (ws.t.data) a.workspace = &ws.t;
   }
   const bool null_args = mode == 5;
-  const bspa_status s = run(w, "bspa_prefill_paged", [&] { return bspa_prefill_paged(null_args ? nullptr : &a, nullptr); });
+  const bspa_status s =
+      run(w, "bspa_prefill_paged", [&] { return bspa_prefill_paged(null_args ? nullptr : &a, nullptr); });
   if (overlapping && s == BSPA_OK) die("bspa_prefill_paged accepted an output or workspace on another argument");
   const bool borrowed = l != nullptr && std::find(w.layouts.begin(), w.layouts.end(), l) != w.layouts.end();
   if (!borrowed) bspa_layout_destroy(l);
@@ -1207,9 +1229,16 @@ struct Msgpack {
     if (kind == 'm' && (t & 0xf0) == 0x80) n = t & 0x0f;
     if (kind == 's' && (t & 0xe0) == 0xa0) n = t & 0x1f;
     if (n >= 0) return ++p, n;
-    const int width = kind == 'a' ? (t == 0xdc ? 2 : t == 0xdd ? 4 : 0)
-                      : kind == 'm' ? (t == 0xde ? 2 : t == 0xdf ? 4 : 0)
-                                    : (t == 0xd9 ? 1 : t == 0xda ? 2 : t == 0xdb ? 4 : 0);
+    const int width = kind == 'a'   ? (t == 0xdc   ? 2
+                                       : t == 0xdd ? 4
+                                                   : 0)
+                      : kind == 'm' ? (t == 0xde   ? 2
+                                       : t == 0xdf ? 4
+                                                   : 0)
+                                    : (t == 0xd9   ? 1
+                                       : t == 0xda ? 2
+                                       : t == 0xdb ? 4
+                                                   : 0);
     if (width == 0) return -1;
     ++p;
     n = static_cast<int64_t>(be(width));
@@ -1295,7 +1324,10 @@ void op_events(World &w, Bytes &in) {
       case 0: cap = cap > 0 ? cap - 1 : 0; break;
       case 1: tcap = tcap > 0 ? tcap - 1 : 0; break;
       case 2: cap = -1 - in.pick(2); break;
-      case 3: cap += 8; tcap += 8 * page; break;
+      case 3:
+        cap += 8;
+        tcap += 8 * page;
+        break;
       default: break;
     }
     std::vector<bspa_kv_event> ev(static_cast<size_t>(std::max<int64_t>(cap, 0)) + 1);
@@ -1303,14 +1335,16 @@ void op_events(World &w, Bytes &in) {
     const int null_arg = in.pick(8);
     int64_t n = -1, nt = -1;
     s = run(w, "bspa_pool_events_drain", [&] {
-      return bspa_pool_events_drain(pool, null_arg == 0 ? nullptr : ev.data(), cap, null_arg == 1 ? nullptr : tok.data(),
-                                    tcap, null_arg == 2 ? nullptr : &n, null_arg == 3 ? nullptr : &nt);
+      return bspa_pool_events_drain(pool, null_arg == 0 ? nullptr : ev.data(), cap,
+                                    null_arg == 1 ? nullptr : tok.data(), tcap, null_arg == 2 ? nullptr : &n,
+                                    null_arg == 3 ? nullptr : &nt);
     });
     if (s == BSPA_OK && null_arg > 1) {
       for (int64_t k = 0; k < n; ++k) {
         const bspa_kv_event &e = ev[static_cast<size_t>(k)];
         const bool stored = e.type == BSPA_KV_EVENT_STORED;
-        if (e.type < BSPA_KV_EVENT_STORED || e.type > BSPA_KV_EVENT_ALL_CLEARED) die("bspa_pool_events_drain: bad type");
+        if (e.type < BSPA_KV_EVENT_STORED || e.type > BSPA_KV_EVENT_ALL_CLEARED)
+          die("bspa_pool_events_drain: bad type");
         if ((e.type == BSPA_KV_EVENT_ALL_CLEARED) != (e.block_id == 0)) die("bspa_pool_events_drain: block id 0");
         if (stored && (e.token_offset < 0 || e.token_offset + page > nt || (e.salt == nullptr) != (e.salt_len == 0)))
           die("bspa_pool_events_drain: a stored event's tokens or salt out of place");
@@ -1357,13 +1391,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int step = 0; step < 96 && !in.empty(); ++step) {
     switch (in.u8() % 21) {
       case 0: op_pool_create(w, in); break;
-      case 1: if (in.pick(4) == 0) op_pool_destroy(w, in); break;
+      case 1:
+        if (in.pick(4) == 0) op_pool_destroy(w, in);
+        break;
       case 2: op_pool_kv(w, in); break;
       case 3: op_pool_stats(w, in); break;
-      case 4: case 5: op_seq_create(w, in); break;
+      case 4:
+      case 5: op_seq_create(w, in); break;
       case 6: op_seq_destroy(w, in); break;
       case 7: op_seq_match(w, in); break;
-      case 8: case 9: op_seq_append(w, in); break;
+      case 8:
+      case 9: op_seq_append(w, in); break;
       case 10: op_seq_commit(w, in); break;
       case 11: op_seq_pages(w, in); break;
       case 12: op_seq_info(w, in); break;
@@ -1374,7 +1412,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       case 17: op_launch(w, in, in.pick(2) == 0); break;
       case 18: op_prefill_paged(w, in); break;
       case 19: op_launch(w, in, true); break;  // the prefill's output and aliasing checks, twice as often
-      default: if (in.pick(2)) op_events(w, in); else op_misc(w, in); break;
+      default:
+        if (in.pick(2))
+          op_events(w, in);
+        else
+          op_misc(w, in);
+        break;
     }
   }
   return 0;

@@ -18,11 +18,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn pkg_config(flag: &str) -> Option<Vec<String>> {
-    let output = Command::new("pkg-config").args([flag, "bspa"]).output().ok()?;
+    let output = Command::new("pkg-config")
+        .args([flag, "bspa"])
+        .output()
+        .ok()?;
     if !output.status.success() {
         return None;
     }
-    Some(String::from_utf8_lossy(&output.stdout).split_whitespace().map(str::to_owned).collect())
+    Some(
+        String::from_utf8_lossy(&output.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
+    )
 }
 
 /// The options that made `src/bindings.rs`; `bindings/rust/regen_bindings.sh` checks that
@@ -72,18 +80,33 @@ fn main() {
     }
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
 
-    let include_dir = env::var("BSPA_INCLUDE_DIR").ok().map(PathBuf::from).or_else(|| {
-        pkg_config("--cflags-only-I")
-            .and_then(|flags| flags.into_iter().find_map(|f| f.strip_prefix("-I").map(PathBuf::from)))
-    });
+    let include_dir = env::var("BSPA_INCLUDE_DIR")
+        .ok()
+        .map(PathBuf::from)
+        .or_else(|| {
+            pkg_config("--cflags-only-I").and_then(|flags| {
+                flags
+                    .into_iter()
+                    .find_map(|f| f.strip_prefix("-I").map(PathBuf::from))
+            })
+        });
     let include_dir = include_dir.unwrap_or_else(|| manifest.join("../../../capi/include"));
-    let lib_dir = env::var("BSPA_LIB_DIR").ok().map(PathBuf::from).or_else(|| {
-        pkg_config("--libs-only-L")
-            .and_then(|flags| flags.into_iter().find_map(|f| f.strip_prefix("-L").map(PathBuf::from)))
-    });
+    let lib_dir = env::var("BSPA_LIB_DIR")
+        .ok()
+        .map(PathBuf::from)
+        .or_else(|| {
+            pkg_config("--libs-only-L").and_then(|flags| {
+                flags
+                    .into_iter()
+                    .find_map(|f| f.strip_prefix("-L").map(PathBuf::from))
+            })
+        });
 
     if env::var_os("CARGO_FEATURE_BINDGEN").is_some() {
-        generate(&include_dir, &PathBuf::from(env::var("OUT_DIR").unwrap()).join("bindings.rs"));
+        generate(
+            &include_dir,
+            &PathBuf::from(env::var("OUT_DIR").unwrap()).join("bindings.rs"),
+        );
     }
 
     if let Some(dir) = &lib_dir {

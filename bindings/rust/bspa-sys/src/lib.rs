@@ -6,7 +6,12 @@
 //! The bindings are `src/bindings.rs`, generated once and committed (CI checks that they
 //! match the header), so building this crate needs neither bindgen nor libclang. The
 //! `bindgen` feature regenerates them from the header at build time instead.
-#![allow(non_camel_case_types, non_upper_case_globals, non_snake_case, clippy::all)]
+#![allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    clippy::all
+)]
 
 // The committed file was generated on x86-64 Linux: its integer typedefs (`__int64_t` is a
 // `c_long`) and struct layouts hold for 64-bit Unix (LP64) only.
@@ -35,6 +40,9 @@ mod tests {
         let mut options = std::mem::MaybeUninit::<bspa_pool_options>::zeroed();
         let status = unsafe { bspa_pool_options_init(options.as_mut_ptr()) };
         assert_eq!(status, BSPA_OK as bspa_status);
-        assert_eq!(unsafe { options.assume_init() }.version, BSPA_POOL_OPTIONS_VERSION);
+        assert_eq!(
+            unsafe { options.assume_init() }.version,
+            BSPA_POOL_OPTIONS_VERSION
+        );
     }
 }

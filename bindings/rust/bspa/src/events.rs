@@ -49,7 +49,9 @@ impl Pool {
         let pool = self.as_raw();
         loop {
             let (mut n, mut nt) = (0i64, 0i64);
-            check(unsafe { sys::bspa_pool_events_drain(pool, ptr::null_mut(), 0, ptr::null_mut(), 0, &mut n, &mut nt) })?;
+            check(unsafe {
+                sys::bspa_pool_events_drain(pool, ptr::null_mut(), 0, ptr::null_mut(), 0, &mut n, &mut nt)
+            })?;
             // One spare slot each: never a capacity of 0, which would only ask for the counts.
             let mut events = vec![unsafe { std::mem::zeroed::<sys::bspa_kv_event>() }; n as usize + 1];
             let mut tokens = vec![0i32; nt as usize + 1];
@@ -77,17 +79,20 @@ impl Pool {
         match e.type_ as u32 {
             sys::BSPA_KV_EVENT_STORED => {
                 let page_size = self.options().page_size as usize;
-                let start = usize::try_from(e.token_offset).ok().filter(|&s| s + page_size <= tokens.len()).ok_or_else(|| {
-                    Error::new(
-                        sys::BSPA_ERR_INTERNAL,
-                        format!(
-                            "stored event of page {}: token_offset {} past the {} drained tokens",
-                            e.page,
-                            e.token_offset,
-                            tokens.len()
-                        ),
-                    )
-                })?;
+                let start = usize::try_from(e.token_offset)
+                    .ok()
+                    .filter(|&s| s + page_size <= tokens.len())
+                    .ok_or_else(|| {
+                        Error::new(
+                            sys::BSPA_ERR_INTERNAL,
+                            format!(
+                                "stored event of page {}: token_offset {} past the {} drained tokens",
+                                e.page,
+                                e.token_offset,
+                                tokens.len()
+                            ),
+                        )
+                    })?;
                 let salt = if e.salt.is_null() || e.salt_len == 0 {
                     Vec::new()
                 } else {
@@ -139,7 +144,12 @@ impl Pool {
                 continue;
             }
             check(status)?;
-            assert!(size <= buf.capacity(), "bspa reported a batch of {} bytes in a buffer of {}", size, buf.capacity());
+            assert!(
+                size <= buf.capacity(),
+                "bspa reported a batch of {} bytes in a buffer of {}",
+                size,
+                buf.capacity()
+            );
             // SAFETY: the call wrote the batch's `size` bytes, within the capacity it was given.
             unsafe { buf.set_len(size) };
             return Ok(buf);

@@ -83,7 +83,12 @@ impl Layout {
         if num_heads < 1 || crow.len() != num_heads as usize * rows {
             return Err(Error::new(
                 sys::BSPA_ERR_INVALID_ARGUMENT,
-                format!("crow has {} entries, expected num_heads * (num_block_rows + 1) = {} * {}", crow.len(), num_heads, rows),
+                format!(
+                    "crow has {} entries, expected num_heads * (num_block_rows + 1) = {} * {}",
+                    crow.len(),
+                    num_heads,
+                    rows
+                ),
             ));
         }
         if let Some(bad) = crow.iter().find(|&&c| c < 0 || c as usize > col.len()) {

@@ -147,16 +147,15 @@ pub fn prefill_paged_host<T: Element>(args: HostPagedArgs<'_, T>) -> Result<()> 
         scale,
         workspace,
     } = args;
-    let page_elems = num_kv_heads
-        .checked_mul(page_size)
-        .and_then(|n| n.checked_mul(head_dim))
-        .filter(|&n| n > 0)
-        .ok_or_else(|| {
-            shape_error(format!(
-                "prefill_paged_host: num_kv_heads = {}, page_size = {}, head_dim = {}: each must be at least 1",
-                num_kv_heads, page_size, head_dim
-            ))
-        })?;
+    let page_elems =
+        num_kv_heads.checked_mul(page_size).and_then(|n| n.checked_mul(head_dim)).filter(|&n| n > 0).ok_or_else(
+            || {
+                shape_error(format!(
+                    "prefill_paged_host: num_kv_heads = {}, page_size = {}, head_dim = {}: each must be at least 1",
+                    num_kv_heads, page_size, head_dim
+                ))
+            },
+        )?;
     if k_pages.len() % page_elems != 0 || v_pages.len() != k_pages.len() {
         return Err(shape_error(format!(
             "k_pages has {} and v_pages {} elements, expected the same multiple of [num_kv_heads, page_size, head_dim] = [{}, {}, {}]",
@@ -198,12 +197,8 @@ pub fn prefill_paged_host<T: Element>(args: HostPagedArgs<'_, T>) -> Result<()> 
             num_seqs
         )));
     }
-    let max_query_len = query_starts
-        .windows(2)
-        .map(|w| w[1] as i64 - w[0] as i64)
-        .max()
-        .unwrap_or(0)
-        .clamp(0, i32::MAX as i64) as i32;
+    let max_query_len =
+        query_starts.windows(2).map(|w| w[1] as i64 - w[0] as i64).max().unwrap_or(0).clamp(0, i32::MAX as i64) as i32;
 
     let mut shape_q = [rows as i64, heads as i64, head_dim as i64];
     let mut shape_out = shape_q;

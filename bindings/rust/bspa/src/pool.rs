@@ -198,7 +198,9 @@ impl Pool {
         }
         let n = i32::try_from(k_scales.len())
             .map_err(|_| Error::new(sys::BSPA_ERR_INVALID_ARGUMENT, format!("{} scales", k_scales.len())))?;
-        check(unsafe { sys::bspa_pool_set_kv_scales(self.raw.as_ptr(), layer, k_scales.as_ptr(), v_scales.as_ptr(), n) })
+        check(unsafe {
+            sys::bspa_pool_set_kv_scales(self.raw.as_ptr(), layer, k_scales.as_ptr(), v_scales.as_ptr(), n)
+        })
     }
 
     /// One layer's K and V scales of an fp8 pool; `InvalidState` when never set.
@@ -270,7 +272,14 @@ impl Pool {
             Error::new(sys::BSPA_ERR_INVALID_ARGUMENT, format!("{} sequences in one batch", seqs.len()))
         })?;
         let mut batch = ptr::null_mut();
-        check(sys::bspa_batch_create(&mut batch, self.raw.as_ptr(), raw_seqs.as_ptr(), query_lens.as_ptr(), n, stream))?;
+        check(sys::bspa_batch_create(
+            &mut batch,
+            self.raw.as_ptr(),
+            raw_seqs.as_ptr(),
+            query_lens.as_ptr(),
+            n,
+            stream,
+        ))?;
         Ok(Batch {
             raw: NonNull::new(batch).expect("bspa returned BSPA_OK and a NULL batch"),
             pool: self,
@@ -284,7 +293,10 @@ impl Pool {
         if self.options.device != Device::Cpu {
             return Err(Error::new(
                 sys::BSPA_ERR_DEVICE_MISMATCH,
-                format!("{}: host slices need a CPU pool; use the unsafe DLTensor launch for {:?}", what, self.options.device),
+                format!(
+                    "{}: host slices need a CPU pool; use the unsafe DLTensor launch for {:?}",
+                    what, self.options.device
+                ),
             ));
         }
         // An fp8 pool takes 16-bit writes, queries and outputs (only its pages are e4m3).
@@ -302,7 +314,15 @@ impl Pool {
         if len != rows * heads * dim {
             return Err(Error::new(
                 sys::BSPA_ERR_SHAPE_MISMATCH,
-                format!("{} has {} elements, expected [{}, {}, {}] = {}", what, len, rows, heads, dim, rows * heads * dim),
+                format!(
+                    "{} has {} elements, expected [{}, {}, {}] = {}",
+                    what,
+                    len,
+                    rows,
+                    heads,
+                    dim,
+                    rows * heads * dim
+                ),
             ));
         }
         Ok(())
@@ -390,7 +410,17 @@ impl Pool {
         stream: sys::bspa_stream,
     ) -> Result<()> {
         let lse = lse.map_or(ptr::null_mut(), |t| t as *mut sys::DLTensor);
-        check(sys::bspa_prefill(self.raw.as_ptr(), batch.raw.as_ptr(), layer, layout.as_raw(), q, out, scale, lse, stream))
+        check(sys::bspa_prefill(
+            self.raw.as_ptr(),
+            batch.raw.as_ptr(),
+            layer,
+            layout.as_raw(),
+            q,
+            out,
+            scale,
+            lse,
+            stream,
+        ))
     }
 
     /// One layer's K and V storage of a CPU pool as slices of `T` (the pool's element type),
@@ -424,7 +454,10 @@ impl Pool {
             let (k, v) = self.kv(layer)?;
             let shape = std::slice::from_raw_parts(k.shape, k.ndim as usize);
             let numel = shape.iter().product::<i64>() as usize;
-            Ok((std::slice::from_raw_parts(k.data as *const T, numel), std::slice::from_raw_parts(v.data as *const T, numel)))
+            Ok((
+                std::slice::from_raw_parts(k.data as *const T, numel),
+                std::slice::from_raw_parts(v.data as *const T, numel),
+            ))
         }
     }
 
@@ -434,7 +467,10 @@ impl Pool {
         if self.options.device != Device::Cpu || self.options.dtype != DType::Fp8E4m3 {
             return Err(Error::new(
                 sys::BSPA_ERR_DTYPE_MISMATCH,
-                format!("kv_host_fp8: needs a CPU fp8 pool, this one is {:?} on {:?}", self.options.dtype, self.options.device),
+                format!(
+                    "kv_host_fp8: needs a CPU fp8 pool, this one is {:?} on {:?}",
+                    self.options.dtype, self.options.device
+                ),
             ));
         }
         // SAFETY: as kv_host; the elements are bytes.
@@ -442,7 +478,10 @@ impl Pool {
             let (k, v) = self.kv(layer)?;
             let shape = std::slice::from_raw_parts(k.shape, k.ndim as usize);
             let numel = shape.iter().product::<i64>() as usize;
-            Ok((std::slice::from_raw_parts(k.data as *const u8, numel), std::slice::from_raw_parts(v.data as *const u8, numel)))
+            Ok((
+                std::slice::from_raw_parts(k.data as *const u8, numel),
+                std::slice::from_raw_parts(v.data as *const u8, numel),
+            ))
         }
     }
 
@@ -529,7 +568,12 @@ impl<'p> Sequence<'p> {
     pub fn info(&self) -> Result<SeqInfo> {
         let mut i = unsafe { std::mem::zeroed::<sys::bspa_seq_info>() };
         check(unsafe { sys::bspa_seq_info(self.raw.as_ptr(), &mut i) })?;
-        Ok(SeqInfo { num_tokens: i.num_tokens, num_computed: i.num_computed, num_cached: i.num_cached, num_pages: i.num_pages })
+        Ok(SeqInfo {
+            num_tokens: i.num_tokens,
+            num_computed: i.num_computed,
+            num_cached: i.num_cached,
+            num_pages: i.num_pages,
+        })
     }
 
     pub fn pool(&self) -> &'p Pool {

@@ -60,7 +60,12 @@ struct Conversation {
 
 impl Conversation {
     fn new(rng: &mut Rng, len: usize) -> Self {
-        Conversation { tokens: rng.tokens(len), q: rng.normals(len * HQ * D), k: rng.normals(len * HKV * D), v: rng.normals(len * HKV * D) }
+        Conversation {
+            tokens: rng.tokens(len),
+            q: rng.normals(len * HQ * D),
+            k: rng.normals(len * HKV * D),
+            v: rng.normals(len * HKV * D),
+        }
     }
 }
 
@@ -128,7 +133,12 @@ fn step(pool: &Pool, layout: &Layout, work: &[(&bspa::Sequence, &Conversation, u
 
 /// Checks the rows of `out`/`lse` of a launch over `work` = [(conversation, ctx, q)]
 /// against the reference.
-fn check_rows(out: &[f32], lse: &[f32], work: &[(&Conversation, usize, usize)], allowed: &dyn Fn(i64, i64, i64) -> bool) {
+fn check_rows(
+    out: &[f32],
+    lse: &[f32],
+    work: &[(&Conversation, usize, usize)],
+    allowed: &dyn Fn(i64, i64, i64) -> bool,
+) {
     let total = lse.len() / HQ;
     let mut row = 0;
     for &(c, ctx, n) in work {
@@ -145,8 +155,12 @@ fn check_rows(out: &[f32], lse: &[f32], work: &[(&Conversation, usize, usize)], 
 
 /// One batch over `work` = [(sequence, conversation, ctx, q)]: kv_write, prefill, check
 /// every sequence's rows against the reference.
-fn step_and_check(pool: &Pool, layout: &Layout, work: &[(&bspa::Sequence, &Conversation, usize, usize)],
-                  allowed: &dyn Fn(i64, i64, i64) -> bool) {
+fn step_and_check(
+    pool: &Pool,
+    layout: &Layout,
+    work: &[(&bspa::Sequence, &Conversation, usize, usize)],
+    allowed: &dyn Fn(i64, i64, i64) -> bool,
+) {
     let (out, lse) = step(pool, layout, work);
     let rows: Vec<(&Conversation, usize, usize)> = work.iter().map(|&(_, c, ctx, n)| (c, ctx, n)).collect();
     check_rows(&out, &lse, &rows, allowed);
@@ -229,7 +243,14 @@ fn strided_layout_follows_the_rule() {
     for h in 0..HQ as i64 {
         for qb in 0..12 {
             for kb in 0..12 {
-                assert_eq!(layout.allowed(h as i32, qb, kb).unwrap(), strided_allowed(h, qb, kb), "{} {} {}", h, qb, kb);
+                assert_eq!(
+                    layout.allowed(h as i32, qb, kb).unwrap(),
+                    strided_allowed(h, qb, kb),
+                    "{} {} {}",
+                    h,
+                    qb,
+                    kb
+                );
             }
         }
     }
@@ -344,15 +365,26 @@ fn pool_pages(pool: &Pool, layer: i32) -> (&[f32], &[f32], usize) {
     assert_eq!(shape[1..], [HKV as i64, PAGE as i64, D as i64]);
     let numel = shape.iter().product::<i64>() as usize;
     let slices = unsafe {
-        (std::slice::from_raw_parts(k.data as *const f32, numel), std::slice::from_raw_parts(v.data as *const f32, numel))
+        (
+            std::slice::from_raw_parts(k.data as *const f32, numel),
+            std::slice::from_raw_parts(v.data as *const f32, numel),
+        )
     };
     (slices.0, slices.1, shape[0] as usize)
 }
 
 #[allow(clippy::too_many_arguments)]
-fn paged_args<'a>(q: &'a [f32], out: &'a mut [f32], lse: Option<&'a mut [f32]>, k: &'a [f32], v: &'a [f32],
-                  block_table: &'a [i32], query_starts: &'a [i32], context_lens: &'a [i32], layout: &'a Layout)
-                  -> bspa::HostPagedArgs<'a, f32> {
+fn paged_args<'a>(
+    q: &'a [f32],
+    out: &'a mut [f32],
+    lse: Option<&'a mut [f32]>,
+    k: &'a [f32],
+    v: &'a [f32],
+    block_table: &'a [i32],
+    query_starts: &'a [i32],
+    context_lens: &'a [i32],
+    layout: &'a Layout,
+) -> bspa::HostPagedArgs<'a, f32> {
     bspa::HostPagedArgs {
         q,
         out,
@@ -390,8 +422,17 @@ fn prefill_paged_over_the_pools_pages_matches_prefill() {
     let (k, v, _) = pool_pages(&pool, 0);
     let mut out = vec![f32::NAN; q.len()];
     let mut lse = vec![f32::NAN; HQ * 49];
-    bspa::prefill_paged_host(paged_args(q, &mut out, Some(&mut lse), k, v, &block_table, &query_starts,
-                                        &context_lens, &layout))
+    bspa::prefill_paged_host(paged_args(
+        q,
+        &mut out,
+        Some(&mut lse),
+        k,
+        v,
+        &block_table,
+        &query_starts,
+        &context_lens,
+        &layout,
+    ))
     .unwrap();
     let as_f64 = |x: &[f32]| x.iter().map(|&e| e as f64).collect::<Vec<f64>>();
     assert!(rel_l2(&out, &as_f64(&expected)) <= 1e-6, "{:e}", rel_l2(&out, &as_f64(&expected)));
@@ -466,8 +507,17 @@ fn prefill_paged_over_own_pages_with_a_shuffled_block_table_matches_the_referenc
     let layout = strided_layout();
     let mut out = vec![f32::NAN; q.len()];
     let mut lse = vec![f32::NAN; HQ * 74];
-    bspa::prefill_paged_host(paged_args(&q, &mut out, Some(&mut lse), &k, &v, &block_table, &query_starts,
-                                        &context_lens, &layout))
+    bspa::prefill_paged_host(paged_args(
+        &q,
+        &mut out,
+        Some(&mut lse),
+        &k,
+        &v,
+        &block_table,
+        &query_starts,
+        &context_lens,
+        &layout,
+    ))
     .unwrap();
     let rows: Vec<(&Conversation, usize, usize)> = convs.iter().zip(&work).map(|(c, &(ctx, n))| (c, ctx, n)).collect();
     check_rows(&out, &lse, &rows, &strided_allowed);
@@ -479,7 +529,11 @@ fn prefill_workspace_bytes_on_cpu_is_zero() {
     assert_eq!(bspa::prefill_workspace_bytes(bspa::Device::Cpu, 128).unwrap(), 0);
     let err = bspa::prefill_workspace_bytes(bspa::Device::Cpu, 0).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    assert!(err.message().contains("bspa_prefill_workspace_bytes") && err.message().contains("head_dim = 0"), "{}", err);
+    assert!(
+        err.message().contains("bspa_prefill_workspace_bytes") && err.message().contains("head_dim = 0"),
+        "{}",
+        err
+    );
     if bspa::cuda_device_count().unwrap() == 0 {
         let err = bspa::prefill_workspace_bytes(bspa::Device::Cuda(0), 128).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NoDevice, "{}", err);
@@ -516,7 +570,7 @@ fn prefill_paged_with_a_cpu_workspace_matches_without() {
     let mut buf = vec![0u8; 4096 + 32];
     assert_eq!(run(Some(aligned_bytes(&mut buf, 4096, 0))).unwrap(), expected);
     assert_eq!(run(Some(&mut [])).unwrap(), expected); // empty: no workspace
-    // The workspace reaches the library: a misaligned one is refused.
+                                                       // The workspace reaches the library: a misaligned one is refused.
     let err = run(Some(aligned_bytes(&mut buf, 4096, 1))).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("workspace") && err.message().contains("16-byte aligned"), "{}", err);
@@ -531,15 +585,18 @@ fn prefill_paged_errors_carry_the_librarys_message() {
     let mut out = vec![0f32; q.len()];
 
     // A page id past the pages: checked by the library on the CPU.
-    let err = bspa::prefill_paged_host(paged_args(&q, &mut out, None, &k, &v, &[0, 4], &[0, 20], &[0], &layout))
-        .unwrap_err();
+    let err =
+        bspa::prefill_paged_host(paged_args(&q, &mut out, None, &k, &v, &[0, 4], &[0, 20], &[0], &layout)).unwrap_err();
     assert_eq!((err.kind(), err.category()), (ErrorKind::OutOfRange, 1));
-    assert!(err.message().starts_with("bspa_prefill_paged: ") && err.message().contains("block_table[0][1] = 4"),
-            "{}", err);
+    assert!(
+        err.message().starts_with("bspa_prefill_paged: ") && err.message().contains("block_table[0][1] = 4"),
+        "{}",
+        err
+    );
     assert!(err.to_string().starts_with("BSPA_ERR_OUT_OF_RANGE: "));
     // q rows that no sequence owns.
-    let err = bspa::prefill_paged_host(paged_args(&q, &mut out, None, &k, &v, &[0, 1], &[0, 19], &[0], &layout))
-        .unwrap_err();
+    let err =
+        bspa::prefill_paged_host(paged_args(&q, &mut out, None, &k, &v, &[0, 1], &[0, 19], &[0], &layout)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::OutOfRange);
     assert!(err.message().contains("query_starts[1] = 19"), "{}", err);
     // Slices that do not fit the shapes are refused before the call.

@@ -40,8 +40,9 @@ fn events_are_off_by_default() {
 #[test]
 fn a_bad_capacity_is_refused_at_creation() {
     for capacity in [-1i64, 1 << 40] {
-        let err = Pool::new(&PoolOptions { num_layers: 0, num_pages: 8, events_capacity: capacity, ..Default::default() })
-            .unwrap_err();
+        let err =
+            Pool::new(&PoolOptions { num_layers: 0, num_pages: 8, events_capacity: capacity, ..Default::default() })
+                .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgument, "capacity {}: {}", capacity, err);
         assert!(err.message().contains("events_capacity"), "{}", err.message());
     }
@@ -205,7 +206,9 @@ fn msgpack_batch_matches_the_structured_events() {
                 let salt = match get("cache_salt") {
                     None => Vec::new(),
                     Some(v) => match v.str().strip_prefix("bspa-hex:") {
-                        Some(hex) => (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect(),
+                        Some(hex) => {
+                            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+                        }
                         None => v.str().as_bytes().to_vec(),
                     },
                 };
@@ -218,7 +221,9 @@ fn msgpack_batch_matches_the_structured_events() {
                 assert_eq!(tokens.len(), hashes.array().len() * PAGE as usize);
                 for (k, h) in hashes.array().iter().enumerate() {
                     let id = h.uint();
-                    expanded.push((id, parent, extra_key, tokens[k * 16..k * 16 + 16].to_vec(), salt.clone()).into_stored());
+                    expanded.push(
+                        (id, parent, extra_key, tokens[k * 16..k * 16 + 16].to_vec(), salt.clone()).into_stored(),
+                    );
                     parent = id;
                 }
             }

@@ -38,17 +38,32 @@ fn scales_round_trip_and_errors() {
     assert_eq!(pool.kv_scales(1).unwrap().0, vec![0.5, 0.25]);
     let info = pool.info().unwrap();
     assert_eq!((info.dtype, info.kv_scales_layers), (DType::Fp8E4m3, 1));
-    let bf16 = Pool::new(&PoolOptions { dtype: DType::BF16, num_kv_heads: HKV, head_dim: D, page_size: PAGE,
-                                        num_pages: 4, ..Default::default() }).unwrap();
+    let bf16 = Pool::new(&PoolOptions {
+        dtype: DType::BF16,
+        num_kv_heads: HKV,
+        head_dim: D,
+        page_size: PAGE,
+        num_pages: 4,
+        ..Default::default()
+    })
+    .unwrap();
     assert_eq!(bf16.set_kv_scales(0, &[1.0; 2], &[1.0; 2]).unwrap_err().kind(), ErrorKind::InvalidState);
 }
 
 #[test]
 fn a_byte_budget_holds_twice_the_pages() {
     let f8 = fp8_pool(0, 1 << 20);
-    let b16 = Pool::new(&PoolOptions { dtype: DType::BF16, num_layers: 2, num_kv_heads: HKV, head_dim: D,
-                                       page_size: PAGE, num_pages: 0, memory_bytes: 1 << 20, ..Default::default() })
-        .unwrap();
+    let b16 = Pool::new(&PoolOptions {
+        dtype: DType::BF16,
+        num_layers: 2,
+        num_kv_heads: HKV,
+        head_dim: D,
+        page_size: PAGE,
+        num_pages: 0,
+        memory_bytes: 1 << 20,
+        ..Default::default()
+    })
+    .unwrap();
     let (a, b) = (f8.info().unwrap(), b16.info().unwrap());
     assert_eq!(a.page_bytes * 2, b.page_bytes);
     assert_eq!(a.num_pages, 2 * b.num_pages);
@@ -80,7 +95,13 @@ fn write_quantizes_and_prefill_dequantizes() {
     }
     // One key: each output row is V of its KV head (heads 0, 1 read KV head 0), exactly.
     for (i, x) in values.iter().enumerate() {
-        let want = if *x >= 448.0 { 448.0 } else if *x == 1.0625 { 1.0 } else { *x };
+        let want = if *x >= 448.0 {
+            448.0
+        } else if *x == 1.0625 {
+            1.0
+        } else {
+            *x
+        };
         assert_eq!(out[i].to_f32(), want, "element {}", i);
     }
     let (_, vb) = pool.kv_host_fp8(0).unwrap();

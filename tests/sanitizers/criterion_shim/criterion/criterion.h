@@ -12,15 +12,14 @@ void shim_register(const char *suite, const char *name, void (*fn)(void));
 void shim_fail(const char *file, int line, int fatal, const char *cond, const char *fmt, ...);
 void shim_log(const char *fmt, ...);
 
-#define Test(suite, name, ...)                                                  \
-  static void suite##_##name##_impl(void);                                      \
-  __attribute__((constructor)) static void suite##_##name##_register(void) {   \
-    shim_register(#suite, #name, suite##_##name##_impl);                        \
-  }                                                                             \
+#define Test(suite, name, ...)                                               \
+  static void suite##_##name##_impl(void);                                   \
+  __attribute__((constructor)) static void suite##_##name##_register(void) { \
+    shim_register(#suite, #name, suite##_##name##_impl);                     \
+  }                                                                          \
   static void suite##_##name##_impl(void)
 
-#define SHIM_CHECK(fatal, cond, ...) \
-  ((cond) ? (void)0 : shim_fail(__FILE__, __LINE__, (fatal), #cond, "" __VA_ARGS__))
+#define SHIM_CHECK(fatal, cond, ...) ((cond) ? (void)0 : shim_fail(__FILE__, __LINE__, (fatal), #cond, "" __VA_ARGS__))
 
 #define cr_assert(cond, ...) SHIM_CHECK(1, cond, __VA_ARGS__)
 #define cr_expect(cond, ...) SHIM_CHECK(0, cond, __VA_ARGS__)
