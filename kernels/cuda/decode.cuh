@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/decode.hpp"
+#include "kernels/cuda/fp8_tile.cuh"
 #include "kernels/cuda/key_tile_list.cuh"
 #include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/sm80_primitives.cuh"
@@ -45,39 +46,49 @@ using sm80::swz;
 
 constexpr int kKeyTile = cuda::kKeyTileTokens;
 
-template <int D, int WR>
+// KV: the page element type, T or uint8_t for e4m3 (fp8_tile.cuh: staged as bytes, widened
+// in shared memory into the 16-bit tile the matrix code reads).
+template <int D, int WR, class KV>
 struct Config {
+  static constexpr bool kFp8 = sizeof(KV) == 1;
   static constexpr int kThreads = 128;
   static constexpr int kKeyWarps = 4 / WR;
   static constexpr int kRows = 16 * WR;
   static constexpr int kWarpKeys = kKeyTile / kKeyWarps;  // keys of a tile one warp computes
-  static constexpr int kChunks = D / 8;                   // 16-byte chunks per row
-  static constexpr int kRowBytes = D * 2;
+  static constexpr int kRowBytes = D * 2;                 // of Q and of the 16-bit K/V tiles
   static constexpr int kQBytes = kRows * kRowBytes;
   static constexpr int kTileBytes = kKeyTile * kRowBytes;
-  // Two CTAs per SM keep 2 x (kStages - 1) tiles of K and V in flight: 128 KB at D = 128.
-  static constexpr int kStages = D == 128 ? 3 : 4;
+  static constexpr int kPageRowBytes = D * static_cast<int>(sizeof(KV));  // a K/V row in the pages
+  static constexpr int kChunks = kPageRowBytes / 16;                      // its 16-byte copies
+  static constexpr int kStageBytes = kKeyTile * kPageRowBytes;
+  // Two CTAs per SM keep 2 x (kStages - 1) tiles of K and V in flight: 128 KB at D = 128
+  // (96 KB of e4m3, with the 16-bit tile it is widened into).
+  static constexpr int kStages = kFp8 ? (D == 128 ? 4 : 6) : (D == 128 ? 3 : 4);
+  static constexpr int kWidenBytes = kFp8 ? 2 * kTileBytes : 0;  // the widened K and V tiles
   static constexpr int kListCap = 1024;  // key tiles classified per pass (64k tokens)
   static constexpr int kPerThread = kListCap / kThreads;
   static constexpr int kRowsPerPass = kThreads / kChunks;  // K/V rows one cp.async pass covers
   // The key groups' partial states after the loop, in the (then idle) stage ring.
   static constexpr int kReduceBytes = kKeyWarps * kRows * (D + 2) * 4;
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 64 + 1024;
-  static_assert(kReduceBytes <= 2 * kStages * kTileBytes, "the reduction must fit in the stage ring");
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kStageBytes + kWidenBytes + kListCap * 4 + 64 + 1024;
+  static_assert(kReduceBytes <= 2 * kStages * kStageBytes + kWidenBytes, "the reduction must fit in the stage ring");
   static_assert(kWarpKeys % 16 == 0, "a warp's keys are whole k-steps of the PV product");
+  static_assert(kRowsPerPass % 8 == 0, "a pass covers whole swizzle groups");
 };
 
-template <class T, int D, int WR>
+template <class T, class KV, int D, int WR>
 __global__ void __launch_bounds__(128, 2)
     decode_kernel(const __grid_constant__ cuda::AttentionParams p, const Split split) {
-  using C = Config<D, WR>;
-  constexpr int S = C::kStages, KW = C::kWarpKeys, RB = C::kRowBytes;
+  using C = Config<D, WR, KV>;
+  constexpr int S = C::kStages, KW = C::kWarpKeys, RB = C::kRowBytes, SB = C::kStageBytes;
   extern __shared__ __align__(128) char smem_raw[];
   char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   char *sQ = smem;
   char *sK = sQ + C::kQBytes;
-  char *sV = sK + S * C::kTileBytes;
-  int32_t *sList = reinterpret_cast<int32_t *>(sV + S * C::kTileBytes);
+  char *sV = sK + S * SB;
+  char *sKw = sV + S * SB;  // e4m3 pages: the widened tiles (kWidenBytes)
+  char *sVw = sKw + C::kTileBytes;
+  int32_t *sList = reinterpret_cast<int32_t *>(sV + S * SB + C::kWidenBytes);
   int32_t *sScan = sList + C::kListCap;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -99,17 +110,20 @@ __global__ void __launch_bounds__(128, 2)
   if (rows > split.rows) return;
   const int B = p.layout.block_size;
   const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
-  const T *kbase = static_cast<const T *>(p.k) + static_cast<int64_t>(kvh) * p.k_head;
-  const T *vbase = static_cast<const T *>(p.v) + static_cast<int64_t>(kvh) * p.v_head;
+  const KV *kbase = static_cast<const KV *>(p.k) + static_cast<int64_t>(kvh) * p.k_head;
+  const KV *vbase = static_cast<const KV *>(p.v) + static_cast<int64_t>(kvh) * p.v_head;
+  // e4m3 pages: K's scale folds into the softmax scale, V's into the output (fp8_tile.cuh).
+  const float scale_log2 = C::kFp8 ? p.scale_log2 * p.k_scale[kvh] : p.scale_log2;
+  const float v_scale = C::kFp8 ? p.v_scale[kvh] : 1.f;
   const int page_mask = (1 << p.page_shift) - 1;
 
   // Q rows -> shared (padding rows zero).
   {
     const T *q = static_cast<const T *>(p.q);
 #pragma unroll
-    for (int i = 0; i < C::kRows * C::kChunks / C::kThreads; ++i) {
+    for (int i = 0; i < C::kRows * (D / 8) / C::kThreads; ++i) {
       const int idx = tid + i * C::kThreads;
-      const int r = idx / C::kChunks, c = idx % C::kChunks;
+      const int r = idx / (D / 8), c = idx % (D / 8);
       const bool valid = r < rows;
       const int t = r / G, g = r - t * G;
       const T *src =
@@ -123,10 +137,13 @@ __global__ void __launch_bounds__(128, 2)
   // kRowsPerPass). The block-table entries of a tile (one when pages hold whole tiles, else
   // one per row this thread copies) are read a tile ahead of its copies (fetch_pages), so
   // the table's latency hides behind a tile of work instead of stalling the copies.
+  // (e4m3: rows of D bytes, unswizzled: the widening reads them linearly.)
+  constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   const int kr0 = tid / C::kChunks, kc = tid % C::kChunks;
-  const uint32_t kv_dst0 = swz<D>(kr0, kc);
-  const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * 8;
-  const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * 8;
+  const uint32_t kv_dst0 = C::kFp8 ? static_cast<uint32_t>(kr0 * C::kPageRowBytes + kc * 16) : swz<D>(kr0, kc);
+  constexpr int kPassBytes = C::kRowsPerPass * C::kPageRowBytes;
+  const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * kChunkElems;
+  const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * kChunkElems;
   const int64_t k_step = static_cast<int64_t>(C::kRowsPerPass) * p.k_tok;
   const int64_t v_step = static_cast<int64_t>(C::kRowsPerPass) * p.v_tok;
   const bool tile_in_page = p.page_shift >= 6;
@@ -145,25 +162,25 @@ __global__ void __launch_bounds__(128, 2)
   };
   auto load_kv = [&](int entry, int stage, const int(&pages)[kPasses]) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
-    const uint32_t dk = smem_addr(sK + stage * C::kTileBytes) + kv_dst0;
-    const uint32_t dv = smem_addr(sV + stage * C::kTileBytes) + kv_dst0;
+    const uint32_t dk = smem_addr(sK + stage * SB) + kv_dst0;
+    const uint32_t dv = smem_addr(sV + stage * SB) + kv_dst0;
     if (tile_in_page) {
       const int64_t page = pages[0];
       const int slot0 = k0 & page_mask;
-      const T *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
-      const T *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
+      const KV *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
+      const KV *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
       if (k0 + kKeyTile <= kv_len) {
 #pragma unroll
         for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
-          cp_async_16(dk + i * C::kRowsPerPass * RB, ks);
-          cp_async_16(dv + i * C::kRowsPerPass * RB, vs);
+          cp_async_16(dk + i * kPassBytes, ks);
+          cp_async_16(dv + i * kPassBytes, vs);
         }
       } else {
 #pragma unroll
         for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
           const bool valid = k0 + kr0 + i * C::kRowsPerPass < kv_len;  // zero-filled past the end
-          cp_async_16(dk + i * C::kRowsPerPass * RB, ks, valid);
-          cp_async_16(dv + i * C::kRowsPerPass * RB, vs, valid);
+          cp_async_16(dk + i * kPassBytes, ks, valid);
+          cp_async_16(dv + i * kPassBytes, vs, valid);
         }
       }
     } else {
@@ -173,10 +190,10 @@ __global__ void __launch_bounds__(128, 2)
         const bool valid = j < kv_len;
         const int64_t page = pages[i];
         const int64_t slot = j & page_mask;
-        const T *ks = kbase + page * p.k_page + slot * p.k_tok + kc * 8;
-        const T *vs = vbase + page * p.v_page + slot * p.v_tok + kc * 8;
-        cp_async_16(dk + i * C::kRowsPerPass * RB, valid ? ks : kbase, valid);
-        cp_async_16(dv + i * C::kRowsPerPass * RB, valid ? vs : vbase, valid);
+        const KV *ks = kbase + page * p.k_page + slot * p.k_tok + kc * kChunkElems;
+        const KV *vs = vbase + page * p.v_page + slot * p.v_tok + kc * kChunkElems;
+        cp_async_16(dk + i * kPassBytes, valid ? ks : kbase, valid);
+        cp_async_16(dv + i * kPassBytes, valid ? vs : vbase, valid);
       }
     }
   };
@@ -223,18 +240,41 @@ __global__ void __launch_bounds__(128, 2)
   const uint32_t v_off = (wk * KW + (lane & 7) + (((lane >> 3) & 1) << 3)) * RB + (((lane >> 4) ^ (lane & 7)) << 4);
   auto xo = [](uint32_t off, int kk) { return (off ^ static_cast<uint32_t>((kk & 3) * 32)) + (kk >> 2) * 128; };
 
-  // This split's key tiles.
+  // This split's key tiles. A dense layout splits the key range evenly. A sparse one
+  // splits the tiles it lists: a split of the range would leave the local window's tiles
+  // (every head sees them) on the last split, which then runs half as long again as the
+  // others (1 x 32k strided: 24 listed tiles against 16). So every split lists the whole
+  // range (one pass up to kListCap tiles; longer ranges count first) and takes its share
+  // [want_lo, want_hi) of the listed tiles.
   const int n_kt = (kv_len + kKeyTile - 1) / kKeyTile;
-  const int c_begin = static_cast<int>(static_cast<int64_t>(split_idx) * n_kt / split.splits);
-  const int c_end = static_cast<int>(static_cast<int64_t>(split_idx + 1) * n_kt / split.splits);
+  const bool by_listed = !dense && split.splits > 1;
+  const int c_begin = by_listed ? 0 : static_cast<int>(static_cast<int64_t>(split_idx) * n_kt / split.splits);
+  const int c_end = by_listed ? n_kt : static_cast<int>(static_cast<int64_t>(split_idx + 1) * n_kt / split.splits);
+  auto share = [&](int listed, int s) { return static_cast<int>(static_cast<int64_t>(s) * listed / split.splits); };
+  int want_lo = 0, want_hi = 0, listed_before = 0;
+  if (by_listed && n_kt > C::kListCap) {
+    const int listed = cuda::count_key_tiles<C::kThreads>(classify, 0, n_kt, sScan);
+    want_lo = share(listed, split_idx);
+    want_hi = share(listed, split_idx + 1);
+  }
 
-  for (int c0 = c_begin; c0 < c_end; c0 += C::kListCap) {
+  for (int c0 = c_begin; c0 < c_end && !(by_listed && n_kt > C::kListCap && listed_before >= want_hi);
+       c0 += C::kListCap) {
     const int c1 = min(c_end, c0 + C::kListCap);
     // A dense layout lists every tile: the entries are computed, not compacted (no scan,
     // no barrier before the first copies).
-    const int total =
-        dense ? c1 - c0 : cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
-    auto entry_at = [&](int i) { return dense ? classify(c0 + i) : sList[i]; };
+    const int listed = dense ? c1 - c0 : cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
+    int first = 0, total = listed;  // this split's entries of the pass: [first, first + total)
+    if (by_listed) {
+      if (n_kt <= C::kListCap) {
+        want_lo = share(listed, split_idx);
+        want_hi = share(listed, split_idx + 1);
+      }
+      first = min(max(want_lo - listed_before, 0), listed);
+      total = min(max(want_hi - listed_before, 0), listed) - first;
+      listed_before += listed;
+    }
+    auto entry_at = [&](int i) { return dense ? classify(c0 + i) : sList[first + i]; };
 
     int pages[kPasses];
 #pragma unroll
@@ -256,8 +296,15 @@ __global__ void __launch_bounds__(128, 2)
       cp_async_commit();
       const int entry = entry_at(it);
       const int stage = it % S;
-      const uint32_t tK = smem_addr(sK + stage * C::kTileBytes);
-      const uint32_t tV = smem_addr(sV + stage * C::kTileBytes);
+      uint32_t tK = smem_addr(sK + stage * SB), tV = smem_addr(sV + stage * SB);
+      if constexpr (C::kFp8) {
+        // Every warp is past the previous tile's reads of the widened tiles (the barrier above).
+        fp8::widen_e4m3_tile<T, D, kKeyTile, C::kThreads>(sK + stage * SB, sKw, tid);
+        fp8::widen_e4m3_tile<T, D, kKeyTile, C::kThreads>(sV + stage * SB, sVw, tid);
+        __syncthreads();
+        tK = smem_addr(sKw);
+        tV = smem_addr(sVw);
+      }
 
       float s[KW / 8][4];
 #pragma unroll
@@ -299,7 +346,7 @@ __global__ void __launch_bounds__(128, 2)
         for (int nt = 0; nt < KW / 8; ++nt) x = fmaxf(x, fmaxf(s[nt][2 * rr], s[nt][2 * rr + 1]));
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-        mx[rr] = x * p.scale_log2;
+        mx[rr] = x * scale_log2;
       }
       if (__any_sync(0xffffffffu, mx[0] > m[0] + cuda::kSoftmaxSlack || mx[1] > m[1] + cuda::kSoftmaxSlack)) {
 #pragma unroll
@@ -323,7 +370,7 @@ __global__ void __launch_bounds__(128, 2)
         for (int nt = 0; nt < KW / 8; ++nt)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            s[nt][2 * rr + e] = fast_exp2(fmaf(s[nt][2 * rr + e], p.scale_log2, -m_use));
+            s[nt][2 * rr + e] = fast_exp2(fmaf(s[nt][2 * rr + e], scale_log2, -m_use));
             sum += s[nt][2 * rr + e];
           }
         l[rr] += sum;
@@ -364,7 +411,7 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt)
       *reinterpret_cast<float2 *>(red_o + (wk * C::kRows + r) * D + dt * 8 + 2 * (lane & 3)) =
-          make_float2(o[dt][2 * rr], o[dt][2 * rr + 1]);
+          make_float2(o[dt][2 * rr] * v_scale, o[dt][2 * rr + 1] * v_scale);
   }
   __syncthreads();
   const bool whole = split.splits == 1;
@@ -461,13 +508,13 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-template <class T, int D, int WR>
+template <class T, class KV, int D, int WR>
 void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, const Split &split,
                  bool programmatic, cudaStream_t stream) {
-  constexpr int smem = Config<D, WR>::kSmemBytes;
-  cuda::check_cuda(cudaFuncSetAttribute(decode_kernel<T, D, WR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+  constexpr int smem = Config<D, WR, KV>::kSmemBytes;
+  cuda::check_cuda(cudaFuncSetAttribute(decode_kernel<T, KV, D, WR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                    "cudaFuncSetAttribute(decode_kernel)");
-  decode_kernel<T, D, WR><<<dim3(split.splits, num_kv_heads, num_seqs), 128, smem, stream>>>(p, split);
+  decode_kernel<T, KV, D, WR><<<dim3(split.splits, num_kv_heads, num_seqs), 128, smem, stream>>>(p, split);
   cuda::check_launch("decode_kernel", stream);
   if (split.splits > 1) {
     // Programmatic dependent launch (sm90+): the merge's launch overlaps the decode grid
@@ -486,22 +533,19 @@ void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_k
   }
 }
 
-template <class T, int D>
+template <class T, class KV, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
             const Split &split, bool programmatic, cudaStream_t stream) {
-  if (max_rows <= 16)
-    launch_rows<T, D, 1>(p, num_seqs, num_kv_heads, split, programmatic, stream);
-  else if (max_rows <= 32)
-    launch_rows<T, D, 2>(p, num_seqs, num_kv_heads, split, programmatic, stream);
-  else
-    launch_rows<T, D, 4>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+  if (max_rows <= 16) launch_rows<T, KV, D, 1>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+  else if (max_rows <= 32) launch_rows<T, KV, D, 2>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+  else launch_rows<T, KV, D, 4>(p, num_seqs, num_kv_heads, split, programmatic, stream);
 }
 
-template <int D>
+template <int D, class KV>
 constexpr size_t shared_bytes_for(int32_t max_rows) {
-  return max_rows <= 16   ? Config<D, 1>::kSmemBytes
-         : max_rows <= 32 ? Config<D, 2>::kSmemBytes
-                          : Config<D, 4>::kSmemBytes;
+  return max_rows <= 16   ? Config<D, 1, KV>::kSmemBytes
+         : max_rows <= 32 ? Config<D, 2, KV>::kSmemBytes
+                          : Config<D, 4, KV>::kSmemBytes;
 }
 
 }  // namespace bspa::kernels::decode

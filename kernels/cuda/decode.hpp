@@ -47,10 +47,13 @@ int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int64_t capaci
 // supports programmatic dependent launch (compute capability 9.0+), so the merge is
 // launched to overlap the decode grid's end.
 // Dynamic shared memory of the instantiation that a launch of `max_rows` rows uses (the
-// same for both element types); 0 for a head_dim the kernel lacks.
-size_t shared_bytes(int32_t head_dim, int32_t max_rows);
+// same for both 16-bit element types; e4m3 pages stage bytes and widen them, so theirs
+// differs); 0 for a head_dim the kernel lacks.
+size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages);
 
-template <class T, int D>
+// T: q/out element type (__nv_bfloat16 or __half); KV: the pages' (T, or uint8_t for e4m3
+// with p.k_scale / p.v_scale per KV head).
+template <class T, class KV, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
             const Split &split, bool programmatic, cudaStream_t stream);
 

@@ -1,16 +1,20 @@
 // The bf16 instantiations of the decode kernel (one file per dtype so they build in parallel),
-// and the shared-memory size of an instantiation (the same for both dtypes).
+// and the shared-memory size of an instantiation (the same for both 16-bit dtypes).
 #include "kernels/cuda/decode.cuh"
 
 namespace bspa::kernels::decode {
 
-size_t shared_bytes(int32_t head_dim, int32_t max_rows) {
-  return head_dim == 64 ? shared_bytes_for<64>(max_rows) : head_dim == 128 ? shared_bytes_for<128>(max_rows) : 0;
+size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages) {
+  if (e4m3_pages)
+    return head_dim == 64    ? shared_bytes_for<64, uint8_t>(max_rows)
+           : head_dim == 128 ? shared_bytes_for<128, uint8_t>(max_rows)
+                             : 0;
+  return head_dim == 64    ? shared_bytes_for<64, __nv_bfloat16>(max_rows)
+         : head_dim == 128 ? shared_bytes_for<128, __nv_bfloat16>(max_rows)
+                           : 0;
 }
 
-template void launch<__nv_bfloat16, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool,
-                                        cudaStream_t);
-template void launch<__nv_bfloat16, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool,
-                                         cudaStream_t);
+template void launch<__nv_bfloat16, __nv_bfloat16, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool, cudaStream_t);
+template void launch<__nv_bfloat16, __nv_bfloat16, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool, cudaStream_t);
 
 }  // namespace bspa::kernels::decode

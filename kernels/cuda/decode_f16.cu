@@ -1,11 +1,9 @@
-// The f16 instantiations of the decode kernel (one file per dtype so they build in parallel).
+// The f16 instantiations of the decode kernel (decode_bf16.cu holds the shared-memory size).
 #include "kernels/cuda/decode.cuh"
 
 namespace bspa::kernels::decode {
 
-template void launch<__half, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool,
-                                 cudaStream_t);
-template void launch<__half, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool,
-                                  cudaStream_t);
+template void launch<__half, __half, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool, cudaStream_t);
+template void launch<__half, __half, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool, cudaStream_t);
 
 }  // namespace bspa::kernels::decode

@@ -76,6 +76,27 @@ __device__ __forceinline__ int compact_key_tiles(Classify classify, int c0, int 
   return total;
 }
 
+// How many of key tiles [c0, c1) classify(kt) lists (any length: kThreads threads stride
+// the range). scan holds kThreads / 32 ints of scratch; the count is returned to every
+// calling thread. All kThreads threads must call it (three barriers of `sync`: scan is free
+// again on return).
+template <int kThreads, class Classify, class Sync = CtaBarrier>
+__device__ __forceinline__ int count_key_tiles(Classify classify, int c0, int c1, int *scan, Sync sync = Sync{}) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int count = 0;
+  for (int kt = c0 + tid; kt < c1; kt += kThreads) count += classify(kt) != -1;
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) count += __shfl_xor_sync(0xffffffffu, count, off);
+  sync();  // scan may still be read by an earlier compaction
+  if (lane == 0) scan[warp] = count;
+  sync();
+  int total = 0;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) total += scan[w];
+  sync();
+  return total;
+}
+
 // The prefill kernels' classification: for query head h and a query tile covering query
 // blocks qb0..qb1 whose first row is at position p0 (the entry encoding above).
 template <int kThreads, int kPerThread, class Sync = CtaBarrier>

@@ -31,19 +31,22 @@ int log2_exact(int32_t v) {
   return (int64_t{1} << s) == v ? s : -1;
 }
 
-template <class T>
+template <class T, class KV>
 void dispatch(const sm80::Params &prm, int head_dim, int bm, dim3 grid, cudaStream_t stream) {
   if (head_dim == 64) {
-    if (bm == 128)
-      sm80::launch<T, 64, 128>(prm, grid, stream);
-    else
-      sm80::launch<T, 64, 64>(prm, grid, stream);
+    if (bm == 128) sm80::launch<T, KV, 64, 128>(prm, grid, stream);
+    else sm80::launch<T, KV, 64, 64>(prm, grid, stream);
   } else {
-    if (bm == 128)
-      sm80::launch<T, 128, 128>(prm, grid, stream);
-    else
-      sm80::launch<T, 128, 64>(prm, grid, stream);
+    if (bm == 128) sm80::launch<T, KV, 128, 128>(prm, grid, stream);
+    else sm80::launch<T, KV, 128, 64>(prm, grid, stream);
   }
+}
+
+// e4m3 pages: the element types of q/out and of the pages.
+template <class T>
+void dispatch_kv(const sm80::Params &prm, bool e4m3, int head_dim, int bm, dim3 grid, cudaStream_t stream) {
+  if (e4m3) dispatch<T, uint8_t>(prm, head_dim, bm, grid, stream);
+  else dispatch<T, T>(prm, head_dim, bm, grid, stream);
 }
 
 template <class T>
@@ -90,6 +93,7 @@ bool device_is_sm90(int device) {
 
 void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t stream, int device) {
   if (p.work && p.num_work <= 0) return;
+  const bool e4m3 = p.kv.kv_dtype == DType::FP8_E4M3;
 
   // 128-row query tiles halve the K/V traffic per row; short queries (decode, small
   // chunks) would mostly fill them with padding, so they get 64-row tiles (sm80 only).
@@ -98,7 +102,11 @@ void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
   check(path != Path::Sm90 || sm90_ok, Errc::NotSupported,
         "BSPA_CUDA_PATH = sm90 needs a compute capability 9.0 device and a build with sm_90a (BSPA_CUDA_ARCHS = ",
         BSPA_CUDA_ARCHS_STRING, ")");
-  const bool use_sm90 = path == Path::Sm90 || (path == Path::Auto && sm90_ok && p.max_query_len > 64);
+  // e4m3 pages: the sm80 kernel, which widens them in shared memory (the sm90a kernel's TMA
+  // boxes feed wgmma 16-bit tiles directly; it has no widening stage).
+  check(path != Path::Sm90 || !e4m3, Errc::NotSupported,
+        "BSPA_CUDA_PATH = sm90: the sm90a kernel reads 16-bit pages only (the pages are fp8_e4m3)");
+  const bool use_sm90 = !e4m3 && (path == Path::Sm90 || (path == Path::Auto && sm90_ok && p.max_query_len > 64));
   const int bm = use_sm90 || p.max_query_len > 64 ? 128 : 64;
   dim3 grid;
   if (p.work && p.work_tile_rows % bm == 0) {
@@ -121,19 +129,24 @@ void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
     else
       dispatch_sm90<__half>(prm, p.head_dim, grid, p.split, stream);
   } else if (p.dtype == DType::BF16) {
-    dispatch<__nv_bfloat16>(prm, p.head_dim, bm, grid, stream);
+    dispatch_kv<__nv_bfloat16>(prm, e4m3, p.head_dim, bm, grid, stream);
   } else {
-    dispatch<__half>(prm, p.head_dim, bm, grid, stream);
+    dispatch_kv<__half>(prm, e4m3, p.head_dim, bm, grid, stream);
   }
 }
 
-template <class T>
+template <class T, class KV>
 void dispatch_decode(const sm80::Params &prm, int head_dim, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
                      const decode::Split &split, bool programmatic, cudaStream_t stream) {
-  if (head_dim == 64)
-    decode::launch<T, 64>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
-  else
-    decode::launch<T, 128>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+  if (head_dim == 64) decode::launch<T, KV, 64>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+  else decode::launch<T, KV, 128>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+}
+
+template <class T>
+void dispatch_decode_kv(const sm80::Params &prm, bool e4m3, int head_dim, int32_t num_seqs, int32_t num_kv_heads,
+                        int32_t max_rows, const decode::Split &split, bool programmatic, cudaStream_t stream) {
+  if (e4m3) dispatch_decode<T, uint8_t>(prm, head_dim, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+  else dispatch_decode<T, T>(prm, head_dim, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
 }
 
 }  // namespace
@@ -170,11 +183,18 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
         ": the CUDA prefill supports block sizes that are multiples of 64");
   check(aligned16(p.q) && aligned16(p.out) && aligned16(p.kv.k) && aligned16(p.kv.v), Errc::NotSupported,
         "the CUDA prefill needs 16-byte aligned q, out, k and v data");
+  const bool e4m3 = p.kv.kv_dtype == DType::FP8_E4M3;
+  // 16-byte copies: strides of 8 two-byte elements, or of 16 e4m3 ones for fp8 pages.
+  const int64_t kv_elems16 = e4m3 ? 16 : 8;
+  auto kv_stride_ok = [&](int64_t s) { return s % kv_elems16 == 0; };
   check(stride_ok(p.q_token_stride) && stride_ok(p.q_head_stride) && stride_ok(p.out_token_stride) &&
-            stride_ok(p.out_head_stride) && stride_ok(p.kv.k_page_stride) && stride_ok(p.kv.k_head_stride) &&
-            stride_ok(p.kv.k_token_stride) && stride_ok(p.kv.v_page_stride) && stride_ok(p.kv.v_head_stride) &&
-            stride_ok(p.kv.v_token_stride),
-        Errc::NotSupported, "the CUDA prefill needs strides that are multiples of 8 elements (16 bytes)");
+            stride_ok(p.out_head_stride) && kv_stride_ok(p.kv.k_page_stride) && kv_stride_ok(p.kv.k_head_stride) &&
+            kv_stride_ok(p.kv.k_token_stride) && kv_stride_ok(p.kv.v_page_stride) &&
+            kv_stride_ok(p.kv.v_head_stride) && kv_stride_ok(p.kv.v_token_stride),
+        Errc::NotSupported, "the CUDA prefill needs strides that are multiples of 16 bytes");
+  check(!e4m3 || (p.kv.k_scale != nullptr && p.kv.v_scale != nullptr), Errc::NullPointer,
+        "fp8_e4m3 pages need their K and V scales (k_scale = ", static_cast<const void *>(p.kv.k_scale),
+        ", v_scale = ", static_cast<const void *>(p.kv.v_scale), ")");
   check(std::isfinite(p.scale), Errc::InvalidArgument, "scale = ", p.scale, " is not finite");
   check(p.scale > 0.0f, Errc::NotSupported, "scale = ", p.scale,
         ": the CUDA prefill supports positive scales (it folds the scale into exp2 after the row max)");
@@ -200,6 +220,8 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   prm.v_page = p.kv.v_page_stride;
   prm.v_head = p.kv.v_head_stride;
   prm.v_tok = p.kv.v_token_stride;
+  prm.k_scale = e4m3 ? p.kv.k_scale : nullptr;
+  prm.v_scale = e4m3 ? p.kv.v_scale : nullptr;
   prm.num_pages = p.kv.num_pages;
   prm.query_starts = p.query_starts;
   prm.context_lens = p.context_lens;
@@ -224,9 +246,9 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // Every check comes before the first launch (a failed call writes nothing).
   const int32_t planned = cuda_decode_max_query_len();
   int32_t decode_max = std::min(planned, decode::kMaxRows / prm.group);
-  if (decode_max > 0 &&
-      (p.num_seqs > 65535 || decode::shared_bytes(p.head_dim, std::min(p.max_query_len, decode_max) * prm.group) >
-                                 static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()))))
+  if (decode_max > 0 && (p.num_seqs > 65535 ||
+                         decode::shared_bytes(p.head_dim, std::min(p.max_query_len, decode_max) * prm.group, e4m3) >
+                             static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()))))
     decode_max = 0;
   const bool known = p.decode_seqs >= 0;
   const bool route_decode =
@@ -267,10 +289,11 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   if (route_decode) {
     const bool programmatic = device_is_sm90(device.device());
     if (p.dtype == DType::BF16)
-      dispatch_decode<__nv_bfloat16>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, programmatic,
-                                     stream);
+      dispatch_decode_kv<__nv_bfloat16>(prm, e4m3, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split,
+                                        programmatic, stream);
     else
-      dispatch_decode<__half>(prm, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, programmatic, stream);
+      dispatch_decode_kv<__half>(prm, e4m3, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, programmatic,
+                                 stream);
   }
 }
 

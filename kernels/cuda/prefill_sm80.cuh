@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/fp8_tile.cuh"
 #include "kernels/cuda/key_tile_list.cuh"
 #include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/query_tile.cuh"
@@ -33,32 +34,44 @@ constexpr int kListCap = 2048;  // key tiles classified per pass (128k tokens)
 
 // Four warps; a warp owns MT = BM / 64 m-tiles of 16 rows, so with 128-row tiles each K
 // and V fragment read from shared memory feeds two mma (half the shared traffic per flop).
-template <int D, int BM>
+// KV: the page element type, T or uint8_t for e4m3 (fp8_tile.cuh: staged as bytes, widened
+// in shared memory into the 16-bit tile the matrix code reads).
+template <int D, int BM, class KV>
 struct Config {
+  static constexpr bool kFp8 = sizeof(KV) == 1;
   static constexpr int kWarps = 4;
   static constexpr int MT = BM / 64;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  static constexpr int kChunks = D / 8;  // 16-byte chunks per row of Q and of 16-bit tiles
   static constexpr int kRowBytes = D * 2;
   static constexpr int kQBytes = BM * kRowBytes;
   static constexpr int kTileBytes = kKeyTile * kRowBytes;
+  static constexpr int kPageRowBytes = D * static_cast<int>(sizeof(KV));  // a K/V row in the pages
+  static constexpr int kKvChunks = kPageRowBytes / 16;                    // its 16-byte copies
+  static constexpr int kStageBytes = kKeyTile * kPageRowBytes;
+  static constexpr int kWidenBytes = kFp8 ? 2 * kTileBytes : 0;  // the widened K and V tiles
   static constexpr int kStages = 2;
   static constexpr int kPerThread = kListCap / kThreads;
   // + 1024: the base is rounded up to 1024 bytes so swizzled ldmatrix addresses are
   // base ^ constant (the chunk bits of every tile base are zero).
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 64 + 1024;
-  static constexpr int kRowsPerPass = kThreads / kChunks;  // K/V rows one cp.async pass covers
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kStageBytes + kWidenBytes + kListCap * 4 + 64 + 1024;
+  static constexpr int kRowsPerPass = kThreads / kKvChunks;  // K/V rows one cp.async pass covers
+  static_assert(kRowsPerPass % 8 == 0, "a pass covers whole swizzle groups");
 };
 
-template <class T, int D, int BM>
-__global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(const __grid_constant__ Params p) {
-  using C = Config<D, BM>;
+template <class T, class KV, int D, int BM>
+__global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
+    prefill_sm80_kernel(const __grid_constant__ Params p) {
+  using C = Config<D, BM, KV>;
+  constexpr int SB = C::kStageBytes;
   extern __shared__ __align__(128) char smem_raw[];
   char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   char *sQ = smem;
   char *sK = sQ + C::kQBytes;
-  char *sV = sK + C::kStages * C::kTileBytes;
-  int32_t *sList = reinterpret_cast<int32_t *>(sV + C::kStages * C::kTileBytes);
+  char *sV = sK + C::kStages * SB;
+  char *sKw = sV + C::kStages * SB;  // e4m3 pages: the widened tiles (kWidenBytes)
+  char *sVw = sKw + C::kTileBytes;
+  int32_t *sList = reinterpret_cast<int32_t *>(sV + C::kStages * SB + C::kWidenBytes);
   int32_t *sScan = sList + kListCap;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -72,8 +85,11 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(co
   const int B = p.layout.block_size;
   const int kvh = h / p.group;
   const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
-  const T *kbase = static_cast<const T *>(p.k) + static_cast<int64_t>(kvh) * p.k_head;
-  const T *vbase = static_cast<const T *>(p.v) + static_cast<int64_t>(kvh) * p.v_head;
+  const KV *kbase = static_cast<const KV *>(p.k) + static_cast<int64_t>(kvh) * p.k_head;
+  const KV *vbase = static_cast<const KV *>(p.v) + static_cast<int64_t>(kvh) * p.v_head;
+  // e4m3 pages: K's scale folds into the softmax scale, V's into the output (fp8_tile.cuh).
+  const float scale_log2 = C::kFp8 ? p.scale_log2 * p.k_scale[kvh] : p.scale_log2;
+  const float v_scale = C::kFp8 ? p.v_scale[kvh] : 1.f;
   const int page_mask = (1 << p.page_shift) - 1;
 
   // Q tile -> shared (rows past the sequence are zero).
@@ -95,36 +111,39 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(co
   // swizzle of those rows is the same (kRowsPerPass is a multiple of 8), so the shared
   // destinations are one offset plus immediates, and with pages of >= 64 tokens a tile
   // lies in one page: one block-table read per tile, sources one pointer plus a stride.
-  const int kr0 = tid / C::kChunks, kc = tid % C::kChunks;
-  const uint32_t kv_dst0 = swz<D>(kr0, kc);
-  const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * 8;
-  const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * 8;
+  // (e4m3: rows of D bytes, unswizzled: the widening reads them linearly.)
+  constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
+  constexpr int kPassBytes = C::kRowsPerPass * C::kPageRowBytes;
+  const int kr0 = tid / C::kKvChunks, kc = tid % C::kKvChunks;
+  const uint32_t kv_dst0 = C::kFp8 ? static_cast<uint32_t>(kr0 * C::kPageRowBytes + kc * 16) : swz<D>(kr0, kc);
+  const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * kChunkElems;
+  const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * kChunkElems;
   const int64_t k_step = static_cast<int64_t>(C::kRowsPerPass) * p.k_tok;
   const int64_t v_step = static_cast<int64_t>(C::kRowsPerPass) * p.v_tok;
   const bool tile_in_page = p.page_shift >= 6;
   auto load_kv = [&](int entry, int stage) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
-    const uint32_t dk = smem_addr(sK + stage * C::kTileBytes) + kv_dst0;
-    const uint32_t dv = smem_addr(sV + stage * C::kTileBytes) + kv_dst0;
+    const uint32_t dk = smem_addr(sK + stage * SB) + kv_dst0;
+    const uint32_t dv = smem_addr(sV + stage * SB) + kv_dst0;
     constexpr int kPasses = kKeyTile / C::kRowsPerPass;
     if (tile_in_page) {
       const int64_t page = bt[k0 >> p.page_shift];
       const int slot0 = k0 & page_mask;
-      const T *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
-      const T *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
+      const KV *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
+      const KV *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
       if (k0 + kKeyTile <= kv_len) {  // every tile but a sequence's last
 #pragma unroll
         for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
-          cp_async_16(dk + i * C::kRowsPerPass * C::kRowBytes, ks);
-          cp_async_16(dv + i * C::kRowsPerPass * C::kRowBytes, vs);
+          cp_async_16(dk + i * kPassBytes, ks);
+          cp_async_16(dv + i * kPassBytes, vs);
         }
       } else {
 #pragma unroll
         for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
           // Rows past kv_len are zero-filled (nothing read); their addresses stay in the page.
           const bool valid = k0 + kr0 + i * C::kRowsPerPass < kv_len;
-          cp_async_16(dk + i * C::kRowsPerPass * C::kRowBytes, ks, valid);
-          cp_async_16(dv + i * C::kRowsPerPass * C::kRowBytes, vs, valid);
+          cp_async_16(dk + i * kPassBytes, ks, valid);
+          cp_async_16(dv + i * kPassBytes, vs, valid);
         }
       }
     } else {
@@ -134,10 +153,10 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(co
         const bool valid = j < kv_len;
         const int64_t page = valid ? bt[j >> p.page_shift] : 0;
         const int64_t slot = j & page_mask;
-        const T *ks = kbase + page * p.k_page + slot * p.k_tok + kc * 8;
-        const T *vs = vbase + page * p.v_page + slot * p.v_tok + kc * 8;
-        cp_async_16(dk + i * C::kRowsPerPass * C::kRowBytes, valid ? ks : kbase, valid);
-        cp_async_16(dv + i * C::kRowsPerPass * C::kRowBytes, valid ? vs : vbase, valid);
+        const KV *ks = kbase + page * p.k_page + slot * p.k_tok + kc * kChunkElems;
+        const KV *vs = vbase + page * p.v_page + slot * p.v_tok + kc * kChunkElems;
+        cp_async_16(dk + i * kPassBytes, valid ? ks : kbase, valid);
+        cp_async_16(dv + i * kPassBytes, valid ? vs : vbase, valid);
       }
     }
   };
@@ -193,8 +212,15 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(co
       if (it + 1 < total) load_kv(sList[it + 1], (it + 1) & 1);
       cp_async_commit();
       const int stage = it & 1;
-      const uint32_t tK = smem_addr(sK + stage * C::kTileBytes);
-      const uint32_t tV = smem_addr(sV + stage * C::kTileBytes);
+      uint32_t tK = smem_addr(sK + stage * SB), tV = smem_addr(sV + stage * SB);
+      if constexpr (C::kFp8) {
+        // Every warp is past the previous tile's reads of the widened tiles (the barrier above).
+        fp8::widen_e4m3_tile<T, D, kKeyTile, C::kThreads>(sK + stage * SB, sKw, tid);
+        fp8::widen_e4m3_tile<T, D, kKeyTile, C::kThreads>(sV + stage * SB, sVw, tid);
+        __syncthreads();
+        tK = smem_addr(sKw);
+        tV = smem_addr(sVw);
+      }
 
       float s[MT][8][4];
 #pragma unroll
@@ -256,7 +282,7 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(co
           float x = t[0];
           x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
           x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-          mx[mt][rr] = x * p.scale_log2;
+          mx[mt][rr] = x * scale_log2;
         }
       // Lazy rescale (softmax.cuh).
       constexpr float kSlack = cuda::kSoftmaxSlack;
@@ -290,7 +316,7 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(co
           for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e)
-              s[mt][nt][2 * rr + e] = fast_exp2(fmaf(s[mt][nt][2 * rr + e], p.scale_log2, -m_use));
+              s[mt][nt][2 * rr + e] = fast_exp2(fmaf(s[mt][nt][2 * rr + e], scale_log2, -m_use));
           float t[8];
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt) t[nt] = s[mt][nt][2 * rr] + s[mt][nt][2 * rr + 1];
@@ -336,7 +362,7 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(co
       float sum = l[mt][rr];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      inv[mt][rr] = sum > 0.f ? 1.f / sum : 0.f;
+      inv[mt][rr] = sum > 0.f ? v_scale / sum : 0.f;
       const int t = t0 + warp_row0 + mt * 16 + (lane >> 2) + rr * 8;
       if (p.lse && (lane & 3) == 0 && t < t1)
         p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(m[mt][rr], sum);
@@ -365,14 +391,13 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(co
 }
 
 // The launch of one instantiation (explicitly instantiated per dtype in prefill_sm80_<dtype>.cu).
-template <class T, int D, int BM>
+template <class T, class KV, int D, int BM>
 void launch(const Params &p, dim3 grid, cudaStream_t stream) {
-  constexpr int smem = Config<D, BM>::kSmemBytes;
+  constexpr int smem = Config<D, BM, KV>::kSmemBytes;
   // The opt-in above 48 KiB is per device; setting it again is cheap and capturable.
-  cuda::check_cuda(
-      cudaFuncSetAttribute(prefill_sm80_kernel<T, D, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-      "cudaFuncSetAttribute(prefill_sm80_kernel)");
-  prefill_sm80_kernel<T, D, BM><<<grid, Config<D, BM>::kThreads, smem, stream>>>(p);
+  cuda::check_cuda(cudaFuncSetAttribute(prefill_sm80_kernel<T, KV, D, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                   "cudaFuncSetAttribute(prefill_sm80_kernel)");
+  prefill_sm80_kernel<T, KV, D, BM><<<grid, Config<D, BM, KV>::kThreads, smem, stream>>>(p);
   cuda::check_launch("prefill_sm80_kernel", stream);
 }
 

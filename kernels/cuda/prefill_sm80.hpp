@@ -12,7 +12,9 @@ namespace bspa::kernels::sm80 {
 
 using Params = cuda::AttentionParams;
 
-template <class T, int D, int BM>
+// T: q/out element type (__nv_bfloat16 or __half); KV: the pages' (T, or uint8_t for e4m3
+// with p.k_scale / p.v_scale per KV head).
+template <class T, class KV, int D, int BM>
 void launch(const Params &p, dim3 grid, cudaStream_t stream);
 
 }  // namespace bspa::kernels::sm80

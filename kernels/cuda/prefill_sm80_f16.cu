@@ -3,9 +3,9 @@
 
 namespace bspa::kernels::sm80 {
 
-template void launch<__half, 64, 64>(const Params &, dim3, cudaStream_t);
-template void launch<__half, 64, 128>(const Params &, dim3, cudaStream_t);
-template void launch<__half, 128, 64>(const Params &, dim3, cudaStream_t);
-template void launch<__half, 128, 128>(const Params &, dim3, cudaStream_t);
+template void launch<__half, __half, 64, 64>(const Params &, dim3, cudaStream_t);
+template void launch<__half, __half, 64, 128>(const Params &, dim3, cudaStream_t);
+template void launch<__half, __half, 128, 64>(const Params &, dim3, cudaStream_t);
+template void launch<__half, __half, 128, 128>(const Params &, dim3, cudaStream_t);
 
 }  // namespace bspa::kernels::sm80

@@ -1,0 +1,73 @@
+// FP8 (e4m3) K/V tiles for the mma.sync kernels (decode, sm80 prefill): pages of e4m3 are
+// copied to shared memory as bytes (half the bytes of a 16-bit tile) and widened there into
+// the 16-bit, swizzled tile the kernels' ldmatrix reads, so the matrix code is the one the
+// 16-bit pages use. Widening is exact: every e4m3 value is a bf16 and an f16 value. The
+// per-head scales are not applied here: K's folds into the softmax scale and V's into the
+// output (both constant over a CTA's KV head), so operands stay exact and the scales are
+// applied once in fp32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/sm80_primitives.cuh"
+
+namespace bspa::kernels::fp8 {
+
+// Four e4m3 values (byte 0 first) widened to two registers of two T values each. The bits
+// of an e4m3 value placed in the exponent and mantissa fields of a 16-bit float give the
+// value times 2^-8 (f16) or 2^-120 (bf16), subnormals included; one multiply by the power
+// of two (exact) restores it. The e4m3 NaN codes (0x7f, 0xff) become +-480: kv_write never
+// writes them (it saturates to +-448).
+template <class T>
+__device__ __forceinline__ void widen_e4m3x4(uint32_t w, uint32_t &lo, uint32_t &hi);
+
+template <>
+__device__ __forceinline__ void widen_e4m3x4<__half>(uint32_t w, uint32_t &lo, uint32_t &hi) {
+  const uint32_t a = __byte_perm(w, 0u, 0x4140), b = __byte_perm(w, 0u, 0x4342);  // bytes 0,1 / 2,3 -> halves
+  const uint32_t ha = ((a & 0x00800080u) << 8) | ((a & 0x007f007fu) << 7);
+  const uint32_t hb = ((b & 0x00800080u) << 8) | ((b & 0x007f007fu) << 7);
+  const __half2 k = __half2half2(__ushort_as_half(0x5C00));  // 2^8
+  __half2 x = __hmul2(*reinterpret_cast<const __half2 *>(&ha), k);
+  __half2 y = __hmul2(*reinterpret_cast<const __half2 *>(&hb), k);
+  lo = *reinterpret_cast<uint32_t *>(&x);
+  hi = *reinterpret_cast<uint32_t *>(&y);
+}
+
+template <>
+__device__ __forceinline__ void widen_e4m3x4<__nv_bfloat16>(uint32_t w, uint32_t &lo, uint32_t &hi) {
+  const uint32_t a = __byte_perm(w, 0u, 0x4140), b = __byte_perm(w, 0u, 0x4342);
+  const uint32_t ha = ((a & 0x00800080u) << 8) | ((a & 0x007f007fu) << 4);
+  const uint32_t hb = ((b & 0x00800080u) << 8) | ((b & 0x007f007fu) << 4);
+  const __nv_bfloat162 k = __bfloat162bfloat162(__ushort_as_bfloat16(0x7B80));  // 2^120
+  __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162 *>(&ha), k);
+  __nv_bfloat162 y = __hmul2(*reinterpret_cast<const __nv_bfloat162 *>(&hb), k);
+  lo = *reinterpret_cast<uint32_t *>(&x);
+  hi = *reinterpret_cast<uint32_t *>(&y);
+}
+
+// Widens a kRows x D e4m3 tile (row-major, D bytes a row, in shared memory) into the 16-bit
+// tile at dst (sm80::swz<D> layout), with kThreads threads (threadIdx.x 0..kThreads-1).
+// The caller synchronises before (src landed, dst free) and after (dst complete).
+template <class T, int D, int kRows, int kThreads>
+__device__ __forceinline__ void widen_e4m3_tile(const char *src, char *dst, int tid) {
+  constexpr int kChunks = D / 16;  // 16-byte chunks of e4m3 a row
+  static_assert(kRows * kChunks % kThreads == 0, "whole chunks per thread");
+#pragma unroll
+  for (int i = 0; i < kRows * kChunks / kThreads; ++i) {
+    const int idx = tid + i * kThreads;
+    const int r = idx / kChunks, c = idx % kChunks;
+    const uint4 w = *reinterpret_cast<const uint4 *>(src + r * D + c * 16);
+    uint4 a, b;
+    widen_e4m3x4<T>(w.x, a.x, a.y);
+    widen_e4m3x4<T>(w.y, a.z, a.w);
+    widen_e4m3x4<T>(w.z, b.x, b.y);
+    widen_e4m3x4<T>(w.w, b.z, b.w);
+    *reinterpret_cast<uint4 *>(dst + sm80::swz<D>(r, 2 * c)) = a;
+    *reinterpret_cast<uint4 *>(dst + sm80::swz<D>(r, 2 * c + 1)) = b;
+  }
+}
+
+}  // namespace bspa::kernels::fp8

@@ -1,0 +1,16 @@
+// The instantiations of the sm80 prefill kernel over e4m3 pages (q and out bf16 or f16).
+// They also serve sm90 GPUs: the sm90a kernel reads 16-bit pages only.
+#include "kernels/cuda/prefill_sm80.cuh"
+
+namespace bspa::kernels::sm80 {
+
+template void launch<__nv_bfloat16, uint8_t, 64, 64>(const Params &, dim3, cudaStream_t);
+template void launch<__nv_bfloat16, uint8_t, 64, 128>(const Params &, dim3, cudaStream_t);
+template void launch<__nv_bfloat16, uint8_t, 128, 64>(const Params &, dim3, cudaStream_t);
+template void launch<__nv_bfloat16, uint8_t, 128, 128>(const Params &, dim3, cudaStream_t);
+template void launch<__half, uint8_t, 64, 64>(const Params &, dim3, cudaStream_t);
+template void launch<__half, uint8_t, 64, 128>(const Params &, dim3, cudaStream_t);
+template void launch<__half, uint8_t, 128, 64>(const Params &, dim3, cudaStream_t);
+template void launch<__half, uint8_t, 128, 128>(const Params &, dim3, cudaStream_t);
+
+}  // namespace bspa::kernels::sm80
