@@ -5,7 +5,9 @@
 // a random permutation of the pool's, so the reads are as scattered as in a long-running
 // server. Every case reads far more than L2 holds (>= 134 MB), so launches need no rotation.
 // CUDA events around each queued launch, warm-up, median of many.
-//   bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE]
+//   bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE] [--kv fp8]
+// --kv fp8: the pages hold e4m3 (half the bytes; q and out stay bf16), with per-head scales;
+// the mixed-step rows are left out.
 // "bytes" is the K/V a decode must read: every key of the sequence per KV head (dense), or
 // the union over the KV group's query heads of their visible keys (sparse). GB/s = bytes /
 // time; host_us is the median host time of one bspa_prefill_paged call (queued: the GPU
@@ -57,7 +59,7 @@ bool allowed(int h, int64_t qb, int64_t kb, bool sparse) {
 
 // K/V bytes a decode step must read: per sequence and KV head, the keys any query head of
 // the group sees from any of the q new rows.
-double kv_bytes(int seqs, int ctx, int q, bool sparse) {
+double kv_bytes(int seqs, int ctx, int q, bool sparse, int elem_bytes) {
   const int group = kHq / kHkv, kv_len = ctx + q;
   double keys = 0;
   for (int g = 0; g < kHkv; ++g)
@@ -68,7 +70,7 @@ double kv_bytes(int seqs, int ctx, int q, bool sparse) {
           any = allowed(g * group + hh, qb, kb, sparse);
       if (any) keys += std::min<int64_t>(kB, kv_len - kb * kB);
     }
-  return keys * seqs * kD * 2 /*bytes*/ * 2 /*K and V*/;
+  return keys * seqs * kD * elem_bytes * 2 /*K and V*/;
 }
 
 struct MixedResult {
@@ -113,24 +115,20 @@ int main(int argc, char **argv) {
   const char *json = nullptr, *commit = "unknown", *only = nullptr;
   std::vector<int> page_sizes = {16, 64};
   int q = 1;
-  bool quick = false;
+  bool quick = false, fp8 = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
-      json = argv[++i];
-    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc)
-      commit = argv[++i];
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
-      only = argv[++i];
-    else if (!std::strcmp(argv[i], "--q") && i + 1 < argc)
-      q = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--quick"))
-      quick = true;
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--q") && i + 1 < argc) q = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc && !std::strcmp(argv[i + 1], "fp8")) fp8 = true, ++i;
+    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc && !std::strcmp(argv[i + 1], "bf16")) ++i;
     else if (!std::strcmp(argv[i], "--pages") && i + 1 < argc) {
       page_sizes.clear();
       for (char *t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) page_sizes.push_back(std::atoi(t));
     } else {
-      std::fprintf(
-          stderr, "usage: bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE]\n");
+      std::fprintf(stderr, "usage: bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE] [--kv bf16|fp8]\n");
       return 2;
     }
   }
@@ -158,6 +156,18 @@ int main(int argc, char **argv) {
         CUDA_OK(cudaMemcpy(p + off, d, std::min(chunk, kv_elems - off) * 2, cudaMemcpyDeviceToDevice));
     cudaFree(d);
   }
+  uint8_t *k8 = nullptr, *v8 = nullptr;  // --kv fp8: e4m3 pages, and their scales
+  float *kv_scales = nullptr;
+  if (fp8) {
+    const std::vector<uint8_t> h = gpu::random_e4m3(16u << 20, 7);
+    k8 = static_cast<uint8_t *>(gpu::dmalloc(kv_elems)), v8 = static_cast<uint8_t *>(gpu::dmalloc(kv_elems));
+    uint8_t *d = gpu::upload(h);
+    for (uint8_t *p : {k8, v8})
+      for (size_t off = 0; off < kv_elems; off += h.size())
+        CUDA_OK(cudaMemcpy(p + off, d, std::min(h.size(), kv_elems - off), cudaMemcpyDeviceToDevice));
+    cudaFree(d);
+    kv_scales = gpu::upload(std::vector<float>(2 * kHkv, 1.0f / 64));
+  }
   bspa_layout *sparse = nullptr, *dense = nullptr;
   {
     bspa_layout_strided_options o;
@@ -182,7 +192,10 @@ int main(int argc, char **argv) {
   // ((context, new tokens) pairs) at page size ps.
   auto measure = [&](const std::vector<std::pair<int, int> > &seqs, int ps, bool use_sparse, double &host_med) {
     const int64_t num_pages = kMaxTokens / ps;
-    Tensor tk(k, dev, bf, {num_pages, kHkv, ps, kD}), tv(v, dev, bf, {num_pages, kHkv, ps, kD});
+    const DLDataType kv_dt = fp8 ? DLDataType{kDLUInt, 8, 1} : bf;
+    Tensor tk(fp8 ? static_cast<void *>(k8) : k, dev, kv_dt, {num_pages, kHkv, ps, kD}),
+        tv(fp8 ? static_cast<void *>(v8) : v, dev, kv_dt, {num_pages, kHkv, ps, kD});
+    Tensor tks(kv_scales, dev, gpu::dl_f32(), {kHkv}), tvs(kv_scales + kHkv, dev, gpu::dl_f32(), {kHkv});
     const int ns = static_cast<int>(seqs.size());
     int max_pages = 1, max_q = 0, T = 0;
     for (auto &sq : seqs) {
@@ -215,6 +228,7 @@ int main(int argc, char **argv) {
     a.block_table = tbt.dl(), a.query_starts = tqs.dl(), a.context_lens = tcl.dl();
     a.max_query_len = max_q, a.layout = use_sparse ? sparse : dense, a.scale = 1.0f / 128;
     a.workspace = ws ? tws.dl() : nullptr;
+    if (fp8) a.k_scale = tks.dl(), a.v_scale = tvs.dl();
     for (int i = 0; i < 3; ++i) BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
     CUDA_OK(cudaEventRecord(e0));
     BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
@@ -229,7 +243,8 @@ int main(int argc, char **argv) {
     return med;
   };
 
-  std::printf("%s, decode kernel %s, q = %d\n", prop.name, decode_off ? "OFF (prefill path)" : "on", q);
+  std::printf("%s, decode kernel %s, q = %d, pages %s\n", prop.name, decode_off ? "OFF (prefill path)" : "on", q,
+              fp8 ? "fp8_e4m3" : "bf16");
   std::printf("%-10s %5s %-6s %10s %9s %9s %8s\n", "case", "page", "layout", "ms", "GB", "GB/s", "host_us");
   for (int ps : page_sizes) {
     for (const Case &c : kCases) {
@@ -237,7 +252,7 @@ int main(int argc, char **argv) {
       const std::vector<std::pair<int, int> > seqs(c.seqs, {c.ctx, q});
       for (int sp = 0; sp < 2; ++sp) {
         double host = 0;
-        const double med = measure(seqs, ps, sp != 0, host), bytes = kv_bytes(c.seqs, c.ctx, q, sp);
+        const double med = measure(seqs, ps, sp != 0, host), bytes = kv_bytes(c.seqs, c.ctx, q, sp, fp8 ? 1 : 2);
         results.push_back({c.name, ps, q, sp != 0, med, bytes, host});
         std::printf("%-10s %5d %-6s %10.4f %9.3f %9.0f %8.1f\n", c.name, ps, sp ? "sparse" : "dense", med, bytes / 1e9,
                     bytes / (med * 1e-3) / 1e9, host);
@@ -252,7 +267,7 @@ int main(int argc, char **argv) {
     const char *name;
     std::vector<std::pair<int, int> > chunks, decodes;
   };
-  std::vector<Mixed> mixed(2);
+  std::vector<Mixed> mixed(fp8 ? 0 : 2);
   mixed[0].name = "chunk2048+63dec";
   mixed[0].chunks = {{30000, 2048}};
   mixed[0].decodes.assign(63, {8191, 1});
@@ -354,9 +369,8 @@ int main(int argc, char **argv) {
     char date[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    std::fprintf(
-        f, "{\n  \"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"decode_kernel\": %s,\n  \"results\": [\n",
-        prop.name, commit, date, decode_off ? "false" : "true");
+    std::fprintf(f, "{\n  \"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"decode_kernel\": %s, \"kv_dtype\": \"%s\",\n  \"results\": [\n",
+                 prop.name, commit, date, decode_off ? "false" : "true", fp8 ? "fp8_e4m3" : "bf16");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result &r = results[i];
       std::fprintf(
@@ -379,6 +393,8 @@ int main(int argc, char **argv) {
   }
   cudaFree(k);
   cudaFree(v);
+  for (void *ptr : {(void *)k8, (void *)v8, (void *)kv_scales})
+    if (ptr) cudaFree(ptr);
   if (ws) cudaFree(ws);
   bspa_layout_destroy(sparse);
   bspa_layout_destroy(dense);

@@ -43,6 +43,9 @@ struct Case {
   // tokens from position 0 and the last q rows are compared with the GPU's rows (decode
   // rows equal the last rows of the full prefill). One sequence.
   bool identity = false;
+  // e4m3 pages with per-head scales (q and out of dt): the CPU oracle and the GPU read the
+  // same bytes, quantized here from N(0,1) values.
+  bool fp8 = false;
 };
 
 const DLDevice kCpu{kDLCPU, 0};
@@ -53,7 +56,7 @@ std::string describe(const Case &c) {
   std::string s = std::string(c.dt == BSPA_DTYPE_BF16 ? "bf16" : "f16") + " D" + std::to_string(c.D) + " H" +
                   std::to_string(c.hq) + "/" + std::to_string(c.hkv) + " ps" + std::to_string(c.ps) + " " +
                   names[c.layout] + (c.token_major ? " tokmajor" : "") + (c.lse ? " lse" : "") +
-                  (c.workspace ? " ws" : "") + (c.identity ? " identity" : "") + " seqs";
+                  (c.workspace ? " ws" : "") + (c.identity ? " identity" : "") + (c.fp8 ? " fp8" : "") + " seqs";
   for (auto &sq : c.seqs) s += " " + std::to_string(sq.first) + "+" + std::to_string(sq.second);
   return s;
 }
@@ -149,7 +152,11 @@ void run_paged(const Case &c, uint64_t seed) {
   std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages, -1);
   const uint16_t nan16 = 0xffff;
   const size_t page_elems = static_cast<size_t>(c.hkv) * c.ps * c.D;
-  std::vector<uint16_t> k(page_elems * total_pages, nan16), v(page_elems * total_pages, nan16);
+  std::vector<uint16_t> k(c.fp8 ? 0 : page_elems * total_pages, nan16), v(k.size(), nan16);
+  // fp8: pages of bytes (unwritten slots hold the NaN code), scales per KV head near amax / 448.
+  std::vector<uint8_t> k8(c.fp8 ? page_elems * total_pages : 0, 0x7f), v8(k8.size(), 0x7f);
+  std::vector<float> kv_scales(2 * c.hkv);
+  for (int h = 0; h < c.hkv; ++h) kv_scales[h] = 0.009f + 0.002f * h, kv_scales[c.hkv + h] = 0.011f - 0.001f * (h % 4);
   // element (page, head, slot, d)
   auto at = [&](int page, int h, int slot, int d) -> size_t {
     return c.token_major ? ((static_cast<size_t>(page) * c.ps + slot) * c.hkv + h) * c.D + d
@@ -164,8 +171,13 @@ void run_paged(const Case &c, uint64_t seed) {
       for (int slot = 0; slot < c.ps && pg * c.ps + slot < kv; ++slot)
         for (int h = 0; h < c.hkv; ++h)
           for (int d = 0; d < c.D; ++d) {
-            k[at(page, h, slot, d)] = gpu::to_half(c.dt, rng.normal());
-            v[at(page, h, slot, d)] = gpu::to_half(c.dt, rng.normal());
+            if (c.fp8) {
+              k8[at(page, h, slot, d)] = gpu::f32_to_e4m3(rng.normal() / kv_scales[h]);
+              v8[at(page, h, slot, d)] = gpu::f32_to_e4m3(rng.normal() / kv_scales[c.hkv + h]);
+            } else {
+              k[at(page, h, slot, d)] = gpu::to_half(c.dt, rng.normal());
+              v[at(page, h, slot, d)] = gpu::to_half(c.dt, rng.normal());
+            }
           }
     }
   }
@@ -178,6 +190,10 @@ void run_paged(const Case &c, uint64_t seed) {
   std::vector<int64_t> pstrides;
   if (c.token_major) pstrides = {static_cast<int64_t>(c.ps) * c.hkv * c.D, c.D, static_cast<int64_t>(c.hkv) * c.D, 1};
   const DLDataType hdt = gpu::dl_dtype(c.dt);
+  const DLDataType pdt = c.fp8 ? DLDataType{kDLUInt, 8, 1} : hdt;
+  void *k_host = c.fp8 ? static_cast<void *>(k8.data()) : k.data(), *v_host = c.fp8 ? static_cast<void *>(v8.data()) : v.data();
+  const size_t page_bytes_total = c.fp8 ? k8.size() : k.size() * 2;
+  float *d_scales = c.fp8 ? gpu::upload(kv_scales) : nullptr;
 
   size_t ws_bytes = 0;
   void *ws = nullptr;
@@ -189,8 +205,10 @@ void run_paged(const Case &c, uint64_t seed) {
     }
   }
   auto launch = [&](DLDevice dev, void *kp, void *vp, void *qp, void *op, void *lp, void *btp, void *qsp, void *clp) {
-    Tensor tk(kp, dev, hdt, pshape, pstrides), tv(vp, dev, hdt, pshape, pstrides);
+    Tensor tk(kp, dev, pdt, pshape, pstrides), tv(vp, dev, pdt, pshape, pstrides);
     Tensor tq(qp, dev, hdt, {T, c.hq, c.D}), to(op, dev, hdt, {T, c.hq, c.D});
+    float *sc = dev.device_type == kDLCUDA ? d_scales : kv_scales.data();
+    Tensor tks(sc, dev, gpu::dl_f32(), {c.hkv}), tvs(sc + c.hkv, dev, gpu::dl_f32(), {c.hkv});
     Tensor tl(lp, dev, gpu::dl_f32(), {c.hq, T});
     Tensor tbt(btp, dev, gpu::dl_i32(), {ns, max_pages}), tqs(qsp, dev, gpu::dl_i32(), {ns + 1}),
         tcl(clp, dev, gpu::dl_i32(), {ns});
@@ -209,6 +227,7 @@ void run_paged(const Case &c, uint64_t seed) {
     a.scale = scale;
     Tensor tws(ws, dev, DLDataType{kDLUInt, 8, 1}, {static_cast<int64_t>(ws_bytes)});
     if (ws && dev.device_type == kDLCUDA) a.workspace = tws.dl();
+    if (c.fp8) a.k_scale = tks.dl(), a.v_scale = tvs.dl();
     BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
   };
 
@@ -222,8 +241,9 @@ void run_paged(const Case &c, uint64_t seed) {
     std::copy(q.begin(), q.end(), qf.begin() + static_cast<size_t>(ctx) * c.hq * c.D);
     std::vector<float> lf(static_cast<size_t>(c.hq) * full, NAN);
     std::vector<int32_t> qs_full = {0, full}, cl_full = {0};
-    Tensor tk(k.data(), kCpu, hdt, pshape, pstrides), tv(v.data(), kCpu, hdt, pshape, pstrides);
+    Tensor tk(k_host, kCpu, pdt, pshape, pstrides), tv(v_host, kCpu, pdt, pshape, pstrides);
     Tensor tq(qf.data(), kCpu, hdt, {full, c.hq, c.D}), to(of.data(), kCpu, hdt, {full, c.hq, c.D});
+    Tensor tks(kv_scales.data(), kCpu, gpu::dl_f32(), {c.hkv}), tvs(kv_scales.data() + c.hkv, kCpu, gpu::dl_f32(), {c.hkv});
     Tensor tl(lf.data(), kCpu, gpu::dl_f32(), {c.hq, full});
     Tensor tbt(bt.data(), kCpu, gpu::dl_i32(), {ns, max_pages}), tqs(qs_full.data(), kCpu, gpu::dl_i32(), {2}),
         tcl(cl_full.data(), kCpu, gpu::dl_i32(), {1});
@@ -232,15 +252,19 @@ void run_paged(const Case &c, uint64_t seed) {
     a.q = tq.dl(), a.out = to.dl(), a.lse = tl.dl(), a.k_pages = tk.dl(), a.v_pages = tv.dl();
     a.block_table = tbt.dl(), a.query_starts = tqs.dl(), a.context_lens = tcl.dl();
     a.max_query_len = full, a.layout = layout, a.scale = scale;
+    if (c.fp8) a.k_scale = tks.dl(), a.v_scale = tvs.dl();
     BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
     std::copy(of.begin() + static_cast<size_t>(ctx) * c.hq * c.D, of.end(), out_cpu.begin());
     for (int h = 0; h < c.hq; ++h)
       for (int t = 0; t < T; ++t) lse_cpu[static_cast<size_t>(h) * T + t] = lf[static_cast<size_t>(h) * full + ctx + t];
   } else {
-    launch(kCpu, k.data(), v.data(), q.data(), out_cpu.data(), lse_cpu.data(), bt.data(), qs.data(), cl.data());
+    launch(kCpu, k_host, v_host, q.data(), out_cpu.data(), lse_cpu.data(), bt.data(), qs.data(), cl.data());
   }
 
-  uint16_t *dk = gpu::upload(k), *dv = gpu::upload(v), *dq = gpu::upload(q);
+  void *dk = gpu::dmalloc(page_bytes_total), *dv = gpu::dmalloc(page_bytes_total);
+  CUDA_OK(cudaMemcpy(dk, k_host, page_bytes_total, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dv, v_host, page_bytes_total, cudaMemcpyHostToDevice));
+  uint16_t *dq = gpu::upload(q);
   uint16_t *dout = static_cast<uint16_t *>(gpu::dmalloc(q.size() * 2));
   float *dlse = static_cast<float *>(gpu::dmalloc(lse_cpu.size() * 4));
   CUDA_OK(cudaMemset(dout, 0xff, q.size() * 2));
@@ -252,8 +276,8 @@ void run_paged(const Case &c, uint64_t seed) {
   auto lse_gpu = gpu::download(dlse, lse_cpu.size());
   if (!c.lse) lse_cpu.clear(), lse_gpu.clear();
   report("paged " + describe(c), compare(c.dt, out_cpu, out_gpu, lse_cpu, lse_gpu));
-  for (void *p :
-       {(void *)dk, (void *)dv, (void *)dq, (void *)dout, (void *)dlse, (void *)dbt, (void *)dqs, (void *)dcl, ws})
+  for (void *p : {(void *)dk, (void *)dv, (void *)dq, (void *)dout, (void *)dlse, (void *)dbt, (void *)dqs, (void *)dcl, ws,
+                  (void *)d_scales})
     cudaFree(p);
   bspa_layout_destroy(layout);
 }
@@ -261,21 +285,74 @@ void run_paged(const Case &c, uint64_t seed) {
 // The engine flow on a CPU pool and a CUDA pool side by side: fresh prompt, prefix hit
 // plus a fresh sequence in one batch, then a decode step. K/V of a token depend only on
 // (token, position), so cached pages equal what a recompute would write.
-void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, uint64_t seed) {
+// fp8: pools of e4m3 pages (q, out and the new K/V of dt), the same scales on both.
+// After every step the K/V bytes kv_write stored for the step's tokens must be equal on
+// both pools (a copy for 16-bit pages; for fp8 the two quantizers agree bit for bit).
+void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, uint64_t seed, bool fp8 = false) {
   Rng rng(seed);
   bspa_pool *pools[2];
+  const int kPoolPages = 512, elem_bytes = fp8 ? 1 : 2;
+  std::vector<float> ks(hkv), vs(hkv);
+  for (int h = 0; h < hkv; ++h) ks[h] = 0.0095f + 0.001f * h, vs[h] = 0.0105f - 0.0005f * h;
   for (int g = 0; g < 2; ++g) {
     bspa_pool_options o;
     bspa_pool_options_init(&o);
     o.device_type = g ? kDLCUDA : kDLCPU;
-    o.dtype = dt;
+    o.dtype = fp8 ? BSPA_DTYPE_FP8_E4M3 : dt;
     o.num_layers = 2;
     o.num_kv_heads = hkv;
     o.head_dim = D;
     o.page_size = ps;
-    o.num_pages = 512;
+    o.num_pages = kPoolPages;
     BSPA_OK_OR_DIE(bspa_pool_create(&pools[g], &o));
+    if (fp8)
+      for (int layer = 0; layer < 2; ++layer) BSPA_OK_OR_DIE(bspa_pool_set_kv_scales(pools[g], layer, ks.data(), vs.data(), hkv));
   }
+  // Sequences [seqs of `which`]: the K and V bytes of tokens [starts[i], ends[i]) in every
+  // layer, equal on both pools? (Other bytes of a page are never written.)
+  std::vector<bspa_seq *> seqs[2];
+  auto check_kv_bytes = [&](const std::vector<int> &which, const std::vector<int> &starts, const std::vector<int> &ends,
+                            const std::string &what) {
+    const size_t n = static_cast<size_t>(kPoolPages) * hkv * ps * D * elem_bytes;
+    std::vector<uint8_t> bytes[2][2][2];  // [pool][layer][K, V]
+    for (int g = 0; g < 2; ++g)
+      for (int layer = 0; layer < 2; ++layer) {
+        DLTensor k, v;
+        BSPA_OK_OR_DIE(bspa_pool_kv(pools[g], layer, &k, &v));
+        for (int w = 0; w < 2; ++w) {
+          bytes[g][layer][w].resize(n);
+          const void *src = w ? v.data : k.data;
+          if (g) CUDA_OK(cudaMemcpy(bytes[g][layer][w].data(), src, n, cudaMemcpyDeviceToHost));
+          else std::memcpy(bytes[g][layer][w].data(), src, n);
+        }
+      }
+    int64_t differ = 0, compared = 0;
+    for (size_t i = 0; i < which.size(); ++i) {
+      std::vector<int32_t> pages[2];
+      for (int g = 0; g < 2; ++g) {
+        int64_t np = 0;
+        BSPA_OK_OR_DIE(bspa_seq_pages(seqs[g][which[i]], nullptr, 0, &np));
+        pages[g].resize(np);
+        BSPA_OK_OR_DIE(bspa_seq_pages(seqs[g][which[i]], pages[g].data(), np, &np));
+      }
+      if (pages[0] != pages[1]) {
+        ++differ;  // the two pools' allocators made different choices: report it as a difference
+        continue;
+      }
+      for (int pos = starts[i]; pos < ends[i]; ++pos)
+        for (int layer = 0; layer < 2; ++layer)
+          for (int w = 0; w < 2; ++w)
+            for (int h = 0; h < hkv; ++h) {
+              const size_t off = ((static_cast<size_t>(pages[0][pos / ps]) * hkv + h) * ps + pos % ps) * D * elem_bytes;
+              compared += D;
+              differ += std::memcmp(bytes[0][layer][w].data() + off, bytes[1][layer][w].data() + off, D * elem_bytes) != 0;
+            }
+    }
+    const bool ok = differ == 0;
+    if (ok) ++passed; else ++failures;
+    std::printf("%s  kv_write bytes equal on CPU and CUDA (%lld elements, %lld rows differ)  %s\n", ok ? "ok  " : "FAIL",
+                (long long)compared, (long long)differ, what.c_str());
+  };
   Case lc;
   lc.hq = hq;
   lc.layout = layout_kind;
@@ -291,7 +368,6 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
   for (int i = 0; i < 1500; ++i) p1[i] = i < 1300 ? p0[i] : rng.range(0, 50000);
   for (auto &t : p2) t = rng.range(0, 50000);
 
-  std::vector<bspa_seq *> seqs[2];
   // One step on both pools: (sequence index, tokens of the whole prompt so far, new count).
   auto step = [&](const std::vector<int> &which, const std::vector<const std::vector<int32_t> *> &prompts,
                   const std::vector<int> &starts, const std::string &what) {
@@ -311,6 +387,8 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
     for (auto &x : q) x = gpu::to_half(dt, rng.normal());
     std::vector<uint16_t> outs[2];
     std::vector<float> lses[2];
+    std::vector<int> ends;
+    for (int i = 0; i < n; ++i) ends.push_back(static_cast<int>(prompts[i]->size()));
     for (int g = 0; g < 2; ++g) {
       std::vector<bspa_seq *> bs;
       for (int i : which) bs.push_back(seqs[g][i]);
@@ -347,6 +425,7 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
         BSPA_OK_OR_DIE(bspa_seq_commit(seqs[g][which[i]], static_cast<int64_t>(prompts[i]->size())));
     }
     report("pool  " + what, compare(dt, outs[0], outs[1], lses[0], lses[1]));
+    check_kv_bytes(which, starts, ends, what);
   };
 
   int64_t cached[2] = {0, 0};
@@ -357,7 +436,7 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
     BSPA_OK_OR_DIE(bspa_seq_match(seqs[g][0], p0.data(), 1500, &cached[g]));
     BSPA_OK_OR_DIE(bspa_seq_append(seqs[g][0], p0.data() + cached[g], 1500 - cached[g]));
   }
-  const std::string tag = std::string(dt == BSPA_DTYPE_BF16 ? "bf16" : "f16") + " D" + std::to_string(D) + " H" +
+  const std::string tag = std::string(dt == BSPA_DTYPE_BF16 ? "bf16" : "f16") + (fp8 ? " fp8 pages" : "") + " D" + std::to_string(D) + " H" +
                           std::to_string(hq) + "/" + std::to_string(hkv) + " ps" + std::to_string(ps) + " layout" +
                           std::to_string(layout_kind);
   step({0}, {&p0}, {static_cast<int>(cached[1])}, tag + " fresh 1500");
@@ -418,6 +497,66 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
     bspa_pool_destroy(pools[g]);
   }
   bspa_layout_destroy(layout);
+}
+
+// Every e4m3 code through the kernels' widening, exactly: 256 sequences of one head (D 128)
+// share two pages whose slot 0 holds K and V rows of all 256 codes (page 0 codes 0..127,
+// page 1 codes 128..255). Sequence s has ctx 0 and q_len new tokens (1: the decode kernel;
+// 9: the sm80 prefill kernel), its first row one-hot at d = s % 128, so that row sees only
+// key 0: its output is v_scale * V row (exact in bf16 and f16 for a power-of-two scale) and
+// its lse is the one logit, scale * k_scale * e4m3(code s). The NaN codes 0x7f and 0xff are
+// not compared (kv_write never writes them).
+void run_fp8_codes(bspa_dtype dt, int q_len) {
+  constexpr int D = 128, kSeqs = 256, kPs = 16;
+  const float k_scale = 0.5f, v_scale = 0.25f, scale = 0.125f;
+  std::vector<uint8_t> kv(2 * kPs * D, 0);  // [page][slot][d]: slot 0 the codes, slots 1.. zero
+  for (int code = 0; code < 256; ++code) kv[(code / D) * kPs * D + code % D] = static_cast<uint8_t>(code);
+  std::vector<int32_t> bt(kSeqs), qs(kSeqs + 1), cl(kSeqs, 0);
+  for (int s = 0; s < kSeqs; ++s) bt[s] = s / D, qs[s] = s * q_len;
+  qs[kSeqs] = kSeqs * q_len;
+  const int T = kSeqs * q_len;
+  std::vector<uint16_t> q(static_cast<size_t>(T) * D, 0);
+  for (int s = 0; s < kSeqs; ++s) q[static_cast<size_t>(s) * q_len * D + s % D] = gpu::to_half(dt, 1.0f);
+  const std::vector<float> scales = {k_scale, v_scale};
+  uint8_t *dkv = gpu::upload(kv);
+  int32_t *dbt = gpu::upload(bt), *dqs = gpu::upload(qs), *dcl = gpu::upload(cl);
+  uint16_t *dq = gpu::upload(q), *dout = static_cast<uint16_t *>(gpu::dmalloc(q.size() * 2));
+  float *dlse = static_cast<float *>(gpu::dmalloc(static_cast<size_t>(T) * 4)), *dsc = gpu::upload(scales);
+  CUDA_OK(cudaMemset(dout, 0xff, q.size() * 2));
+  bspa_layout *l = nullptr;
+  BSPA_OK_OR_DIE(bspa_layout_create_dense(&l, 1));
+  const DLDataType hdt = gpu::dl_dtype(dt), bytes{kDLUInt, 8, 1};
+  Tensor tk(dkv, kGpu, bytes, {2, 1, kPs, D}), tq(dq, kGpu, hdt, {T, 1, D}), to(dout, kGpu, hdt, {T, 1, D});
+  Tensor tl(dlse, kGpu, gpu::dl_f32(), {1, T}), tks(dsc, kGpu, gpu::dl_f32(), {1}), tvs(dsc + 1, kGpu, gpu::dl_f32(), {1});
+  Tensor tbt(dbt, kGpu, gpu::dl_i32(), {kSeqs, 1}), tqs(dqs, kGpu, gpu::dl_i32(), {kSeqs + 1}), tcl(dcl, kGpu, gpu::dl_i32(), {kSeqs});
+  bspa_paged_args a;
+  bspa_paged_args_init(&a);
+  a.q = tq.dl(), a.out = to.dl(), a.lse = tl.dl(), a.k_pages = tk.dl(), a.v_pages = tk.dl();
+  a.block_table = tbt.dl(), a.query_starts = tqs.dl(), a.context_lens = tcl.dl();
+  a.max_query_len = q_len, a.layout = l, a.scale = scale, a.k_scale = tks.dl(), a.v_scale = tvs.dl();
+  BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto out = gpu::download(dout, q.size());
+  const auto lse = gpu::download(dlse, static_cast<size_t>(T));
+  int bad_out = 0, bad_lse = 0;
+  for (int s = 0; s < kSeqs; ++s) {
+    const size_t row = static_cast<size_t>(s) * q_len;
+    for (int d = 0; d < D; ++d) {  // the V row of page s / 128: codes (s / 128) * 128 + d
+      const int code = (s / D) * D + d;
+      if ((code & 0x7f) == 0x7f) continue;
+      bad_out += gpu::from_half(dt, out[row * D + d]) != v_scale * gpu::e4m3_to_f32(static_cast<uint8_t>(code));
+    }
+    if ((s & 0x7f) == 0x7f) continue;
+    const double want = double(scale) * k_scale * gpu::e4m3_to_f32(static_cast<uint8_t>(s));
+    bad_lse += std::fabs(lse[row] - want) > 1e-6 * std::max(1.0, std::fabs(want));
+  }
+  const bool ok = bad_out == 0 && bad_lse == 0;
+  if (ok) ++passed; else ++failures;
+  std::printf("%s  e4m3 codes exact through the %s kernel, %s q: %d outputs and %d lse differ\n", ok ? "ok  " : "FAIL",
+              q_len <= 8 ? "decode" : "sm80 prefill", dt == BSPA_DTYPE_BF16 ? "bf16" : "f16", bad_out, bad_lse);
+  for (void *p : {(void *)dkv, (void *)dbt, (void *)dqs, (void *)dcl, (void *)dq, (void *)dout, (void *)dlse, (void *)dsc})
+    cudaFree(p);
+  bspa_layout_destroy(l);
 }
 
 // Statuses that must come back for what the kernel lacks: never a wrong answer.
@@ -606,6 +745,35 @@ int main(int argc, char **argv) {
       cases.push_back(d);
     }
   }
+  {
+    // e4m3 pages (decode kernel for q <= 8, the sm80 prefill kernel otherwise, on every GPU):
+    // both q dtypes, D 64/128, GQA 1/4/8, pages 16-256, every layout, decode and prefill rows
+    // in one launch, split and not, unaligned contexts, and the prefix identity.
+    const int groups[] = {1, 4, 8};
+    for (int i = 0; i < (quick ? 8 : 24); ++i) {
+      Case c;
+      c.fp8 = true;
+      c.dt = i % 2 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16;
+      c.D = (i / 2) % 2 ? 64 : 128;
+      const int g = groups[i % 3];
+      c.hkv = 1 + (i / 3) % 2;
+      c.hq = c.hkv * g;
+      c.ps = 16 << (i % 5);
+      c.layout = (i / 5) % 6;
+      c.lse = i % 7 != 3;
+      c.token_major = i % 11 == 5;
+      c.workspace = i % 4 != 1;
+      const int ctx = 64 * rng.range(0, 40) + mods[i % 8];
+      if (i % 3 == 2) c.seqs = {{ctx, 300 + i}, {ctx / 2 + 1, 1 + i % 8}};  // prefill rows and a decode row
+      else c.seqs = {{ctx, 1 + i % 8}, {ctx + 77, 1}};
+      c.identity = i % 6 == 4;
+      if (c.identity) c.seqs.resize(1);
+      cases.push_back(c);
+    }
+    Case c;  // a long split decode over e4m3 pages
+    c.fp8 = true, c.hq = 32, c.hkv = 8, c.scale = 1.0f / 128, c.seqs = {{40000, 1}};
+    cases.push_back(c);
+  }
   if (!quick) {
     for (int i = 0; i < 40; ++i) {  // random cases
       Case c;
@@ -636,6 +804,11 @@ int main(int argc, char **argv) {
         few.push_back(c);
         break;
       }
+    for (const Case &c : cases)  // e4m3 pages: a launch with prefill rows and a decode row
+      if (c.fp8 && c.seqs.size() == 2 && c.seqs[0].second > 8 && c.seqs[0].first < 1500) {
+        few.push_back(c);
+        break;
+      }
     for (auto &c : few) c.hq = std::min(c.hq, 2 * c.hkv), c.hq = c.hq < c.hkv ? c.hkv : c.hq;
     few[0].hq = few[0].hkv;
     few[2].hq = 4, few[2].hkv = 2;
@@ -643,10 +816,14 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < cases.size(); ++i) run_paged(cases[i], seed + i);
   run_pool(BSPA_DTYPE_BF16, 128, 8, 2, 64, 1, seed + 1000);
+  run_pool(BSPA_DTYPE_BF16, 128, 8, 2, 64, 1, seed + 1003, /*fp8=*/true);
+  run_pool(BSPA_DTYPE_F16, 64, 4, 1, 16, 0, seed + 1004, /*fp8=*/true);
   if (!quick) {
     run_pool(BSPA_DTYPE_F16, 64, 4, 4, 16, 0, seed + 1001);
     run_pool(BSPA_DTYPE_BF16, 128, 4, 1, 128, 4, seed + 1002);
   }
+  for (bspa_dtype dt : {BSPA_DTYPE_BF16, BSPA_DTYPE_F16})
+    for (int q_len : {1, 9}) run_fp8_codes(dt, q_len);
   run_not_supported();
   std::printf("gpu check: %d passed, %d failed\n", passed, failures);
   return failures ? 1 : 0;

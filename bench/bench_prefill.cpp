@@ -4,7 +4,8 @@
 // many; K/V pages and q/out rows rotate over disjoint regions so L2 (60 MB) cannot hold
 // one launch's inputs for the next. Useful FLOPs = 4 * D * visible (q, k) pairs * heads.
 //   bench_prefill [--json FILE] [--commit SHA] [--quick] [--no-sweep] [--only CASE] [--no-workspace]
-//                 [--sync-each | --idle-ms N | --graph] [--scale S]
+//                 [--sync-each | --idle-ms N | --graph] [--scale S] [--kv fp8]
+// --kv fp8: e4m3 pages with per-head scales (q and out stay bf16).
 // Launches pass the split workspace (bspa_prefill_workspace_bytes) unless --no-workspace.
 // Timing (as triton.testing.do_bench, which times the torch baselines): the launches are
 // queued, each between its own pair of events, and the host waits once at the end, so an
@@ -80,6 +81,8 @@ double visible_pairs(const std::vector<Seq> &seqs, bool sparse) {
 
 struct Bench {
   uint16_t *k = nullptr, *v = nullptr, *q = nullptr, *out = nullptr;
+  bool fp8 = false;                    // e4m3 pages (k, v then hold bytes)
+  float *kv_scales = nullptr;          // fp8: [K, V][Hkv]
   int64_t num_pages = kMaxTokens / kPs;
   bspa_layout *sparse = nullptr, *dense = nullptr;
   cudaEvent_t e0, e1;
@@ -108,6 +111,16 @@ struct Bench {
       for (size_t off = 0; off < n; off += chunk)
         CUDA_OK(cudaMemcpy(p + off, dchunk, std::min(chunk, n - off) * 2, cudaMemcpyDeviceToDevice));
     cudaFree(dchunk);
+    if (fp8) {
+      const std::vector<uint8_t> codes = gpu::random_e4m3(chunk, 7);
+      uint8_t *dcodes = gpu::upload(codes);
+      for (uint16_t *p : {k, v})
+        for (size_t off = 0; off < page_elems; off += chunk)
+          CUDA_OK(cudaMemcpy(reinterpret_cast<uint8_t *>(p) + off, dcodes, std::min(chunk, page_elems - off),
+                             cudaMemcpyDeviceToDevice));
+      cudaFree(dcodes);
+      kv_scales = gpu::upload(std::vector<float>(2 * kHkv, 1.0f / 64));
+    }
     bspa_layout_strided_options o;
     bspa_layout_strided_options_init(&o);  // Phi-3-small defaults
     o.block_size = kB, o.local_blocks = kLb, o.vert_stride = kV, o.homo_head = 0, o.num_heads_total = kHq;
@@ -150,7 +163,9 @@ struct Bench {
     }
     const DLDevice dev{kDLCUDA, 0};
     const DLDataType bf = gpu::dl_dtype(BSPA_DTYPE_BF16);
-    Tensor tk(k, dev, bf, {num_pages, kHkv, kPs, kD}), tv(v, dev, bf, {num_pages, kHkv, kPs, kD});
+    const DLDataType kv_dt = fp8 ? DLDataType{kDLUInt, 8, 1} : bf;
+    Tensor tk(k, dev, kv_dt, {num_pages, kHkv, kPs, kD}), tv(v, dev, kv_dt, {num_pages, kHkv, kPs, kD});
+    Tensor tks(kv_scales, dev, gpu::dl_f32(), {kHkv}), tvs(kv_scales + kHkv, dev, gpu::dl_f32(), {kHkv});
     Tensor tqs(dqs, dev, gpu::dl_i32(), {ns + 1}), tcl(dcl, dev, gpu::dl_i32(), {ns});
     Tensor tws(workspace, dev, DLDataType{kDLUInt, 8, 1}, {static_cast<int64_t>(workspace_bytes)});
     auto launch = [&](int r) {
@@ -163,6 +178,7 @@ struct Bench {
       a.block_table = tbt.dl(), a.query_starts = tqs.dl(), a.context_lens = tcl.dl();
       a.max_query_len = max_q, a.layout = use_sparse ? sparse : dense, a.scale = scale;
       a.workspace = workspace ? tws.dl() : nullptr;
+      if (fp8) a.k_scale = tks.dl(), a.v_scale = tvs.dl();
       BSPA_OK_OR_DIE(bspa_prefill_paged(&a, stream));
     };
     for (int i = 0; i < 2; ++i) launch(i % R);
@@ -234,30 +250,21 @@ std::string fmt_tokens(int64_t n) {
 
 int main(int argc, char **argv) {
   std::string json_path, commit = "unknown", only;  // --only NAME: one case, sparse, no sweep (for ncu)
-  bool quick = false, sweep = true, workspace = true, sync_each = false, graph = false;
+  bool quick = false, sweep = true, workspace = true, sync_each = false, graph = false, fp8 = false;
   int idle_ms = 0;
   float scale = 1.0f / 128;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
-      json_path = argv[++i];
-    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc)
-      commit = argv[++i];
-    else if (!std::strcmp(argv[i], "--quick"))
-      quick = true;
-    else if (!std::strcmp(argv[i], "--no-sweep"))
-      sweep = false;
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
-      only = argv[++i];
-    else if (!std::strcmp(argv[i], "--no-workspace"))
-      workspace = false;
-    else if (!std::strcmp(argv[i], "--sync-each"))
-      sync_each = true;
-    else if (!std::strcmp(argv[i], "--graph"))
-      graph = true;
-    else if (!std::strcmp(argv[i], "--idle-ms") && i + 1 < argc)
-      sync_each = true, idle_ms = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--scale") && i + 1 < argc)
-      scale = static_cast<float>(std::atof(argv[++i]));
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--no-sweep")) sweep = false;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--no-workspace")) workspace = false;
+    else if (!std::strcmp(argv[i], "--sync-each")) sync_each = true;
+    else if (!std::strcmp(argv[i], "--graph")) graph = true;
+    else if (!std::strcmp(argv[i], "--idle-ms") && i + 1 < argc) sync_each = true, idle_ms = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--scale") && i + 1 < argc) scale = static_cast<float>(std::atof(argv[++i]));
+    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc && !std::strcmp(argv[i + 1], "fp8")) fp8 = true, ++i;
   }
   if (graph && sync_each) {
     std::fprintf(
@@ -277,6 +284,7 @@ int main(int argc, char **argv) {
   b.timing = graph ? Bench::Timing::Graph : sync_each ? Bench::Timing::SyncEach : Bench::Timing::Queued;
   b.idle_ms = idle_ms;
   b.scale = scale;
+  b.fp8 = fp8;
   b.init();
   if (workspace) b.use_workspace();
   const std::string timing = graph         ? "graph"
@@ -366,10 +374,9 @@ int main(int argc, char **argv) {
                  "{\n  \"gpu\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n  \"backend\": \"bspa %s\",\n"
                  "  \"workspace_bytes\": %zu,\n  \"timing\": \"%s\",\n",
                  prop.name, commit.c_str(), date, path && *path ? path : "auto", b.workspace_bytes, timing.c_str());
-    std::fprintf(f,
-                 "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
-                 "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"scale\": %.7g},\n",
-                 kHq, kHkv, kD, kPs, kB, kLb, kV, scale);
+    std::fprintf(f, "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
+                    "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"kv_dtype\": \"%s\", \"scale\": %.7g},\n",
+                 kHq, kHkv, kD, kPs, kB, kLb, kV, fp8 ? "fp8_e4m3" : "bf16", scale);
     std::fprintf(f, "  \"cases\": [\n");
     for (size_t i = 0; i < rows.size(); ++i)
       std::fprintf(

@@ -147,6 +147,40 @@ struct Tensor {
   DLTensor *dl() { return &t; }
 };
 
+// e4m3 ("e4m3fn") of a float, written independently of the library's encoder so the checks
+// compare two implementations: round to nearest even, saturation to +-448, NaN -> 0x7f.
+inline uint8_t f32_to_e4m3(float x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const float a = std::fabs(x);
+  if (std::isnan(x)) return 0x7f;
+  if (a >= 448.0f) return sign | 0x7e;
+  if (a < 0.015625f) return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));  // subnormals (8 = 2^-6)
+  int e = 0;
+  const float f = std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
+  int m = static_cast<int>(std::nearbyint((f * 2.0f - 1.0f) * 8.0f));
+  int be = e - 1 + 7;
+  if (m == 8) m = 0, ++be;
+  const int code = be << 3 | m;
+  return sign | static_cast<uint8_t>(code > 0x7e ? 0x7e : code);
+}
+inline float e4m3_to_f32(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const float a = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7);
+  return (b & 0x80) ? -a : a;
+}
+
+// Random e4m3 codes for timing over FP8 pages (values do not change a kernel's time; the
+// NaN codes 0x7f / 0xff, which kv_write never writes, are left out).
+inline std::vector<uint8_t> random_e4m3(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<uint8_t> h(n);
+  for (auto &b : h) {
+    b = static_cast<uint8_t>(rng.next());
+    if ((b & 0x7f) == 0x7f) b ^= 1;
+  }
+  return h;
+}
+
 inline void *dmalloc(size_t bytes) {
   void *p = nullptr;
   CUDA_OK(cudaMalloc(&p, bytes ? bytes : 16));
