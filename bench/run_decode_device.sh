@@ -5,7 +5,9 @@
 # the prefill tiling the decode rows took before), torch's decode baselines, and an A/B of
 # bench_prefill against a base library (the prefill must not change).
 #   bash bench/run_decode_device.sh BUILD_DIR [BASE_LIB_DIR] [stages...]
-# Stages (default all): check sanitize decode torch ab (a plot when decode and torch ran). BUILD_DIR holds binaries built on
+# Stages (default all): check sanitize decode torch ab fp8 (a plot when decode and torch ran);
+# decode_ab (not in the default) times bench_decode over BASE_LIB_DIR's library and BUILD's
+# in turn (DECODE_AB_ONLY: the cases, default 1x32767 256x2047). BUILD_DIR holds binaries built on
 # the development machine (static cudart; carry it); BASE_LIB_DIR a libbspa.so.N of the
 # same ABI to A/B bench_prefill against. Logs and JSON go to $OUT (or bench/results/local),
 # a short table is printed last.
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/.."
 BUILD=$1; shift
 BASE=""
 if [ $# -gt 0 ] && [ -d "$1" ]; then BASE=$1; shift; fi
-STAGES=${*:-check sanitize decode torch ab}
+STAGES=${*:-check sanitize decode torch ab fp8}
 OUT=${OUT:-bench/results/local}
 mkdir -p "$OUT"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -37,11 +39,37 @@ fi
 if has decode; then
   T "$BUILD/bench/bench_decode" --json "$OUT/bench_decode.json" --commit "$COMMIT" >"$OUT/bench_decode.log" 2>&1
   summary+=("bench_decode: rc=$?")
-  BSPA_CUDA_DECODE=0 T "$BUILD/bench/bench_decode" --json "$OUT/bench_decode_prefill_path.json" --commit "$COMMIT" \
-    >"$OUT/bench_decode_prefill_path.log" 2>&1
-  summary+=("bench_decode (BSPA_CUDA_DECODE=0): rc=$?")
-  T "$BUILD/bench/bench_decode" --q 4 --pages 64 --json "$OUT/bench_decode_q4.json" --commit "$COMMIT" >"$OUT/bench_decode_q4.log" 2>&1
-  summary+=("bench_decode q=4: rc=$?")
+  if [ "${DECODE_EXTRA:-1}" = 1 ]; then  # the prefill-tiling path and speculative rows (DECODE_EXTRA=0: skip)
+    BSPA_CUDA_DECODE=0 T "$BUILD/bench/bench_decode" --json "$OUT/bench_decode_prefill_path.json" --commit "$COMMIT" \
+      >"$OUT/bench_decode_prefill_path.log" 2>&1
+    summary+=("bench_decode (BSPA_CUDA_DECODE=0): rc=$?")
+    T "$BUILD/bench/bench_decode" --q 4 --pages 64 --json "$OUT/bench_decode_q4.json" --commit "$COMMIT" >"$OUT/bench_decode_q4.log" 2>&1
+    summary+=("bench_decode q=4: rc=$?")
+  fi
+fi
+if has fp8; then
+  # e4m3 pages against bf16 pages in the same call: decode (bench_decode's cases) and prefill.
+  T "$BUILD/bench/bench_decode" --kv fp8 --json "$OUT/bench_decode_fp8.json" --commit "$COMMIT" >"$OUT/bench_decode_fp8.log" 2>&1
+  summary+=("bench_decode --kv fp8: rc=$?")
+  has decode || { T "$BUILD/bench/bench_decode" --json "$OUT/bench_decode.json" --commit "$COMMIT" >"$OUT/bench_decode.log" 2>&1
+                  summary+=("bench_decode: rc=$?"); }
+  for kv in $([ "${FP8_PREFILL:-1}" = 1 ] && echo bf16 fp8); do  # FP8_PREFILL=0: decode only
+    T "$BUILD/bench/bench_prefill" --no-sweep $([ $kv = fp8 ] && echo --kv fp8) --json "$OUT/bench_prefill_$kv.json" \
+      --commit "$COMMIT" >"$OUT/bench_prefill_$kv.log" 2>&1
+    summary+=("bench_prefill ($kv pages): rc=$?")
+  done
+fi
+if has decode_ab && [ -n "$BASE" ]; then
+  for round in 1 2; do
+    for lib in "$BASE" "$BUILD"; do
+      for c in ${DECODE_AB_ONLY:-1x32767 256x2047}; do
+        LD_LIBRARY_PATH="$PWD/$lib" T "$BUILD/bench/bench_decode" --only "$c" >"$OUT/decode_ab_$(basename "$lib")_${c}_$round.log" 2>&1
+        echo "== $lib $c round $round rc=$?" >>"$OUT/decode_ab.log"
+        grep -E "^$c " "$OUT/decode_ab_$(basename "$lib")_${c}_$round.log" >>"$OUT/decode_ab.log"
+      done
+    done
+  done
+  summary+=("decode_ab: done")
 fi
 if has torch; then
   PYTHONUNBUFFERED=1 T python3 bench/compare_torch_decode.py --json "$OUT/compare_torch_decode.json" --budget 200 \
@@ -60,6 +88,11 @@ fi
 echo "=================================================================="
 has check && grep -hE "^(ok|FAIL)" "$OUT"/check_sm90.log 2>/dev/null | awk '{print $1}' | sort | uniq -c
 has torch && grep -vE "^(case|copy)" "$OUT/torch_decode.log" | head -40 && grep -E "^copy" "$OUT/torch_decode.log"
-has decode && for f in bench_decode bench_decode_prefill_path bench_decode_q4; do echo "-- $f"; cat "$OUT/$f.log"; done
+has decode && for f in bench_decode bench_decode_prefill_path bench_decode_q4; do [ -f "$OUT/$f.log" ] && echo "-- $f" && cat "$OUT/$f.log"; done
 has ab && [ -f "$OUT/ab.log" ] && cat "$OUT/ab.log"
+has decode_ab && [ -f "$OUT/decode_ab.log" ] && cat "$OUT/decode_ab.log"
+if has fp8; then
+  echo "-- bench_decode --kv fp8"; cat "$OUT/bench_decode_fp8.log"
+  for kv in bf16 fp8; do [ -f "$OUT/bench_prefill_$kv.log" ] && echo "-- bench_prefill ($kv pages)" && grep -E "S=" "$OUT/bench_prefill_$kv.log"; done
+fi
 printf '%s\n' "${summary[@]}"

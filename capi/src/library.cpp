@@ -37,7 +37,7 @@ BSPA_API uint32_t bspa_abi_version(void) { return BSPA_ABI_VERSION; }
 BSPA_API const char *bspa_build_info(void) {
 #ifdef BSPA_HAVE_CUDA
   return "bspa " BSPA_VERSION_STRING "; backends: cpu,cuda; cuda_archs: " BSPA_CUDA_ARCHS_STRING
-         "; dtypes: f32,f16,bf16 (cuda: f16,bf16); kv_dtypes: f32,f16,bf16,fp8_e4m3 (cuda: f16,bf16); "
+         "; dtypes: f32,f16,bf16 (cuda: f16,bf16); kv_dtypes: f32,f16,bf16,fp8_e4m3 (cuda: f16,bf16,fp8_e4m3); "
          "head_dims: any (cuda: 64,128)";
 #else
   return "bspa " BSPA_VERSION_STRING

@@ -192,16 +192,6 @@ void describe_batch(Problem &p, const bspa_batch &b, bool cuda) {
   }
 }
 
-// Until the CUDA prefill and decode kernels dequantize FP8 pages (issue 20, kernels/cuda),
-// an FP8 attention launch on a GPU is refused here rather than reading e4m3 bytes as
-// 16-bit values. The CUDA kv write already quantizes. Remove this guard (and say
-// fp8_e4m3 under "cuda" in bspa_build_info) when the kernels read PagedKV::kv_dtype.
-void check_cuda_fp8_attention(bool cuda) {
-  check(!cuda, Errc::NotSupported,
-        "fp8_e4m3 KV pages: the CUDA attention kernels of this build do not dequantize them yet "
-        "(the CPU backend and the CUDA kv write do)");
-}
-
 }  // namespace
 
 extern "C" {
@@ -303,7 +293,6 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int3
       p.kv.kv_dtype = DType::FP8_E4M3;
       p.kv.k_scale = scales->k;
       p.kv.v_scale = scales->v;
-      check_cuda_fp8_attention(g.cuda);
     }
     if (g.cuda) {
       p.work = batch->device->work;
@@ -470,7 +459,6 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
           bspa::capi::check_disjoint(*s, name, w, w + p.split.bytes, "args->workspace");
         }
       }
-      check_cuda_fp8_attention(device.device_type == kDLCUDA);
     }
     if (device.device_type == kDLCPU && num_seqs > 0) check_paged_metadata(p, num_pages, bt.dim(1));
     if (p.total_q == 0) return;

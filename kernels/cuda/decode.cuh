@@ -12,6 +12,8 @@
 //     every row sees every key, else masked per row (token rule and the row's head);
 //  2. K and V of the listed tiles stream through a ring of kStages cp.async stages (deep
 //     enough to keep the loads of two CTAs per SM in flight: the kernel is memory bound);
+//     e4m3 pages stay bytes in shared memory and are widened in registers as the matrix
+//     fragments are loaded (below: "e4m3 fragments");
 //  3. S = Q K^T and O += P V on mma.sync m16n8k16 with each warp's own online softmax;
 //  4. the key groups' partial states are merged in shared memory; with one split the rows
 //     are normalised and stored (and their lse), otherwise the CTA stores its unit and
@@ -61,17 +63,17 @@ struct Config {
   static constexpr int kPageRowBytes = D * static_cast<int>(sizeof(KV));  // a K/V row in the pages
   static constexpr int kChunks = kPageRowBytes / 16;                      // its 16-byte copies
   static constexpr int kStageBytes = kKeyTile * kPageRowBytes;
-  // Two CTAs per SM keep 2 x (kStages - 1) tiles of K and V in flight: 128 KB at D = 128
-  // (96 KB of e4m3, with the 16-bit tile it is widened into).
+  // Two CTAs per SM keep 2 x (kStages - 1) tiles of K and V in flight: 128 KB at D = 128;
+  // e4m3 stages are half the bytes and (with no 16-bit tile to widen into) three CTAs fit
+  // an SM: 3 x 3 tiles of 16 KB.
   static constexpr int kStages = kFp8 ? (D == 128 ? 4 : 6) : (D == 128 ? 3 : 4);
-  static constexpr int kWidenBytes = kFp8 ? 2 * kTileBytes : 0;  // the widened K and V tiles
   static constexpr int kListCap = 1024;  // key tiles classified per pass (64k tokens)
   static constexpr int kPerThread = kListCap / kThreads;
   static constexpr int kRowsPerPass = kThreads / kChunks;  // K/V rows one cp.async pass covers
   // The key groups' partial states after the loop, in the (then idle) stage ring.
   static constexpr int kReduceBytes = kKeyWarps * kRows * (D + 2) * 4;
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kStageBytes + kWidenBytes + kListCap * 4 + 64 + 1024;
-  static_assert(kReduceBytes <= 2 * kStages * kStageBytes + kWidenBytes, "the reduction must fit in the stage ring");
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kStageBytes + kListCap * 4 + 64 + 1024;
+  static_assert(kReduceBytes <= 2 * kStages * kStageBytes, "the reduction must fit in the stage ring");
   static_assert(kWarpKeys % 16 == 0, "a warp's keys are whole k-steps of the PV product");
   static_assert(kRowsPerPass % 8 == 0, "a pass covers whole swizzle groups");
 };
@@ -86,9 +88,7 @@ __global__ void __launch_bounds__(128, 2)
   char *sQ = smem;
   char *sK = sQ + C::kQBytes;
   char *sV = sK + S * SB;
-  char *sKw = sV + S * SB;  // e4m3 pages: the widened tiles (kWidenBytes)
-  char *sVw = sKw + C::kTileBytes;
-  int32_t *sList = reinterpret_cast<int32_t *>(sV + S * SB + C::kWidenBytes);
+  int32_t *sList = reinterpret_cast<int32_t *>(sV + S * SB);
   int32_t *sScan = sList + C::kListCap;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -118,7 +118,35 @@ __global__ void __launch_bounds__(128, 2)
   const int page_mask = (1 << p.page_shift) - 1;
 
   // Q rows -> shared (padding rows zero).
-  {
+  if constexpr (C::kFp8) {
+    // e4m3 fragments (below) give each thread K's head-dim elements in the order they lie in
+    // a 128-bit load, not in mma's k order, so Q is stored with its columns permuted to
+    // match: thread (row, m, c) moves columns 64m + 16c .. + 15 as eight pairs; pair 2w of
+    // them becomes u32 slot c of k-step 4m + w's first 8-column chunk, pair 2w + 1 slot c of
+    // its second (mma k = 2c, 2c + 1 and 2c + 8, 2c + 9 of that step).
+    const T *q = static_cast<const T *>(p.q);
+    constexpr int kPerRow = D / 16;  // (m, c) pairs
+#pragma unroll
+    for (int i = 0; i < C::kRows * kPerRow / C::kThreads; ++i) {
+      const int idx = tid + i * C::kThreads;
+      const int r = idx / kPerRow, m = (idx % kPerRow) >> 2, c = idx & 3;
+      uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+      if (r < rows) {
+        const int t = r / G, g = r - t * G;
+        const T *src = q + static_cast<int64_t>(qs + t) * p.q_tok + static_cast<int64_t>(kvh * G + g) * p.q_head + 64 * m + 16 * c;
+        lo = *reinterpret_cast<const uint4 *>(src);
+        hi = *reinterpret_cast<const uint4 *>(src + 8);
+      }
+      const uint32_t pairs[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const int kk = 4 * m + w;
+        *reinterpret_cast<uint32_t *>(sQ + swz<D>(r, 2 * kk) + 4 * c) = pairs[2 * w];
+        *reinterpret_cast<uint32_t *>(sQ + swz<D>(r, 2 * kk + 1) + 4 * c) = pairs[2 * w + 1];
+      }
+    }
+    cp_async_commit();  // an empty group: the ring's wait counts stay those of the 16-bit path
+  } else {
     const T *q = static_cast<const T *>(p.q);
 #pragma unroll
     for (int i = 0; i < C::kRows * (D / 8) / C::kThreads; ++i) {
@@ -137,10 +165,13 @@ __global__ void __launch_bounds__(128, 2)
   // kRowsPerPass). The block-table entries of a tile (one when pages hold whole tiles, else
   // one per row this thread copies) are read a tile ahead of its copies (fetch_pages), so
   // the table's latency hides behind a tile of work instead of stalling the copies.
-  // (e4m3: rows of D bytes, unswizzled: the widening reads them linearly.)
+  // (e4m3: rows of D bytes in the e4m3_swz layout; a pass is 16 or 32 rows, whole periods
+  // of both swizzles, so the destinations of a thread's passes differ by kPassBytes.)
   constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   const int kr0 = tid / C::kChunks, kc = tid % C::kChunks;
-  const uint32_t kv_dst0 = C::kFp8 ? static_cast<uint32_t>(kr0 * C::kPageRowBytes + kc * 16) : swz<D>(kr0, kc);
+  uint32_t kv_dst0;
+  if constexpr (C::kFp8) kv_dst0 = fp8::e4m3_swz<D>(kr0, kc);
+  else kv_dst0 = swz<D>(kr0, kc);
   constexpr int kPassBytes = C::kRowsPerPass * C::kPageRowBytes;
   const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * kChunkElems;
   const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * kChunkElems;
@@ -296,29 +327,48 @@ __global__ void __launch_bounds__(128, 2)
       cp_async_commit();
       const int entry = entry_at(it);
       const int stage = it % S;
-      uint32_t tK = smem_addr(sK + stage * SB), tV = smem_addr(sV + stage * SB);
-      if constexpr (C::kFp8) {
-        // Every warp is past the previous tile's reads of the widened tiles (the barrier above).
-        fp8::widen_e4m3_tile<T, D, kKeyTile, C::kThreads>(sK + stage * SB, sKw, tid);
-        fp8::widen_e4m3_tile<T, D, kKeyTile, C::kThreads>(sV + stage * SB, sVw, tid);
-        __syncthreads();
-        tK = smem_addr(sKw);
-        tV = smem_addr(sVw);
-      }
+      [[maybe_unused]] const uint32_t tK = smem_addr(sK + stage * SB), tV = smem_addr(sV + stage * SB);
 
       float s[KW / 8][4];
 #pragma unroll
       for (int i = 0; i < KW / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+      if constexpr (C::kFp8) {
+        // e4m3 fragments, K: the thread of B column n (lane / 4) loads 16 bytes of its key
+        // row, columns 64m + 16c .. + 15 (c = lane % 4); word w of them, widened, is
+        // (b0, b1) of k-step 4m + w (Q's columns are permuted to match, above).
+        const char *kt = sK + stage * SB;
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4];
-        ldmatrix_x4(xo(q_off, kk), a[0], a[1], a[2], a[3]);
+        for (int m = 0; m < D / 64; ++m) {
+          uint4 kw[KW / 8];
 #pragma unroll
-        for (int np = 0; np < KW / 16; ++np) {
-          uint32_t b0, b1, b2, b3;
-          ldmatrix_x4(tK + xo(k_off, kk) + np * 16 * RB, b0, b1, b2, b3);
-          mma_16816<T>(s[2 * np], a, b0, b1);
-          mma_16816<T>(s[2 * np + 1], a, b2, b3);
+          for (int nt = 0; nt < KW / 8; ++nt)
+            kw[nt] = *reinterpret_cast<const uint4 *>(kt + fp8::e4m3_swz<D>(wk * KW + nt * 8 + (lane >> 2), 4 * m + (lane & 3)));
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            const int kk = 4 * m + w;
+            uint32_t a[4];
+            ldmatrix_x4(xo(q_off, kk), a[0], a[1], a[2], a[3]);
+#pragma unroll
+            for (int nt = 0; nt < KW / 8; ++nt) {
+              const uint32_t word = w == 0 ? kw[nt].x : w == 1 ? kw[nt].y : w == 2 ? kw[nt].z : kw[nt].w;
+              uint32_t b0, b1;
+              fp8::widen_e4m3x4<T>(word, b0, b1);
+              mma_16816<T>(s[nt], a, b0, b1);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t a[4];
+          ldmatrix_x4(xo(q_off, kk), a[0], a[1], a[2], a[3]);
+#pragma unroll
+          for (int np = 0; np < KW / 16; ++np) {
+            uint32_t b0, b1, b2, b3;
+            ldmatrix_x4(tK + xo(k_off, kk) + np * 16 * RB, b0, b1, b2, b3);
+            mma_16816<T>(s[2 * np], a, b0, b1);
+            mma_16816<T>(s[2 * np + 1], a, b2, b3);
+          }
         }
       }
 
@@ -383,12 +433,37 @@ __global__ void __launch_bounds__(128, 2)
         a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
         a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
         a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        if constexpr (C::kFp8) {
+          // e4m3 fragments, V: b0 / b1 pair two keys (rows 2c, 2c + 1 / 2c + 8, 2c + 9 of the
+          // step) at one column. The thread of B column g (lane / 4) loads 4 bytes of each of
+          // the four rows at columns 32a + 4g .. + 3 and interleaves them: one widened pair per
+          // column, the fragments of n-tiles 4a .. 4a + 3. So n-tile j = 4a + b, column n
+          // holds output column 32a + 4n + b (the reduction below stores them there).
+          const char *vt = sV + stage * SB;
+          const int key0 = wk * KW + 16 * kk + 2 * (lane & 3), g = lane >> 2;
 #pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-          uint32_t b0, b1, b2, b3;
-          ldmatrix_x4_trans(tV + xo(v_off, dp) + kk * 16 * RB, b0, b1, b2, b3);
-          mma_16816<T>(o[2 * dp], a, b0, b1);
-          mma_16816<T>(o[2 * dp + 1], a, b2, b3);
+          for (int ca = 0; ca < D / 32; ++ca) {
+            const int chunk = 2 * ca + (g >> 2), byte = (g & 3) * 4;
+            const uint32_t r0 = *reinterpret_cast<const uint32_t *>(vt + fp8::e4m3_swz<D>(key0, chunk) + byte);
+            const uint32_t r1 = *reinterpret_cast<const uint32_t *>(vt + fp8::e4m3_swz<D>(key0 + 1, chunk) + byte);
+            const uint32_t r2 = *reinterpret_cast<const uint32_t *>(vt + fp8::e4m3_swz<D>(key0 + 8, chunk) + byte);
+            const uint32_t r3 = *reinterpret_cast<const uint32_t *>(vt + fp8::e4m3_swz<D>(key0 + 9, chunk) + byte);
+            uint32_t b0[4], b1[4];
+            fp8::widen_e4m3x4<T>(__byte_perm(r0, r1, 0x5140), b0[0], b0[1]);
+            fp8::widen_e4m3x4<T>(__byte_perm(r0, r1, 0x7362), b0[2], b0[3]);
+            fp8::widen_e4m3x4<T>(__byte_perm(r2, r3, 0x5140), b1[0], b1[1]);
+            fp8::widen_e4m3x4<T>(__byte_perm(r2, r3, 0x7362), b1[2], b1[3]);
+#pragma unroll
+            for (int b = 0; b < 4; ++b) mma_16816<T>(o[4 * ca + b], a, b0[b], b1[b]);
+          }
+        } else {
+#pragma unroll
+          for (int dp = 0; dp < D / 16; ++dp) {
+            uint32_t b0, b1, b2, b3;
+            ldmatrix_x4_trans(tV + xo(v_off, dp) + kk * 16 * RB, b0, b1, b2, b3);
+            mma_16816<T>(o[2 * dp], a, b0, b1);
+            mma_16816<T>(o[2 * dp + 1], a, b2, b3);
+          }
         }
       }
     }
@@ -409,9 +484,16 @@ __global__ void __launch_bounds__(128, 2)
     const int r = wr * 16 + (lane >> 2) + rr * 8;
     if ((lane & 3) == 0) red_ml[wk * C::kRows + r] = make_float2(m[rr], sum);
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt)
-      *reinterpret_cast<float2 *>(red_o + (wk * C::kRows + r) * D + dt * 8 + 2 * (lane & 3)) =
-          make_float2(o[dt][2 * rr] * v_scale, o[dt][2 * rr + 1] * v_scale);
+    for (int dt = 0; dt < D / 8; ++dt) {
+      float *dst = red_o + (wk * C::kRows + r) * D;
+      if constexpr (C::kFp8) {  // n-tile dt = 4a + b, column n: output column 32a + 4n + b (V above)
+        const int col = 32 * (dt >> 2) + 8 * (lane & 3) + (dt & 3);
+        dst[col] = o[dt][2 * rr] * v_scale;
+        dst[col + 4] = o[dt][2 * rr + 1] * v_scale;
+      } else {
+        *reinterpret_cast<float2 *>(dst + dt * 8 + 2 * (lane & 3)) = make_float2(o[dt][2 * rr], o[dt][2 * rr + 1]);
+      }
+    }
   }
   __syncthreads();
   const bool whole = split.splits == 1;

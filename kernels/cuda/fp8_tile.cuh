@@ -48,6 +48,19 @@ __device__ __forceinline__ void widen_e4m3x4<__nv_bfloat16>(uint32_t w, uint32_t
   hi = *reinterpret_cast<uint32_t *>(&y);
 }
 
+// Byte offset of 16-byte chunk k of row r in an e4m3 tile read by fragments (the decode
+// kernel): D = 128 rows of one 128-byte line, D = 64 two rows a line; chunks XOR-swizzled so
+// that both of the kernel's access patterns are free of bank conflicts: 128-bit loads of the
+// K fragments (rows 2p and 2p+1 in one phase must fill the line's two halves) and 32-bit
+// loads of the V fragments (rows 2c, c = 0..3, at one 32-byte column must hit eight
+// different chunks).
+template <int D>
+__device__ __forceinline__ uint32_t e4m3_swz(int r, int k) {
+  static_assert(D == 64 || D == 128, "e4m3 tiles of 64 or 128 bytes a row");
+  if constexpr (D == 128) return static_cast<uint32_t>(r * 128 + ((k ^ ((((r >> 1) & 3) << 1) ^ ((r & 1) << 2))) << 4));
+  else return static_cast<uint32_t>((r >> 1) * 128 + (((((r & 1) << 2) + k) ^ (((r >> 1) & 3) << 1)) << 4));
+}
+
 // Widens a kRows x D e4m3 tile (row-major, D bytes a row, in shared memory) into the 16-bit
 // tile at dst (sm80::swz<D> layout), with kThreads threads (threadIdx.x 0..kThreads-1).
 // The caller synchronises before (src landed, dst free) and after (dst complete).

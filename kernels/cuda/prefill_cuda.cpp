@@ -57,7 +57,8 @@ void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, const Split
     sm90::launch<T, 128>(prm, grid, split, stream);
 }
 
-// BSPA_CUDA_PATH=sm80|sm90 forces a kernel family (to time or test both on one GPU);
+// BSPA_CUDA_PATH=sm80|sm90 forces a kernel family for 16-bit pages (to time or test both on
+// one GPU; e4m3 pages always take sm80);
 // unset or "auto": sm90 on compute capability 9.0 when this build carries sm_90a code, for
 // query tiles of 128 rows (shorter queries keep sm80's 64-row tiles); it is faster than sm80
 // on every bench/ case there (bench/NOTES.md, "CUDA prefill (sm90a path)").
@@ -103,9 +104,8 @@ void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
         "BSPA_CUDA_PATH = sm90 needs a compute capability 9.0 device and a build with sm_90a (BSPA_CUDA_ARCHS = ",
         BSPA_CUDA_ARCHS_STRING, ")");
   // e4m3 pages: the sm80 kernel, which widens them in shared memory (the sm90a kernel's TMA
-  // boxes feed wgmma 16-bit tiles directly; it has no widening stage).
-  check(path != Path::Sm90 || !e4m3, Errc::NotSupported,
-        "BSPA_CUDA_PATH = sm90: the sm90a kernel reads 16-bit pages only (the pages are fp8_e4m3)");
+  // boxes feed wgmma 16-bit tiles directly; it has no widening stage), whatever
+  // BSPA_CUDA_PATH asks for: it picks between two families only for 16-bit pages.
   const bool use_sm90 = !e4m3 && (path == Path::Sm90 || (path == Path::Auto && sm90_ok && p.max_query_len > 64));
   const int bm = use_sm90 || p.max_query_len > 64 ? 128 : 64;
   dim3 grid;
