@@ -126,9 +126,9 @@ __global__ void __launch_bounds__(128, 2)
     // its second (mma k = 2c, 2c + 1 and 2c + 8, 2c + 9 of that step).
     const T *q = static_cast<const T *>(p.q);
     constexpr int kPerRow = D / 16;  // (m, c) pairs
+    // (D = 64 with 16 rows: 64 (row, m, c) triples, half the threads.)
 #pragma unroll
-    for (int i = 0; i < C::kRows * kPerRow / C::kThreads; ++i) {
-      const int idx = tid + i * C::kThreads;
+    for (int idx = tid; idx < C::kRows * kPerRow; idx += C::kThreads) {
       const int r = idx / kPerRow, m = (idx % kPerRow) >> 2, c = idx & 3;
       uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
       if (r < rows) {
