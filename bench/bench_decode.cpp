@@ -117,18 +117,27 @@ int main(int argc, char **argv) {
   int q = 1;
   bool quick = false, fp8 = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else if (!std::strcmp(argv[i], "--q") && i + 1 < argc) q = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc && !std::strcmp(argv[i + 1], "fp8")) fp8 = true, ++i;
-    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc && !std::strcmp(argv[i + 1], "bf16")) ++i;
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json = argv[++i];
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc)
+      commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
+    else if (!std::strcmp(argv[i], "--q") && i + 1 < argc)
+      q = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc && !std::strcmp(argv[i + 1], "fp8"))
+      fp8 = true, ++i;
+    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc && !std::strcmp(argv[i + 1], "bf16"))
+      ++i;
     else if (!std::strcmp(argv[i], "--pages") && i + 1 < argc) {
       page_sizes.clear();
       for (char *t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) page_sizes.push_back(std::atoi(t));
     } else {
-      std::fprintf(stderr, "usage: bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE] [--kv bf16|fp8]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE] [--kv bf16|fp8]\n");
       return 2;
     }
   }
@@ -275,7 +284,8 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 8; ++i) mixed[1].chunks.push_back({2048 * i, 512});
   for (int i = 0; i < 120; ++i) mixed[1].decodes.push_back({1024 + (i * 131) % 7168, 1});
   if (fp8) mixed.clear();  // the mixed steps are timed over bf16 pages only
-  std::printf("\n%-16s %-6s %10s %10s %10s %10s\n", "mixed step", "layout", "whole ms", "chunks ms", "decode ms", "whole/parts");
+  std::printf("\n%-16s %-6s %10s %10s %10s %10s\n", "mixed step", "layout", "whole ms", "chunks ms", "decode ms",
+              "whole/parts");
   for (const Mixed &m : mixed) {
     if (only && std::strcmp(only, m.name) != 0) continue;
     std::vector<std::pair<int, int> > whole = m.chunks;
@@ -369,8 +379,10 @@ int main(int argc, char **argv) {
     char date[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    std::fprintf(f, "{\n  \"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"decode_kernel\": %s, \"kv_dtype\": \"%s\",\n  \"results\": [\n",
-                 prop.name, commit, date, decode_off ? "false" : "true", fp8 ? "fp8_e4m3" : "bf16");
+    std::fprintf(
+        f,
+        "{\n  \"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"decode_kernel\": %s, \"kv_dtype\": \"%s\",\n  \"results\": [\n",
+        prop.name, commit, date, decode_off ? "false" : "true", fp8 ? "fp8_e4m3" : "bf16");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result &r = results[i];
       std::fprintf(

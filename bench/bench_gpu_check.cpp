@@ -191,7 +191,8 @@ void run_paged(const Case &c, uint64_t seed) {
   if (c.token_major) pstrides = {static_cast<int64_t>(c.ps) * c.hkv * c.D, c.D, static_cast<int64_t>(c.hkv) * c.D, 1};
   const DLDataType hdt = gpu::dl_dtype(c.dt);
   const DLDataType pdt = c.fp8 ? DLDataType{kDLUInt, 8, 1} : hdt;
-  void *k_host = c.fp8 ? static_cast<void *>(k8.data()) : k.data(), *v_host = c.fp8 ? static_cast<void *>(v8.data()) : v.data();
+  void *k_host = c.fp8 ? static_cast<void *>(k8.data()) : k.data(),
+       *v_host = c.fp8 ? static_cast<void *>(v8.data()) : v.data();
   const size_t page_bytes_total = c.fp8 ? k8.size() : k.size() * 2;
   float *d_scales = c.fp8 ? gpu::upload(kv_scales) : nullptr;
 
@@ -243,7 +244,8 @@ void run_paged(const Case &c, uint64_t seed) {
     std::vector<int32_t> qs_full = {0, full}, cl_full = {0};
     Tensor tk(k_host, kCpu, pdt, pshape, pstrides), tv(v_host, kCpu, pdt, pshape, pstrides);
     Tensor tq(qf.data(), kCpu, hdt, {full, c.hq, c.D}), to(of.data(), kCpu, hdt, {full, c.hq, c.D});
-    Tensor tks(kv_scales.data(), kCpu, gpu::dl_f32(), {c.hkv}), tvs(kv_scales.data() + c.hkv, kCpu, gpu::dl_f32(), {c.hkv});
+    Tensor tks(kv_scales.data(), kCpu, gpu::dl_f32(), {c.hkv}),
+        tvs(kv_scales.data() + c.hkv, kCpu, gpu::dl_f32(), {c.hkv});
     Tensor tl(lf.data(), kCpu, gpu::dl_f32(), {c.hq, full});
     Tensor tbt(bt.data(), kCpu, gpu::dl_i32(), {ns, max_pages}), tqs(qs_full.data(), kCpu, gpu::dl_i32(), {2}),
         tcl(cl_full.data(), kCpu, gpu::dl_i32(), {1});
@@ -276,8 +278,8 @@ void run_paged(const Case &c, uint64_t seed) {
   auto lse_gpu = gpu::download(dlse, lse_cpu.size());
   if (!c.lse) lse_cpu.clear(), lse_gpu.clear();
   report("paged " + describe(c), compare(c.dt, out_cpu, out_gpu, lse_cpu, lse_gpu));
-  for (void *p : {(void *)dk, (void *)dv, (void *)dq, (void *)dout, (void *)dlse, (void *)dbt, (void *)dqs, (void *)dcl, ws,
-                  (void *)d_scales})
+  for (void *p : {(void *)dk, (void *)dv, (void *)dq, (void *)dout, (void *)dlse, (void *)dbt, (void *)dqs, (void *)dcl,
+                  ws, (void *)d_scales})
     cudaFree(p);
   bspa_layout_destroy(layout);
 }
@@ -306,7 +308,8 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
     o.num_pages = kPoolPages;
     BSPA_OK_OR_DIE(bspa_pool_create(&pools[g], &o));
     if (fp8)
-      for (int layer = 0; layer < 2; ++layer) BSPA_OK_OR_DIE(bspa_pool_set_kv_scales(pools[g], layer, ks.data(), vs.data(), hkv));
+      for (int layer = 0; layer < 2; ++layer)
+        BSPA_OK_OR_DIE(bspa_pool_set_kv_scales(pools[g], layer, ks.data(), vs.data(), hkv));
   }
   // Sequences [seqs of `which`]: the K and V bytes of tokens [starts[i], ends[i]) in every
   // layer, equal on both pools? (Other bytes of a page are never written.)
@@ -322,8 +325,10 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
         for (int w = 0; w < 2; ++w) {
           bytes[g][layer][w].resize(n);
           const void *src = w ? v.data : k.data;
-          if (g) CUDA_OK(cudaMemcpy(bytes[g][layer][w].data(), src, n, cudaMemcpyDeviceToHost));
-          else std::memcpy(bytes[g][layer][w].data(), src, n);
+          if (g)
+            CUDA_OK(cudaMemcpy(bytes[g][layer][w].data(), src, n, cudaMemcpyDeviceToHost));
+          else
+            std::memcpy(bytes[g][layer][w].data(), src, n);
         }
       }
     int64_t differ = 0, compared = 0;
@@ -345,13 +350,17 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
             for (int h = 0; h < hkv; ++h) {
               const size_t off = ((static_cast<size_t>(pages[0][pos / ps]) * hkv + h) * ps + pos % ps) * D * elem_bytes;
               compared += D;
-              differ += std::memcmp(bytes[0][layer][w].data() + off, bytes[1][layer][w].data() + off, D * elem_bytes) != 0;
+              differ +=
+                  std::memcmp(bytes[0][layer][w].data() + off, bytes[1][layer][w].data() + off, D * elem_bytes) != 0;
             }
     }
     const bool ok = differ == 0;
-    if (ok) ++passed; else ++failures;
-    std::printf("%s  kv_write bytes equal on CPU and CUDA (%lld elements, %lld rows differ)  %s\n", ok ? "ok  " : "FAIL",
-                (long long)compared, (long long)differ, what.c_str());
+    if (ok)
+      ++passed;
+    else
+      ++failures;
+    std::printf("%s  kv_write bytes equal on CPU and CUDA (%lld elements, %lld rows differ)  %s\n",
+                ok ? "ok  " : "FAIL", (long long)compared, (long long)differ, what.c_str());
   };
   Case lc;
   lc.hq = hq;
@@ -436,9 +445,9 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
     BSPA_OK_OR_DIE(bspa_seq_match(seqs[g][0], p0.data(), 1500, &cached[g]));
     BSPA_OK_OR_DIE(bspa_seq_append(seqs[g][0], p0.data() + cached[g], 1500 - cached[g]));
   }
-  const std::string tag = std::string(dt == BSPA_DTYPE_BF16 ? "bf16" : "f16") + (fp8 ? " fp8 pages" : "") + " D" + std::to_string(D) + " H" +
-                          std::to_string(hq) + "/" + std::to_string(hkv) + " ps" + std::to_string(ps) + " layout" +
-                          std::to_string(layout_kind);
+  const std::string tag = std::string(dt == BSPA_DTYPE_BF16 ? "bf16" : "f16") + (fp8 ? " fp8 pages" : "") + " D" +
+                          std::to_string(D) + " H" + std::to_string(hq) + "/" + std::to_string(hkv) + " ps" +
+                          std::to_string(ps) + " layout" + std::to_string(layout_kind);
   step({0}, {&p0}, {static_cast<int>(cached[1])}, tag + " fresh 1500");
   // Step 2: a prefix hit (1300 shared tokens) and a fresh 77-token prompt in one batch.
   int64_t c1[2], c2[2];
@@ -527,8 +536,10 @@ void run_fp8_codes(bspa_dtype dt, int q_len) {
   BSPA_OK_OR_DIE(bspa_layout_create_dense(&l, 1));
   const DLDataType hdt = gpu::dl_dtype(dt), bytes{kDLUInt, 8, 1};
   Tensor tk(dkv, kGpu, bytes, {2, 1, kPs, D}), tq(dq, kGpu, hdt, {T, 1, D}), to(dout, kGpu, hdt, {T, 1, D});
-  Tensor tl(dlse, kGpu, gpu::dl_f32(), {1, T}), tks(dsc, kGpu, gpu::dl_f32(), {1}), tvs(dsc + 1, kGpu, gpu::dl_f32(), {1});
-  Tensor tbt(dbt, kGpu, gpu::dl_i32(), {kSeqs, 1}), tqs(dqs, kGpu, gpu::dl_i32(), {kSeqs + 1}), tcl(dcl, kGpu, gpu::dl_i32(), {kSeqs});
+  Tensor tl(dlse, kGpu, gpu::dl_f32(), {1, T}), tks(dsc, kGpu, gpu::dl_f32(), {1}),
+      tvs(dsc + 1, kGpu, gpu::dl_f32(), {1});
+  Tensor tbt(dbt, kGpu, gpu::dl_i32(), {kSeqs, 1}), tqs(dqs, kGpu, gpu::dl_i32(), {kSeqs + 1}),
+      tcl(dcl, kGpu, gpu::dl_i32(), {kSeqs});
   bspa_paged_args a;
   bspa_paged_args_init(&a);
   a.q = tq.dl(), a.out = to.dl(), a.lse = tl.dl(), a.k_pages = tk.dl(), a.v_pages = tk.dl();
@@ -551,10 +562,14 @@ void run_fp8_codes(bspa_dtype dt, int q_len) {
     bad_lse += std::fabs(lse[row] - want) > 1e-6 * std::max(1.0, std::fabs(want));
   }
   const bool ok = bad_out == 0 && bad_lse == 0;
-  if (ok) ++passed; else ++failures;
+  if (ok)
+    ++passed;
+  else
+    ++failures;
   std::printf("%s  e4m3 codes exact through the %s kernel, %s q: %d outputs and %d lse differ\n", ok ? "ok  " : "FAIL",
               q_len <= 8 ? "decode" : "sm80 prefill", dt == BSPA_DTYPE_BF16 ? "bf16" : "f16", bad_out, bad_lse);
-  for (void *p : {(void *)dkv, (void *)dbt, (void *)dqs, (void *)dcl, (void *)dq, (void *)dout, (void *)dlse, (void *)dsc})
+  for (void *p :
+       {(void *)dkv, (void *)dbt, (void *)dqs, (void *)dcl, (void *)dq, (void *)dout, (void *)dlse, (void *)dsc})
     cudaFree(p);
   bspa_layout_destroy(l);
 }
@@ -764,8 +779,10 @@ int main(int argc, char **argv) {
       c.token_major = i % 11 == 5;
       c.workspace = i % 4 != 1;
       const int ctx = 64 * rng.range(0, 40) + mods[i % 8];
-      if (i % 3 == 2) c.seqs = {{ctx, 300 + i}, {ctx / 2 + 1, 1 + i % 8}};  // prefill rows and a decode row
-      else c.seqs = {{ctx, 1 + i % 8}, {ctx + 77, 1}};
+      if (i % 3 == 2)
+        c.seqs = {{ctx, 300 + i}, {ctx / 2 + 1, 1 + i % 8}};  // prefill rows and a decode row
+      else
+        c.seqs = {{ctx, 1 + i % 8}, {ctx + 77, 1}};
       c.identity = i % 6 == 4;
       if (c.identity) c.seqs.resize(1);
       cases.push_back(c);

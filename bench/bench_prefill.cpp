@@ -81,8 +81,8 @@ double visible_pairs(const std::vector<Seq> &seqs, bool sparse) {
 
 struct Bench {
   uint16_t *k = nullptr, *v = nullptr, *q = nullptr, *out = nullptr;
-  bool fp8 = false;                    // e4m3 pages (k, v then hold bytes)
-  float *kv_scales = nullptr;          // fp8: [K, V][Hkv]
+  bool fp8 = false;            // e4m3 pages (k, v then hold bytes)
+  float *kv_scales = nullptr;  // fp8: [K, V][Hkv]
   int64_t num_pages = kMaxTokens / kPs;
   bspa_layout *sparse = nullptr, *dense = nullptr;
   cudaEvent_t e0, e1;
@@ -254,17 +254,28 @@ int main(int argc, char **argv) {
   int idle_ms = 0;
   float scale = 1.0f / 128;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
-    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
-    else if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else if (!std::strcmp(argv[i], "--no-sweep")) sweep = false;
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else if (!std::strcmp(argv[i], "--no-workspace")) workspace = false;
-    else if (!std::strcmp(argv[i], "--sync-each")) sync_each = true;
-    else if (!std::strcmp(argv[i], "--graph")) graph = true;
-    else if (!std::strcmp(argv[i], "--idle-ms") && i + 1 < argc) sync_each = true, idle_ms = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--scale") && i + 1 < argc) scale = static_cast<float>(std::atof(argv[++i]));
-    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc && !std::strcmp(argv[i + 1], "fp8")) fp8 = true, ++i;
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc)
+      commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!std::strcmp(argv[i], "--no-sweep"))
+      sweep = false;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
+    else if (!std::strcmp(argv[i], "--no-workspace"))
+      workspace = false;
+    else if (!std::strcmp(argv[i], "--sync-each"))
+      sync_each = true;
+    else if (!std::strcmp(argv[i], "--graph"))
+      graph = true;
+    else if (!std::strcmp(argv[i], "--idle-ms") && i + 1 < argc)
+      sync_each = true, idle_ms = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--scale") && i + 1 < argc)
+      scale = static_cast<float>(std::atof(argv[++i]));
+    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc && !std::strcmp(argv[i + 1], "fp8"))
+      fp8 = true, ++i;
   }
   if (graph && sync_each) {
     std::fprintf(
@@ -374,9 +385,11 @@ int main(int argc, char **argv) {
                  "{\n  \"gpu\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n  \"backend\": \"bspa %s\",\n"
                  "  \"workspace_bytes\": %zu,\n  \"timing\": \"%s\",\n",
                  prop.name, commit.c_str(), date, path && *path ? path : "auto", b.workspace_bytes, timing.c_str());
-    std::fprintf(f, "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
-                    "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"kv_dtype\": \"%s\", \"scale\": %.7g},\n",
-                 kHq, kHkv, kD, kPs, kB, kLb, kV, fp8 ? "fp8_e4m3" : "bf16", scale);
+    std::fprintf(
+        f,
+        "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
+        "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"kv_dtype\": \"%s\", \"scale\": %.7g},\n",
+        kHq, kHkv, kD, kPs, kB, kLb, kV, fp8 ? "fp8_e4m3" : "bf16", scale);
     std::fprintf(f, "  \"cases\": [\n");
     for (size_t i = 0; i < rows.size(); ++i)
       std::fprintf(

@@ -20,7 +20,7 @@ struct AttentionParams {
   const void *k, *v;  // 16-bit pages of q's type, or e4m3 (then k_scale / v_scale are set)
   int64_t k_page, k_head, k_tok, v_page, v_head, v_tok;
   const float *k_scale, *v_scale;  // e4m3 pages: [Hkv] dequantization scales (device), else null
-  int64_t num_pages;  // host side only (TMA descriptors): pages k and v cover
+  int64_t num_pages;               // host side only (TMA descriptors): pages k and v cover
   const int32_t *query_starts, *context_lens, *block_table;
   int64_t bt_stride;
   const WorkItem *work;    // nullptr: grid (heads, tiles reversed, sequences)

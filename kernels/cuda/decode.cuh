@@ -126,14 +126,15 @@ __global__ void __launch_bounds__(128, 2)
     // its second (mma k = 2c, 2c + 1 and 2c + 8, 2c + 9 of that step).
     const T *q = static_cast<const T *>(p.q);
     constexpr int kPerRow = D / 16;  // (m, c) pairs
-    // (D = 64 with 16 rows: 64 (row, m, c) triples, half the threads.)
+                                     // (D = 64 with 16 rows: 64 (row, m, c) triples, half the threads.)
 #pragma unroll
     for (int idx = tid; idx < C::kRows * kPerRow; idx += C::kThreads) {
       const int r = idx / kPerRow, m = (idx % kPerRow) >> 2, c = idx & 3;
       uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
       if (r < rows) {
         const int t = r / G, g = r - t * G;
-        const T *src = q + static_cast<int64_t>(qs + t) * p.q_tok + static_cast<int64_t>(kvh * G + g) * p.q_head + 64 * m + 16 * c;
+        const T *src =
+            q + static_cast<int64_t>(qs + t) * p.q_tok + static_cast<int64_t>(kvh * G + g) * p.q_head + 64 * m + 16 * c;
         lo = *reinterpret_cast<const uint4 *>(src);
         hi = *reinterpret_cast<const uint4 *>(src + 8);
       }
@@ -170,8 +171,10 @@ __global__ void __launch_bounds__(128, 2)
   constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   const int kr0 = tid / C::kChunks, kc = tid % C::kChunks;
   uint32_t kv_dst0;
-  if constexpr (C::kFp8) kv_dst0 = fp8::e4m3_swz<D>(kr0, kc);
-  else kv_dst0 = swz<D>(kr0, kc);
+  if constexpr (C::kFp8)
+    kv_dst0 = fp8::e4m3_swz<D>(kr0, kc);
+  else
+    kv_dst0 = swz<D>(kr0, kc);
   constexpr int kPassBytes = C::kRowsPerPass * C::kPageRowBytes;
   const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * kChunkElems;
   const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * kChunkElems;
@@ -294,7 +297,8 @@ __global__ void __launch_bounds__(128, 2)
     const int c1 = min(c_end, c0 + C::kListCap);
     // A dense layout lists every tile: the entries are computed, not compacted (no scan,
     // no barrier before the first copies).
-    const int listed = dense ? c1 - c0 : cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
+    const int listed =
+        dense ? c1 - c0 : cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
     int first = 0, total = listed;  // this split's entries of the pass: [first, first + total)
     if (by_listed) {
       if (n_kt <= C::kListCap) {
@@ -342,7 +346,8 @@ __global__ void __launch_bounds__(128, 2)
           uint4 kw[KW / 8];
 #pragma unroll
           for (int nt = 0; nt < KW / 8; ++nt)
-            kw[nt] = *reinterpret_cast<const uint4 *>(kt + fp8::e4m3_swz<D>(wk * KW + nt * 8 + (lane >> 2), 4 * m + (lane & 3)));
+            kw[nt] = *reinterpret_cast<const uint4 *>(
+                kt + fp8::e4m3_swz<D>(wk * KW + nt * 8 + (lane >> 2), 4 * m + (lane & 3)));
 #pragma unroll
           for (int w = 0; w < 4; ++w) {
             const int kk = 4 * m + w;
@@ -618,9 +623,12 @@ void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_k
 template <class T, class KV, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
             const Split &split, bool programmatic, cudaStream_t stream) {
-  if (max_rows <= 16) launch_rows<T, KV, D, 1>(p, num_seqs, num_kv_heads, split, programmatic, stream);
-  else if (max_rows <= 32) launch_rows<T, KV, D, 2>(p, num_seqs, num_kv_heads, split, programmatic, stream);
-  else launch_rows<T, KV, D, 4>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+  if (max_rows <= 16)
+    launch_rows<T, KV, D, 1>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+  else if (max_rows <= 32)
+    launch_rows<T, KV, D, 2>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+  else
+    launch_rows<T, KV, D, 4>(p, num_seqs, num_kv_heads, split, programmatic, stream);
 }
 
 template <int D, class KV>

@@ -57,8 +57,10 @@ __device__ __forceinline__ void widen_e4m3x4<__nv_bfloat16>(uint32_t w, uint32_t
 template <int D>
 __device__ __forceinline__ uint32_t e4m3_swz(int r, int k) {
   static_assert(D == 64 || D == 128, "e4m3 tiles of 64 or 128 bytes a row");
-  if constexpr (D == 128) return static_cast<uint32_t>(r * 128 + ((k ^ ((((r >> 1) & 3) << 1) ^ ((r & 1) << 2))) << 4));
-  else return static_cast<uint32_t>((r >> 1) * 128 + (((((r & 1) << 2) + k) ^ (((r >> 1) & 3) << 1)) << 4));
+  if constexpr (D == 128)
+    return static_cast<uint32_t>(r * 128 + ((k ^ ((((r >> 1) & 3) << 1) ^ ((r & 1) << 2))) << 4));
+  else
+    return static_cast<uint32_t>((r >> 1) * 128 + (((((r & 1) << 2) + k) ^ (((r >> 1) & 3) << 1)) << 4));
 }
 
 // Widens a kRows x D e4m3 tile (row-major, D bytes a row, in shared memory) into the 16-bit

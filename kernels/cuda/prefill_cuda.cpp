@@ -34,19 +34,25 @@ int log2_exact(int32_t v) {
 template <class T, class KV>
 void dispatch(const sm80::Params &prm, int head_dim, int bm, dim3 grid, cudaStream_t stream) {
   if (head_dim == 64) {
-    if (bm == 128) sm80::launch<T, KV, 64, 128>(prm, grid, stream);
-    else sm80::launch<T, KV, 64, 64>(prm, grid, stream);
+    if (bm == 128)
+      sm80::launch<T, KV, 64, 128>(prm, grid, stream);
+    else
+      sm80::launch<T, KV, 64, 64>(prm, grid, stream);
   } else {
-    if (bm == 128) sm80::launch<T, KV, 128, 128>(prm, grid, stream);
-    else sm80::launch<T, KV, 128, 64>(prm, grid, stream);
+    if (bm == 128)
+      sm80::launch<T, KV, 128, 128>(prm, grid, stream);
+    else
+      sm80::launch<T, KV, 128, 64>(prm, grid, stream);
   }
 }
 
 // e4m3 pages: the element types of q/out and of the pages.
 template <class T>
 void dispatch_kv(const sm80::Params &prm, bool e4m3, int head_dim, int bm, dim3 grid, cudaStream_t stream) {
-  if (e4m3) dispatch<T, uint8_t>(prm, head_dim, bm, grid, stream);
-  else dispatch<T, T>(prm, head_dim, bm, grid, stream);
+  if (e4m3)
+    dispatch<T, uint8_t>(prm, head_dim, bm, grid, stream);
+  else
+    dispatch<T, T>(prm, head_dim, bm, grid, stream);
 }
 
 template <class T>
@@ -138,15 +144,19 @@ void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
 template <class T, class KV>
 void dispatch_decode(const sm80::Params &prm, int head_dim, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
                      const decode::Split &split, bool programmatic, cudaStream_t stream) {
-  if (head_dim == 64) decode::launch<T, KV, 64>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
-  else decode::launch<T, KV, 128>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+  if (head_dim == 64)
+    decode::launch<T, KV, 64>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+  else
+    decode::launch<T, KV, 128>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
 }
 
 template <class T>
 void dispatch_decode_kv(const sm80::Params &prm, bool e4m3, int head_dim, int32_t num_seqs, int32_t num_kv_heads,
                         int32_t max_rows, const decode::Split &split, bool programmatic, cudaStream_t stream) {
-  if (e4m3) dispatch_decode<T, uint8_t>(prm, head_dim, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
-  else dispatch_decode<T, T>(prm, head_dim, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+  if (e4m3)
+    dispatch_decode<T, uint8_t>(prm, head_dim, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+  else
+    dispatch_decode<T, T>(prm, head_dim, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
 }
 
 }  // namespace
@@ -189,8 +199,8 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   auto kv_stride_ok = [&](int64_t s) { return s % kv_elems16 == 0; };
   check(stride_ok(p.q_token_stride) && stride_ok(p.q_head_stride) && stride_ok(p.out_token_stride) &&
             stride_ok(p.out_head_stride) && kv_stride_ok(p.kv.k_page_stride) && kv_stride_ok(p.kv.k_head_stride) &&
-            kv_stride_ok(p.kv.k_token_stride) && kv_stride_ok(p.kv.v_page_stride) &&
-            kv_stride_ok(p.kv.v_head_stride) && kv_stride_ok(p.kv.v_token_stride),
+            kv_stride_ok(p.kv.k_token_stride) && kv_stride_ok(p.kv.v_page_stride) && kv_stride_ok(p.kv.v_head_stride) &&
+            kv_stride_ok(p.kv.v_token_stride),
         Errc::NotSupported, "the CUDA prefill needs strides that are multiples of 16 bytes");
   check(!e4m3 || (p.kv.k_scale != nullptr && p.kv.v_scale != nullptr), Errc::NullPointer,
         "fp8_e4m3 pages need their K and V scales (k_scale = ", static_cast<const void *>(p.kv.k_scale),
@@ -246,9 +256,9 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // Every check comes before the first launch (a failed call writes nothing).
   const int32_t planned = cuda_decode_max_query_len();
   int32_t decode_max = std::min(planned, decode::kMaxRows / prm.group);
-  if (decode_max > 0 && (p.num_seqs > 65535 ||
-                         decode::shared_bytes(p.head_dim, std::min(p.max_query_len, decode_max) * prm.group, e4m3) >
-                             static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()))))
+  if (decode_max > 0 &&
+      (p.num_seqs > 65535 || decode::shared_bytes(p.head_dim, std::min(p.max_query_len, decode_max) * prm.group, e4m3) >
+                                 static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()))))
     decode_max = 0;
   const bool known = p.decode_seqs >= 0;
   const bool route_decode =

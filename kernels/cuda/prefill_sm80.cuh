@@ -60,8 +60,7 @@ struct Config {
 };
 
 template <class T, class KV, int D, int BM>
-__global__ void __launch_bounds__(128, BM == 128 ? 2 : 3)
-    prefill_sm80_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(const __grid_constant__ Params p) {
   using C = Config<D, BM, KV>;
   constexpr int SB = C::kStageBytes;
   extern __shared__ __align__(128) char smem_raw[];
@@ -395,8 +394,9 @@ template <class T, class KV, int D, int BM>
 void launch(const Params &p, dim3 grid, cudaStream_t stream) {
   constexpr int smem = Config<D, BM, KV>::kSmemBytes;
   // The opt-in above 48 KiB is per device; setting it again is cheap and capturable.
-  cuda::check_cuda(cudaFuncSetAttribute(prefill_sm80_kernel<T, KV, D, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                   "cudaFuncSetAttribute(prefill_sm80_kernel)");
+  cuda::check_cuda(
+      cudaFuncSetAttribute(prefill_sm80_kernel<T, KV, D, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+      "cudaFuncSetAttribute(prefill_sm80_kernel)");
   prefill_sm80_kernel<T, KV, D, BM><<<grid, Config<D, BM, KV>::kThreads, smem, stream>>>(p);
   cuda::check_launch("prefill_sm80_kernel", stream);
 }

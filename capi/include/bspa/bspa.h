@@ -621,9 +621,8 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int
  * (non-finite scale, batch of another pool, out or lse overlapping q, each other or the
  * pool's storage, misaligned data), BSPA_ERR_NOT_SUPPORTED (what the CUDA kernels lack: f32, a head_dim other than
  * 64 and 128, a non-power-of-two page size, a non-dense layout whose block_size is not a
- * multiple of 64, data not 16-byte aligned or strides not multiples of 8 elements, a
- * scale <= 0; in this build, FP8 pages on CUDA: the CUDA attention kernels do not
- * dequantize them yet), BSPA_ERR_INVALID_STATE (an FP8 pool's layer without scales; and
+ * multiple of 64, data not 16-byte aligned or strides not multiples of 8 elements (16
+ * for FP8 pages), a scale <= 0), BSPA_ERR_INVALID_STATE (an FP8 pool's layer without scales; and
  * see below), BSPA_ERR_CUDA.
  * CUDA: a CSR layout's arrays are copied to a device on its first use there (one
  * allocation and a synchronous copy, freed with the layout); that first use is refused
