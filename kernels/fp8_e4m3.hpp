@@ -82,4 +82,14 @@ BSPA_HOST_DEVICE inline uint8_t f32_to_fp8_e4m3(float f) {
   return static_cast<uint8_t>(sign | r);
 }
 
+// What kv_write stores for a 16-bit value x under a head's scale: e4m3(x / scale), with a
+// NaN keeping its own sign (0x7f / 0xff). The sign is taken before the division because
+// dividing a NaN keeps its sign on x86 but yields the canonical (positive) NaN on CUDA, and
+// the CPU and CUDA writes must store the same bytes.
+BSPA_HOST_DEVICE inline uint8_t quantize_e4m3(float x, float scale) {
+  const uint32_t u = fp8_f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint8_t>(((u >> 24) & 0x80u) | 0x7fu);
+  return f32_to_fp8_e4m3(x / scale);
+}
+
 }  // namespace bspa::kernels

@@ -243,7 +243,7 @@ void quantize_row(DType src_dtype, const void *src, uint8_t *dst, int n, float s
   const uint16_t *s = static_cast<const uint16_t *>(src);
   for (int i = 0; i < n; ++i) {
     const float x = src_dtype == DType::BF16 ? cpu::bf16_to_f32(s[i]) : cpu::f16_to_f32(s[i]);
-    dst[i] = f32_to_fp8_e4m3(x / scale);
+    dst[i] = quantize_e4m3(x, scale);
   }
 }
 

@@ -91,7 +91,7 @@ __device__ inline void quantize_vec(const char *src, char *dst, float scale) {
 #pragma unroll
   for (int j = 0; j < G; ++j) {
     const float x = kBf16 ? __uint_as_float(static_cast<uint32_t>(h[j]) << 16) : __half2float(__ushort_as_half(h[j]));
-    q[j] = f32_to_fp8_e4m3(x / scale);  // IEEE division, as the CPU backend's
+    q[j] = quantize_e4m3(x, scale);  // IEEE division, as the CPU backend's
   }
   typename Fp8Vec<G>::Out out;
   memcpy(&out, q, sizeof(q));
