@@ -82,8 +82,9 @@ router_test() {
 rust_tests() {
   command -v cargo >/dev/null || { echo "cargo not found" >&2; return 1; }
   export CARGO_TARGET_DIR=$build/bindings-rust-target
-  # --offline: the crates depend on nothing, so nothing is fetched. The committed bindings
-  # must be what bspa.h gives now (regenerated through bspa-sys's `bindgen` feature).
+  # --offline: the one crate dependency, half, comes from Debian (bindings/rust/.cargo/config.toml),
+  # so nothing is fetched. The committed bindings must be what bspa.h gives now (regenerated
+  # through bspa-sys's `bindgen` feature).
   bash bindings/rust/regen_bindings.sh --check || return 1
   (cd bindings/rust && cargo test -q --offline && cargo run -q --offline --example two_turns) || return 1
   # Lints: any clippy warning fails the suite.

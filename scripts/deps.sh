@@ -3,7 +3,9 @@
 # (apt as root, pip for the Python tools). Safe to run again: it skips what is there.
 set -euo pipefail
 
-# The Rust crates need no Debian crate (bspa-sys ships its bindings); `bindgen` (the tool)
+# The Rust crate bspa's one dependency, half (f16/bf16), is Debian's librust-half-dev
+# (bindings/rust/.cargo/config.toml points cargo at /usr/share/cargo/registry; bspa-sys ships
+# its bindings and needs nothing). `bindgen` (the tool)
 # with the libclang it loads (libclang1-14) is for CI's check that they match bspa.h.
 # cargo, rustfmt and clippy come with the machine's Rust toolchain (rustup's, in ~/.cargo/bin);
 # where they are missing, Debian's rustfmt and rust-clippy are installed (below). clang-format-14:
@@ -13,7 +15,7 @@ set -euo pipefail
 # benchmarks and the demo's JSON report; libsimdjson-dev: the Mooncake trace reader (examples/trace).
 apt_packages=(cmake ninja-build pkg-config g++ libomp-dev libxxhash-dev libdlpack-dev libcriterion-dev
               swig golang-go bindgen libclang1-14 clang libclang-rt-14-dev libzmq3-dev
-              libcli11-dev nlohmann-json3-dev libsimdjson-dev clang-format-14)
+              libcli11-dev nlohmann-json3-dev libsimdjson-dev clang-format-14 librust-half-dev)
 missing=()
 # Rust's formatter and linter, where the toolchain has none (Debian's are older: 1.63).
 cargo fmt --version >/dev/null 2>&1 || apt_packages+=(rustfmt)

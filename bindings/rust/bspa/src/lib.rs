@@ -50,10 +50,11 @@ mod tensor;
 
 pub use error::{Error, ErrorKind, Result};
 pub use events::KvEvent;
+pub use half::{bf16, f16};
 pub use layout::{Layout, StridedOptions};
 pub use paged::{prefill_paged, prefill_paged_host, prefill_workspace_bytes, HostPagedArgs, PagedArgs};
 pub use pool::{Batch, Device, Pool, PoolInfo, PoolOptions, PoolStats, SeqInfo, Sequence, DEFAULT_MEMORY_BYTES};
-pub use tensor::{BF16Bits, DType, Element, F16Bits};
+pub use tensor::{DType, Element};
 
 use std::ffi::CStr;
 

@@ -5,7 +5,7 @@ use crate::sys;
 
 /// Element type of a pool and of its attention tensors. `Fp8E4m3` is for pools only: its
 /// pages hold e4m3 bytes with per-(layer, KV head) scales ([`Pool::set_kv_scales`]); its
-/// writes, queries and outputs are [`BF16Bits`] or [`F16Bits`].
+/// writes, queries and outputs are [`bf16`](half::bf16) or [`f16`](half::f16).
 ///
 /// [`Pool::set_kv_scales`]: crate::Pool::set_kv_scales
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -37,40 +37,15 @@ impl DType {
     }
 }
 
-/// An IEEE half, as its bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[repr(transparent)]
-pub struct F16Bits(pub u16);
-
-/// A bfloat16, as its bits (the upper half of an f32).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[repr(transparent)]
-pub struct BF16Bits(pub u16);
-
-impl BF16Bits {
-    /// Round to nearest even.
-    pub fn from_f32(x: f32) -> BF16Bits {
-        let bits = x.to_bits();
-        if x.is_nan() {
-            return BF16Bits(((bits >> 16) as u16) | 0x40);
-        }
-        let rounding = 0x7fff + ((bits >> 16) & 1);
-        BF16Bits((bits.wrapping_add(rounding) >> 16) as u16)
-    }
-
-    pub fn to_f32(self) -> f32 {
-        f32::from_bits((self.0 as u32) << 16)
-    }
-}
-
 mod sealed {
     pub trait Sealed {}
     impl Sealed for f32 {}
-    impl Sealed for super::F16Bits {}
-    impl Sealed for super::BF16Bits {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
 }
 
-/// Host element types the safe launches accept: `f32`, [`F16Bits`], [`BF16Bits`].
+/// Host element types the safe launches accept: `f32`, [`f16`](half::f16) and
+/// [`bf16`](half::bf16) (the `half` crate's, re-exported as `bspa::f16` and `bspa::bf16`).
 pub trait Element: sealed::Sealed + Copy {
     const DTYPE: DType;
     #[doc(hidden)]
@@ -84,14 +59,14 @@ impl Element for f32 {
     }
 }
 
-impl Element for F16Bits {
+impl Element for half::f16 {
     const DTYPE: DType = DType::F16;
     fn dl_dtype() -> sys::DLDataType {
         sys::DLDataType { code: sys::kDLFloat as u8, bits: 16, lanes: 1 }
     }
 }
 
-impl Element for BF16Bits {
+impl Element for half::bf16 {
     const DTYPE: DType = DType::BF16;
     fn dl_dtype() -> sys::DLDataType {
         sys::DLDataType { code: sys::kDLBfloat as u8, bits: 16, lanes: 1 }

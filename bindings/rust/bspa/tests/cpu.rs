@@ -311,10 +311,59 @@ fn host_launch_checks() {
     let batch = pool.batch(&[&seq], &[3]).unwrap();
     let short = vec![0f32; 2 * HKV * D];
     assert_eq!(pool.kv_write_host(&batch, 0, &short, &short).unwrap_err().kind(), ErrorKind::ShapeMismatch);
-    let halves = vec![bspa::BF16Bits(0); 3 * HKV * D];
+    let halves = vec![bspa::bf16::from_bits(0); 3 * HKV * D];
     assert_eq!(pool.kv_write_host(&batch, 0, &halves, &halves).unwrap_err().kind(), ErrorKind::DtypeMismatch);
     let ok = vec![0f32; 3 * HKV * D];
     assert_eq!(pool.kv_write_host(&batch, 3, &ok, &ok).unwrap_err().kind(), ErrorKind::OutOfRange);
+}
+
+// f16 and bf16 (the half crate's types) through a CPU pool of that dtype: one token sees only
+// itself, so each query head's output is its KV head's V row, element for element, and the
+// pages hold the bits that were written.
+fn one_token_round_trip<T: bspa::Element + PartialEq + std::fmt::Debug>(dtype: DType, of: fn(f32) -> T) {
+    let mut pool = Pool::new(&PoolOptions {
+        dtype,
+        num_kv_heads: HKV as i32,
+        head_dim: D as i32,
+        page_size: PAGE,
+        num_pages: 4,
+        ..Default::default()
+    })
+    .unwrap();
+    let k: Vec<T> = (0..HKV * D).map(|i| of(0.125 * i as f32 - 1.0)).collect();
+    let v: Vec<T> = (0..HKV * D).map(|i| of(2.0 - 0.0625 * i as f32)).collect();
+    let q: Vec<T> = (0..HQ * D).map(|i| of(0.5 - 0.03125 * i as f32)).collect();
+    let mut out = vec![of(f32::NAN); HQ * D];
+    let seq = pool.sequence().unwrap();
+    seq.append(&[7]).unwrap();
+    let layout = Layout::dense(HQ as i32).unwrap();
+    {
+        let batch = pool.batch(&[&seq], &[1]).unwrap();
+        pool.kv_write_host(&batch, 0, &k, &v).unwrap();
+        pool.prefill_host(&batch, 0, &layout, &q, &mut out, SCALE, None).unwrap();
+    }
+    for h in 0..HQ {
+        let g = h / (HQ / HKV);
+        assert_eq!(out[h * D..(h + 1) * D], v[g * D..(g + 1) * D], "{:?} head {}", dtype, h);
+    }
+    drop(seq);
+    // Pages are [page][kv head][token][dim]: the token is token 0 of one page, whichever.
+    let (kk, vv) = pool.kv_host::<T>(0).unwrap();
+    let row = |pages: &[T], p: usize, g: usize| pages[(p * HKV + g) * PAGE as usize * D..][..D].to_vec();
+    let pages = kk.len() / (HKV * PAGE as usize * D);
+    let found = (0..pages).find(|&p| row(kk, p, 0) == k[..D]).expect("the written K row in the pages");
+    for g in 0..HKV {
+        assert_eq!(row(kk, found, g), k[g * D..(g + 1) * D]);
+        assert_eq!(row(vv, found, g), v[g * D..(g + 1) * D]);
+    }
+}
+
+#[test]
+fn f16_and_bf16_elements_round_trip() {
+    one_token_round_trip(DType::F16, bspa::f16::from_f32);
+    one_token_round_trip(DType::BF16, bspa::bf16::from_f32);
+    assert_eq!(bspa::bf16::from_f32(f32::from_bits(0x3f80_8000)).to_bits(), 0x3f80); // 1 + 2^-8: a tie, to even
+    assert_eq!(bspa::f16::from_f32(65504.0).to_f32(), 65504.0);
 }
 
 #[test]
@@ -675,7 +724,7 @@ fn kv_host_reads_what_kv_write_wrote_and_refuses_another_dtype() {
         assert_eq!(kk[at..at + D], k[(17 * HKV + 1) * D..(17 * HKV + 2) * D]);
         assert_eq!(kk.len(), vv.len());
     }
-    let err = pool.kv_host::<bspa::BF16Bits>(0).unwrap_err();
+    let err = pool.kv_host::<bspa::bf16>(0).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::DtypeMismatch);
 }
 

@@ -1,7 +1,7 @@
 //! FP8 (e4m3) pools through the safe crate on the CPU backend: scales, their errors, the
 //! quantization of known values on write, the dequantization by the prefill, capacity.
 
-use bspa::{BF16Bits, DType, ErrorKind, Layout, Pool, PoolOptions};
+use bspa::{bf16, DType, ErrorKind, Layout, Pool, PoolOptions};
 
 const HKV: i32 = 2;
 const D: i32 = 16;
@@ -75,13 +75,13 @@ fn write_quantizes_and_prefill_dequantizes() {
     let mut pool = fp8_pool(8, 0);
     let values = [1.0f32, -0.5, 448.0, 1000.0, -3.5, 0.0, 2.0f32.powi(-9), 1.0625];
     let codes = [0x38u8, 0xb0, 0x7e, 0x7e, 0xc6, 0x00, 0x01, 0x38];
-    let mut v = vec![BF16Bits::from_f32(0.0); (HKV * D) as usize];
+    let mut v = vec![bf16::from_f32(0.0); (HKV * D) as usize];
     for (i, x) in values.iter().enumerate() {
-        v[i] = BF16Bits::from_f32(*x);
+        v[i] = bf16::from_f32(*x);
     }
-    let k = vec![BF16Bits::from_f32(0.0); (HKV * D) as usize];
-    let q = vec![BF16Bits::from_f32(0.25); (4 * D) as usize];
-    let mut out = vec![BF16Bits::from_f32(f32::NAN); (4 * D) as usize];
+    let k = vec![bf16::from_f32(0.0); (HKV * D) as usize];
+    let q = vec![bf16::from_f32(0.25); (4 * D) as usize];
+    let mut out = vec![bf16::from_f32(f32::NAN); (4 * D) as usize];
     let layout = Layout::dense(4).unwrap();
     {
         let seq = pool.sequence().unwrap();
@@ -106,5 +106,5 @@ fn write_quantizes_and_prefill_dequantizes() {
     }
     let (_, vb) = pool.kv_host_fp8(0).unwrap();
     assert_eq!(&vb[..codes.len()], &codes[..]);
-    assert_eq!(pool.kv_host::<BF16Bits>(0).unwrap_err().kind(), ErrorKind::DtypeMismatch);
+    assert_eq!(pool.kv_host::<bf16>(0).unwrap_err().kind(), ErrorKind::DtypeMismatch);
 }
