@@ -22,9 +22,24 @@ PageHold *Pool::hold_pages_locked(std::vector<int32_t> pages) {
   return hold.release();
 }
 
+PageHold *Pool::empty_hold_locked(size_t capacity) {
+  auto hold = std::unique_ptr<PageHold>(new PageHold);
+  hold->pages_.reserve(capacity);
+  holds_.reserve(holds_.size() + 1);
+  hold->registry_slot_ = holds_.size();
+  holds_.push_back(hold.get());
+  return hold.release();
+}
+
+void Pool::adopt_into_hold(PageHold *hold, int32_t page) noexcept { hold->pages_.push_back(page); }
+
 void Pool::release_hold(PageHold *hold) noexcept {
   if (!hold) return;
   std::lock_guard<std::mutex> lock(mutex_);
+  release_hold_locked(hold);
+}
+
+void Pool::release_hold_locked(PageHold *hold) noexcept {
   // Last page first, as a sequence releases its own: chain tails are then evicted first.
   for (auto it = hold->pages_.rbegin(); it != hold->pages_.rend(); ++it) release(*it);
   const size_t slot = hold->registry_slot_;

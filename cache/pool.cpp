@@ -236,6 +236,40 @@ int32_t Pool::find_published(const Key &key, const int32_t *tokens, uint64_t ext
   });
 }
 
+bool Pool::publish_locked(int32_t page, const Key &root_digest, uint64_t extra_key, uint32_t salt_index, Key &chain_key,
+                          int32_t &chain_page, uint32_t &chain_gen) {
+  const int32_t *toks = page_tokens(page);
+  const Key k = hasher_.page_key(chain_key, toks, extra_key);
+  const int32_t existing = find_published(k, toks, extra_key, chain_page, chain_gen, root_digest);
+  bool ours = false;
+  if (existing >= 0) {
+    // An identical page is already the index entry: it stands for ours in the chain,
+    // so later pages stay reachable from it; ours is freed unpublished.
+    chain_page = existing;
+    chain_gen = pages_[static_cast<size_t>(existing)].gen;
+  } else {
+    if (events_) make_event_room();  // may empty the index: chain_page then stays unpublished
+    Page &pg = pages_[static_cast<size_t>(page)];
+    pg.key = k;
+    pg.parent_key = chain_page < 0 ? root_digest : chain_key;
+    pg.parent_page = chain_page;
+    pg.parent_gen = chain_gen;
+    pg.extra_key = extra_key;
+    pg.published = true;
+    index_.insert(k, page);
+    ++counters_.published_pages;
+    if (events_) {
+      const uint64_t parent_id = chain_page < 0 ? 0 : block_id(chain_page, chain_gen);
+      events_->push_stored(page, block_id(page, pg.gen), parent_id, k, extra_key, salt_index, toks);
+    }
+    chain_page = page;
+    chain_gen = pg.gen;
+    ours = true;
+  }
+  chain_key = k;
+  return ours;
+}
+
 void Pool::make_event_room() {
   if (events_->full()) overflow_events();
 }

@@ -15,6 +15,9 @@
 //                                      extra references for a batch (cache/page_hold.hpp)
 //   Sequence (cache/sequence.hpp)      match / append / commit / info / copy_pages, and
 //                                      lock-free views for callers holding pool.mutex()
+//   pool.fingerprint()                 what must match for pages to move between pools
+//   KvExport / KvImport                pages pinned for a transfer out, reserved for one in
+//     (cache/kv_transfer.hpp)          (page holds too, so check() counts them)
 //
 // Page states: free (unreferenced, never published: used first), cached (unreferenced,
 // published: in an LRU list, evictable, reusable by a match), in use (ref > 0: held by
@@ -137,6 +140,12 @@ class Pool {
   PageHold *hold_pages_locked(std::vector<int32_t> pages);
   void release_hold(PageHold *hold) noexcept;
 
+  // 64 bits of XXH3 over everything two pools must share for a page of one to be a valid
+  // page of the other (cache/kv_transfer.cpp says what; the device and page count are not
+  // part of it). Never 0. Takes the lock (an FP8 pool's scales are part of it).
+  uint64_t fingerprint() const;
+  uint64_t fingerprint_locked() const;
+
   PoolStats stats() const;
   // Throws Error(Internal, "...") naming the first broken invariant.
   void check() const;
@@ -150,6 +159,8 @@ class Pool {
 
  private:
   friend class Sequence;
+  friend class KvExport;
+  friend class KvImport;
 
   struct Page {
     Key key;         // valid while published
@@ -178,6 +189,19 @@ class Pool {
   int32_t take_page();         // precondition: available_pages() > 0
   void pin(int32_t page);      // ref++ (leaving the LRU list if cached)
   void release(int32_t page);  // ref--; at 0 to the LRU tail or the free list
+  // An empty registered hold with room for `capacity` pages (throws only std::bad_alloc;
+  // release_hold_locked undoes it), then pages the caller already took a reference for
+  // (take_page, pin) handed to it one by one, at most `capacity` (never allocates).
+  PageHold *empty_hold_locked(size_t capacity);
+  static void adopt_into_hold(PageHold *hold, int32_t page) noexcept;
+  void release_hold_locked(PageHold *hold) noexcept;
+  // Publishes one full page as the next link of a chain (Sequence::commit, KvImport::commit):
+  // the chain is (key of its last page, the page that stands for it in the index, that
+  // page's generation), advanced past `page`. An identical page already published stands
+  // for ours (ours stays unpublished and is freed when released). Returns whether `page`
+  // itself entered the index. Allocates nothing (the event queue is reserved).
+  bool publish_locked(int32_t page, const Key &root_digest, uint64_t extra_key, uint32_t salt_index, Key &chain_key,
+                      int32_t &chain_page, uint32_t &chain_gen);
   void lru_push_back(int32_t page);
   void lru_unlink(int32_t page);
   // The published page equal to (key, tokens, extra key, parent), or -1.

@@ -129,35 +129,9 @@ void Sequence::commit(int64_t computed) {
   const int64_t ps = p.config_.page_size;
   const int64_t full = computed / ps;
   for (int64_t i = keyed_pages_; i < full; ++i) {
-    const int32_t page = pages_[static_cast<size_t>(i)];
-    const int32_t *toks = p.page_tokens(page);
-    const Key k = p.hasher_.page_key(chain_key_, toks, extra_key_);
     p.counters_.hashed_tokens += static_cast<uint64_t>(ps);
-    const int32_t existing = p.find_published(k, toks, extra_key_, chain_page_, chain_gen_, root_digest_);
-    if (existing >= 0) {
-      // An identical page is already the index entry: it stands for ours in the chain,
-      // so later pages stay reachable from it; ours is freed unpublished.
-      chain_page_ = existing;
-      chain_gen_ = p.pages_[static_cast<size_t>(existing)].gen;
-    } else {
-      if (p.events_) p.make_event_room();  // may empty the index: chain_page_ then stays unpublished
-      Pool::Page &pg = p.pages_[static_cast<size_t>(page)];
-      pg.key = k;
-      pg.parent_key = chain_page_ < 0 ? root_digest_ : chain_key_;
-      pg.parent_page = chain_page_;
-      pg.parent_gen = chain_gen_;
-      pg.extra_key = extra_key_;
-      pg.published = true;
-      p.index_.insert(k, page);
-      ++p.counters_.published_pages;
-      if (p.events_) {
-        const uint64_t parent_id = chain_page_ < 0 ? 0 : block_id(chain_page_, chain_gen_);
-        p.events_->push_stored(page, block_id(page, pg.gen), parent_id, k, extra_key_, salt_index_, toks);
-      }
-      chain_page_ = page;
-      chain_gen_ = pg.gen;
-    }
-    chain_key_ = k;
+    p.publish_locked(pages_[static_cast<size_t>(i)], root_digest_, extra_key_, salt_index_, chain_key_, chain_page_,
+                     chain_gen_);
   }
   if (full > keyed_pages_) keyed_pages_ = full;
   num_computed_ = computed;

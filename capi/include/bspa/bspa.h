@@ -715,6 +715,203 @@ BSPA_API bspa_status bspa_paged_args_init(bspa_paged_args *args);
  * device, q rows with no sequence or with max_query_len 0 are BSPA_ERR_OUT_OF_RANGE. */
 BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream stream);
 
+/* ------------------------------------------------------------------------------
+ * KV transfer between pools (disaggregated serving: NIXL, or any transport)
+ *
+ * Pages move between pools of different processes or machines (a prefill engine's and a
+ * decode engine's, or two engines sharing prefixes) by a transport the runtime drives:
+ * NIXL (ai-dynamo/nixl, what vLLM's NixlConnector, NVIDIA Dynamo and llm-d use), RDMA,
+ * or a plain copy. bspa moves no bytes and links no transport; it describes its memory
+ * and guards the pages:
+ *
+ *  1. Both sides read bspa_pool_memory: the storage's address and the place of every
+ *     (layer, K/V, page), and a fingerprint. They exchange fingerprints (the runtime's
+ *     handshake) and refuse a peer whose fingerprint differs: its pages would not mean the
+ *     same here. Register the storage with the transport once (one region, or one per
+ *     (layer, K/V) as vLLM does).
+ *  2. The exporter pins the prompt's cached pages (bspa_kv_export_create) and sends their
+ *     page ids and keys, with the prompt's tokens, to the importer.
+ *  3. The importer reserves pages for the blocks it lacks (bspa_kv_import_create): the
+ *     leading blocks it already holds are pinned and not moved; the rest get fresh pages,
+ *     unpublished, so no sequence can match them yet.
+ *  4. The transport copies, for each reserved block b and each (layer, K/V), page_bytes
+ *     from the exporter's page of block b to the importer's reserved page of block b.
+ *  5. The importer commits (bspa_kv_import_commit: the pages enter its prefix index with
+ *     their keys, verified against the tokens like any page a sequence publishes; its next
+ *     bspa_seq_match of the prompt hits them) or, when the transfer failed, aborts
+ *     (bspa_kv_import_abort: they go back to the free list unpublished, nothing is lost or
+ *     published). The exporter then destroys its export (the pages stay cached).
+ *
+ * Keys and salts: pages are found by the same chained keys as bspa_seq_match, so both
+ * sides pass the prompt's salt and extra key (bspa_seq_options), and pages of one salt never
+ * serve another. Export and import hold page references like sequences (bspa_pool_check
+ * counts them; pages_in_use includes them); they change no stats counter except through
+ * what they do: a reservation that has to evict cached pages counts evictions (those pages
+ * stay evicted after an abort; a reservation takes free pages first), commit counts
+ * published_pages; neither counts as a match nor in hashed_tokens. With events enabled,
+ * commit records "stored" events and evictions "removed" ones, as sequences do.
+ * Ownership: the caller owns each export and import and destroys it before the pool.
+ * Threading: like sequences (any thread; the pool's lock guards them).
+ * ---------------------------------------------------------------------------- */
+
+/* The storage layout version bspa_pool_memory describes (below); part of the fingerprint. */
+#define BSPA_KV_LAYOUT_VERSION 1
+
+/* Which half of a layer's storage: keys or values. */
+enum { BSPA_KV_K = 0, BSPA_KV_V = 1 };
+
+#define BSPA_POOL_MEMORY_VERSION 1
+/* A pool's KV memory for transports. One allocation of num_regions regions of equal size,
+ * region r = 2 x layer + (BSPA_KV_K or BSPA_KV_V), back to back from `base`; each region is
+ * that layer's K or V, [num_pages, num_kv_heads, page_size, head_dim] row-major, so the bytes
+ * of page p in region r are [base + (r x num_pages + p) x page_bytes, + page_bytes).
+ * The fingerprint is a 64-bit XXH3 digest (never 0) of everything that must match for a
+ * page of one pool to be a valid page of another: the layout version, dtype, num_layers,
+ * num_kv_heads, head_dim, page_size, the page-key scheme (its version, key width, hash seed:
+ * keys of the same tokens and salt are then equal on both sides) and, for FP8 pools, which
+ * layers have scales and their values (set them before reading it: bspa_pool_set_kv_scales
+ * changes it). Not the device (CPU and CUDA pages hold the same bytes) nor num_pages.
+ * The caller sets `version`; fields of newer versions are left alone. */
+struct bspa_pool_memory {
+  uint32_t version;      /* in: BSPA_POOL_MEMORY_VERSION */
+  int32_t device_type;   /* kDLCPU (host memory: NIXL "DRAM") or kDLCUDA (device memory: "VRAM") */
+  int32_t device_id;     /* the CUDA ordinal; 0 for CPU */
+  int32_t num_regions;   /* 2 x num_layers; 0 for a pool without storage */
+  uint64_t base;         /* address of region 0 (the storage), 256-byte aligned; 0 without storage */
+  uint64_t bytes;        /* num_regions x region_bytes */
+  uint64_t region_bytes; /* num_pages x page_bytes */
+  uint64_t page_bytes;   /* bytes of one page in one region: num_kv_heads x page_size x head_dim x
+                            element size (what one transfer descriptor moves) */
+  int64_t num_pages;
+  uint64_t fingerprint;
+  uint32_t layout_version; /* BSPA_KV_LAYOUT_VERSION */
+};
+
+/* Fills *memory. The addresses stay valid until bspa_pool_destroy (the storage never moves).
+ * Any thread, any time.
+ * Errors: BSPA_ERR_NULL_POINTER (pool, memory), BSPA_ERR_VERSION (memory->version 0 or newer
+ * than this library knows). */
+BSPA_API bspa_status bspa_pool_memory(const bspa_pool *pool, struct bspa_pool_memory *memory);
+
+/* *address = the first byte of page `page` of layer `layer`'s K (kv = BSPA_KV_K) or V
+ * (BSPA_KV_V); page_bytes (bspa_pool_memory) from there are that page. The same arithmetic
+ * as bspa_pool_memory's, checked. Any thread.
+ * Errors: BSPA_ERR_NULL_POINTER (pool, address), BSPA_ERR_OUT_OF_RANGE (layer, page),
+ * BSPA_ERR_INVALID_ARGUMENT (kv), BSPA_ERR_INVALID_STATE (a pool without storage). */
+BSPA_API bspa_status bspa_pool_page_address(const bspa_pool *pool, int32_t layer, int32_t kv, int64_t page,
+                                            uint64_t *address);
+
+typedef struct bspa_kv_export bspa_kv_export;
+
+/* Pins every full page of tokens[0, n) that the pool holds as the prompt's cached prefix:
+ * the longest chain of whole pages that bspa_seq_match would find, without its n-1 cap (a
+ * prompt of exactly k pages exports k). Partial last pages are never exported. A miss is not
+ * an error (an export of 0 pages). options: the prompt's salt and extra key as its sequences
+ * use them (NULL: none). The pins keep the pages from being evicted or written by this pool
+ * until bspa_kv_export_destroy; the transport reads them meanwhile. The tokens are not kept.
+ * The caller owns *exp. Any thread.
+ * Errors: BSPA_ERR_NULL_POINTER (exp, pool, tokens with n > 0), BSPA_ERR_INVALID_ARGUMENT
+ * (n < 0; salt NULL with salt_len > 0), BSPA_ERR_VERSION (options). */
+BSPA_API bspa_status bspa_kv_export_create(bspa_kv_export **exp, bspa_pool *pool, const bspa_seq_options *options,
+                                           const int32_t *tokens, int64_t n);
+
+/* Copies the exported pages in block order: pages[i] is block i's page id (tokens
+ * [i x page_size, (i+1) x page_size)), keys[2i], keys[2i+1] its key (low and high 64 bits:
+ * the prefix index's key, as in KV cache events), for i < *num_pages. Either array may be
+ * NULL (not wanted); both NULL with capacity 0 asks only for the count. The importer passes
+ * tokens[0, *num_pages x page_size) and these keys to bspa_kv_import_create.
+ * Errors: BSPA_ERR_NULL_POINTER (exp, num_pages), BSPA_ERR_INVALID_ARGUMENT (capacity < 0),
+ * BSPA_ERR_BUFFER_TOO_SMALL (an array given and capacity below the count; *num_pages holds
+ * the count, the arrays are untouched). */
+BSPA_API bspa_status bspa_kv_export_pages(const bspa_kv_export *exp, int32_t *pages, uint64_t *keys, int64_t capacity,
+                                          int64_t *num_pages);
+
+/* Releases the pins (the pages stay cached, evictable). Call it when the transport has
+ * finished reading (or given up). NULL is a no-op. */
+BSPA_API void bspa_kv_export_destroy(bspa_kv_export *exp);
+
+typedef struct bspa_kv_import bspa_kv_import;
+
+#define BSPA_KV_IMPORT_OPTIONS_VERSION 1
+typedef struct bspa_kv_import_options {
+  uint32_t version;          /* BSPA_KV_IMPORT_OPTIONS_VERSION */
+  const void *salt;          /* the prompt's salt and extra key, as in bspa_seq_options */
+  size_t salt_len;
+  uint64_t extra_key;
+  uint64_t peer_fingerprint; /* required: the exporting pool's bspa_pool_memory.fingerprint */
+  const uint64_t *peer_keys; /* optional (NULL): the exporter's keys, num_peer_keys x {lo, hi} */
+  int64_t num_peer_keys;     /* n / page_size when peer_keys is given, else 0 */
+} bspa_kv_import_options;
+
+/* Errors: BSPA_ERR_NULL_POINTER. */
+BSPA_API bspa_status bspa_kv_import_options_init(bspa_kv_import_options *options);
+
+/* Reserves pages for the full pages (blocks) of tokens[0, n) that this pool lacks, first
+ * checking that options->peer_fingerprint equals this pool's fingerprint and, when
+ * options->peer_keys is given, that each equals the key this pool computes for its block
+ * (the tokens, salt and extra key are then the exporter's). The leading blocks the pool
+ * already holds as a cached prefix are pinned and need no transfer; blocks
+ * [num_cached, num_blocks) get pages that are taken like a sequence's new pages (free ones
+ * first, then evicting the least recently used cached ones), hold the tokens, stay
+ * unpublished (no sequence can match them) and are the transport's to write until commit or
+ * abort (bspa_kv_import_pages says which). All or nothing: on any error nothing changed.
+ * The caller owns *imp; bspa_kv_import_destroy aborts an open reservation. Any thread.
+ * Errors: BSPA_ERR_NULL_POINTER (imp, pool, options, tokens with n > 0, peer_keys NULL with
+ * num_peer_keys > 0), BSPA_ERR_VERSION (options), BSPA_ERR_INVALID_ARGUMENT (n < 0; salt NULL
+ * with salt_len > 0; a peer_fingerprint that differs from this pool's, 0 included: the
+ * message shows both; num_peer_keys other than n / page_size; a peer key that differs: the
+ * message names the block), BSPA_ERR_OUT_OF_PAGES (fewer free and evictable pages than blocks
+ * to reserve). */
+BSPA_API bspa_status bspa_kv_import_create(bspa_kv_import **imp, bspa_pool *pool, const int32_t *tokens, int64_t n,
+                                           const bspa_kv_import_options *options);
+
+/* Copies the reserved pages, in block order: pages[i] is the page to write block blocks[i]
+ * into (blocks[i] = num_cached + i), for i < *num_pages (= num_reserved). Either array may
+ * be NULL; both NULL with capacity 0 asks only for the count.
+ * Errors: BSPA_ERR_NULL_POINTER (imp, num_pages), BSPA_ERR_INVALID_ARGUMENT (capacity < 0),
+ * BSPA_ERR_INVALID_STATE (committed or aborted: it holds no pages), BSPA_ERR_BUFFER_TOO_SMALL
+ * (as bspa_kv_export_pages). */
+BSPA_API bspa_status bspa_kv_import_pages(const bspa_kv_import *imp, int32_t *pages, int64_t *blocks,
+                                          int64_t capacity, int64_t *num_pages);
+
+enum { BSPA_KV_IMPORT_RESERVED = 1, BSPA_KV_IMPORT_COMMITTED = 2, BSPA_KV_IMPORT_ABORTED = 3 };
+
+#define BSPA_KV_IMPORT_INFO_VERSION 1
+/* The caller sets `version`; fields of newer versions are left alone. */
+struct bspa_kv_import_info {
+  uint32_t version;      /* in: BSPA_KV_IMPORT_INFO_VERSION */
+  int32_t state;         /* BSPA_KV_IMPORT_* */
+  int64_t num_blocks;    /* full pages of the prompt: n / page_size */
+  int64_t num_cached;    /* leading blocks the pool already held (pinned until commit or abort) */
+  int64_t num_reserved;  /* num_blocks - num_cached: the pages to transfer */
+  int64_t num_published; /* after commit: reserved pages that entered the prefix index (one
+                            whose identical page another sequence published meanwhile is freed
+                            instead, the other page serving the chain) */
+};
+
+/* Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_VERSION (info->version 0 or too new). */
+BSPA_API bspa_status bspa_kv_import_info(const bspa_kv_import *imp, struct bspa_kv_import_info *info);
+
+/* The transport has written every reserved page (K and V of every layer): publishes them
+ * in block order with their keys, each verified against its tokens and parent as a
+ * sequence's bspa_seq_commit does, and releases every page the import holds (published
+ * pages become cached, evictable). The pool's next bspa_seq_match of the prompt hits all
+ * num_blocks blocks (up to its n-1 cap). *published (optional, may be NULL) = pages that
+ * entered the index. bspa cannot see whether the bytes arrived: commit only after the
+ * transport reported every transfer complete, or abort.
+ * Errors: BSPA_ERR_NULL_POINTER (imp), BSPA_ERR_INVALID_STATE (already committed or aborted). */
+BSPA_API bspa_status bspa_kv_import_commit(bspa_kv_import *imp, int64_t *published);
+
+/* The transfer failed or was cancelled: releases every page; the reserved ones go back to
+ * the free list unpublished, the pinned ones stay cached; pages_free, pages_cached,
+ * pages_in_use and every counter are as before the reservation (except evictions it made).
+ * The transport must not write the pages any more. A second abort is a no-op (BSPA_OK).
+ * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_STATE (already committed). */
+BSPA_API bspa_status bspa_kv_import_abort(bspa_kv_import *imp);
+
+/* Aborts an open reservation, then frees the import. NULL is a no-op. */
+BSPA_API void bspa_kv_import_destroy(bspa_kv_import *imp);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

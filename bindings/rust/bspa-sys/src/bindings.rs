@@ -12,6 +12,10 @@ pub const BSPA_POOL_INFO_VERSION: u32 = 1;
 pub const BSPA_SEQ_OPTIONS_VERSION: u32 = 1;
 pub const BSPA_LAYOUT_STRIDED_OPTIONS_VERSION: u32 = 1;
 pub const BSPA_PAGED_ARGS_VERSION: u32 = 3;
+pub const BSPA_KV_LAYOUT_VERSION: u32 = 1;
+pub const BSPA_POOL_MEMORY_VERSION: u32 = 1;
+pub const BSPA_KV_IMPORT_OPTIONS_VERSION: u32 = 1;
+pub const BSPA_KV_IMPORT_INFO_VERSION: u32 = 1;
 pub type __uint8_t = ::std::os::raw::c_uchar;
 pub type __uint16_t = ::std::os::raw::c_ushort;
 pub type __int32_t = ::std::os::raw::c_int;
@@ -2181,4 +2185,573 @@ extern "C" {
 }
 extern "C" {
     pub fn bspa_prefill_paged(args: *const bspa_paged_args, stream: bspa_stream) -> bspa_status;
+}
+pub const BSPA_KV_K: _bindgen_ty_4 = 0;
+pub const BSPA_KV_V: _bindgen_ty_4 = 1;
+pub type _bindgen_ty_4 = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct bspa_pool_memory {
+    pub version: u32,
+    pub device_type: i32,
+    pub device_id: i32,
+    pub num_regions: i32,
+    pub base: u64,
+    pub bytes: u64,
+    pub region_bytes: u64,
+    pub page_bytes: u64,
+    pub num_pages: i64,
+    pub fingerprint: u64,
+    pub layout_version: u32,
+}
+#[test]
+fn bindgen_test_layout_bspa_pool_memory() {
+    assert_eq!(
+        ::std::mem::size_of::<bspa_pool_memory>(),
+        72usize,
+        concat!("Size of: ", stringify!(bspa_pool_memory))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<bspa_pool_memory>(),
+        8usize,
+        concat!("Alignment of ", stringify!(bspa_pool_memory))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_memory>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_memory),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_device_type() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_memory>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).device_type) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_memory),
+                "::",
+                stringify!(device_type)
+            )
+        );
+    }
+    test_field_device_type();
+    fn test_field_device_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_memory>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).device_id) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_memory),
+                "::",
+                stringify!(device_id)
+            )
+        );
+    }
+    test_field_device_id();
+    fn test_field_num_regions() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_memory>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_regions) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_memory),
+                "::",
+                stringify!(num_regions)
+            )
+        );
+    }
+    test_field_num_regions();
+    fn test_field_base() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_memory>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).base) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_memory),
+                "::",
+                stringify!(base)
+            )
+        );
+    }
+    test_field_base();
+    fn test_field_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_memory>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_memory),
+                "::",
+                stringify!(bytes)
+            )
+        );
+    }
+    test_field_bytes();
+    fn test_field_region_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_memory>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).region_bytes) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_memory),
+                "::",
+                stringify!(region_bytes)
+            )
+        );
+    }
+    test_field_region_bytes();
+    fn test_field_page_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_memory>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).page_bytes) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_memory),
+                "::",
+                stringify!(page_bytes)
+            )
+        );
+    }
+    test_field_page_bytes();
+    fn test_field_num_pages() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_memory>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_pages) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_memory),
+                "::",
+                stringify!(num_pages)
+            )
+        );
+    }
+    test_field_num_pages();
+    fn test_field_fingerprint() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_memory>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fingerprint) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_memory),
+                "::",
+                stringify!(fingerprint)
+            )
+        );
+    }
+    test_field_fingerprint();
+    fn test_field_layout_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_pool_memory>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).layout_version) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_pool_memory),
+                "::",
+                stringify!(layout_version)
+            )
+        );
+    }
+    test_field_layout_version();
+}
+extern "C" {
+    pub fn bspa_pool_memory(pool: *const bspa_pool, memory: *mut bspa_pool_memory) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_pool_page_address(
+        pool: *const bspa_pool,
+        layer: i32,
+        kv: i32,
+        page: i64,
+        address: *mut u64,
+    ) -> bspa_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct bspa_kv_export {
+    _unused: [u8; 0],
+}
+extern "C" {
+    pub fn bspa_kv_export_create(
+        exp: *mut *mut bspa_kv_export,
+        pool: *mut bspa_pool,
+        options: *const bspa_seq_options,
+        tokens: *const i32,
+        n: i64,
+    ) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_kv_export_pages(
+        exp: *const bspa_kv_export,
+        pages: *mut i32,
+        keys: *mut u64,
+        capacity: i64,
+        num_pages: *mut i64,
+    ) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_kv_export_destroy(exp: *mut bspa_kv_export);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct bspa_kv_import {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct bspa_kv_import_options {
+    pub version: u32,
+    pub salt: *const ::std::os::raw::c_void,
+    pub salt_len: usize,
+    pub extra_key: u64,
+    pub peer_fingerprint: u64,
+    pub peer_keys: *const u64,
+    pub num_peer_keys: i64,
+}
+#[test]
+fn bindgen_test_layout_bspa_kv_import_options() {
+    assert_eq!(
+        ::std::mem::size_of::<bspa_kv_import_options>(),
+        56usize,
+        concat!("Size of: ", stringify!(bspa_kv_import_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<bspa_kv_import_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(bspa_kv_import_options))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_options),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_salt() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).salt) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_options),
+                "::",
+                stringify!(salt)
+            )
+        );
+    }
+    test_field_salt();
+    fn test_field_salt_len() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).salt_len) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_options),
+                "::",
+                stringify!(salt_len)
+            )
+        );
+    }
+    test_field_salt_len();
+    fn test_field_extra_key() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).extra_key) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_options),
+                "::",
+                stringify!(extra_key)
+            )
+        );
+    }
+    test_field_extra_key();
+    fn test_field_peer_fingerprint() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).peer_fingerprint) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_options),
+                "::",
+                stringify!(peer_fingerprint)
+            )
+        );
+    }
+    test_field_peer_fingerprint();
+    fn test_field_peer_keys() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).peer_keys) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_options),
+                "::",
+                stringify!(peer_keys)
+            )
+        );
+    }
+    test_field_peer_keys();
+    fn test_field_num_peer_keys() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_peer_keys) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_options),
+                "::",
+                stringify!(num_peer_keys)
+            )
+        );
+    }
+    test_field_num_peer_keys();
+}
+extern "C" {
+    pub fn bspa_kv_import_options_init(options: *mut bspa_kv_import_options) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_kv_import_create(
+        imp: *mut *mut bspa_kv_import,
+        pool: *mut bspa_pool,
+        tokens: *const i32,
+        n: i64,
+        options: *const bspa_kv_import_options,
+    ) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_kv_import_pages(
+        imp: *const bspa_kv_import,
+        pages: *mut i32,
+        blocks: *mut i64,
+        capacity: i64,
+        num_pages: *mut i64,
+    ) -> bspa_status;
+}
+pub const BSPA_KV_IMPORT_RESERVED: _bindgen_ty_5 = 1;
+pub const BSPA_KV_IMPORT_COMMITTED: _bindgen_ty_5 = 2;
+pub const BSPA_KV_IMPORT_ABORTED: _bindgen_ty_5 = 3;
+pub type _bindgen_ty_5 = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct bspa_kv_import_info {
+    pub version: u32,
+    pub state: i32,
+    pub num_blocks: i64,
+    pub num_cached: i64,
+    pub num_reserved: i64,
+    pub num_published: i64,
+}
+#[test]
+fn bindgen_test_layout_bspa_kv_import_info() {
+    assert_eq!(
+        ::std::mem::size_of::<bspa_kv_import_info>(),
+        40usize,
+        concat!("Size of: ", stringify!(bspa_kv_import_info))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<bspa_kv_import_info>(),
+        8usize,
+        concat!("Alignment of ", stringify!(bspa_kv_import_info))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_info),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_state() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).state) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_info),
+                "::",
+                stringify!(state)
+            )
+        );
+    }
+    test_field_state();
+    fn test_field_num_blocks() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_blocks) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_info),
+                "::",
+                stringify!(num_blocks)
+            )
+        );
+    }
+    test_field_num_blocks();
+    fn test_field_num_cached() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_cached) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_info),
+                "::",
+                stringify!(num_cached)
+            )
+        );
+    }
+    test_field_num_cached();
+    fn test_field_num_reserved() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_reserved) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_info),
+                "::",
+                stringify!(num_reserved)
+            )
+        );
+    }
+    test_field_num_reserved();
+    fn test_field_num_published() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_import_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_published) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_import_info),
+                "::",
+                stringify!(num_published)
+            )
+        );
+    }
+    test_field_num_published();
+}
+extern "C" {
+    pub fn bspa_kv_import_info(
+        imp: *const bspa_kv_import,
+        info: *mut bspa_kv_import_info,
+    ) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_kv_import_commit(imp: *mut bspa_kv_import, published: *mut i64) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_kv_import_abort(imp: *mut bspa_kv_import) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_kv_import_destroy(imp: *mut bspa_kv_import);
 }
