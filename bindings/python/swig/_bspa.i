@@ -26,6 +26,8 @@
 %rename(bspa_pool_stats_t, %$isclass) bspa_pool_stats;
 %rename(bspa_seq_info_t, %$isclass) bspa_seq_info;
 %rename(bspa_pool_info_t, %$isclass) bspa_pool_info;
+%rename(bspa_pool_memory_t, %$isclass) bspa_pool_memory;
+%rename(bspa_kv_import_info_t, %$isclass) bspa_kv_import_info;
 /* Wrapped by bspa_py_seq_create below: a raw const void * salt is unusable from Python. */
 %ignore bspa_seq_options::salt;
 
@@ -40,11 +42,15 @@ BSPA_HANDLE_OUT(bspa_pool)
 BSPA_HANDLE_OUT(bspa_seq)
 BSPA_HANDLE_OUT(bspa_layout)
 BSPA_HANDLE_OUT(bspa_batch)
+BSPA_HANDLE_OUT(bspa_kv_export)
+BSPA_HANDLE_OUT(bspa_kv_import)
 
 /* ---- scalar out-parameters ------------------------------------------------------- */
 %apply int32_t *OUTPUT { int32_t *count, int32_t *allowed };
 %apply int64_t *OUTPUT { int64_t *cached, int64_t *num_pages };
 %apply size_t *OUTPUT { size_t *bytes };
+%apply unsigned long long *OUTPUT { uint64_t *address };
+%apply int64_t *OUTPUT { int64_t *published };
 
 /* ---- host arrays through the buffer protocol (numpy arrays, array.array, bytes) -- */
 %{
@@ -209,6 +215,15 @@ static int bspa_py_tensor(PyObject *obj, DLTensor **out) {
 %ignore bspa_pool_events_drain;
 %ignore bspa_kv_event;
 
+/* KV transfer: the raw functions take option structs of pointers and output arrays that
+ * Python cannot build; bspa_py_kv_* below take buffers instead. */
+%ignore bspa_kv_export_create;
+%ignore bspa_kv_export_pages;
+%ignore bspa_kv_import_create;
+%ignore bspa_kv_import_pages;
+%ignore bspa_kv_import_options;
+%ignore bspa_kv_import_options_init;
+
 /* The header's function-like and UINT64_C macros are not for SWIG. */
 %ignore BSPA_DEFAULT_HASH_SEED;
 %constant uint64_t BSPA_DEFAULT_HASH_SEED = BSPA_DEFAULT_HASH_SEED;
@@ -229,6 +244,24 @@ static int bspa_py_tensor(PyObject *obj, DLTensor **out) {
 }
 %typemap(freearg) (const void *salt, size_t salt_len) { if (have$argnum) PyBuffer_Release(&view$argnum); }
 
+/* Page lists of the KV transfer helpers: writable buffers of their item size, or None. */
+%define BSPA_BUFFER_ARG(TYPE, NAME, SIZE, WRITABLE)
+%typemap(in) TYPE NAME (Py_buffer view, int have = 0) {
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!bspa_py_get_buffer($input, &view, SIZE, WRITABLE, "NAME")) SWIG_fail;
+    have = 1;
+    $1 = ($1_ltype)view.buf;
+  }
+}
+%typemap(freearg) TYPE NAME { if (have$argnum) PyBuffer_Release(&view$argnum); }
+%enddef
+BSPA_BUFFER_ARG(int32_t *, pages_out, 4, 1)
+BSPA_BUFFER_ARG(void *, keys_out, 8, 1)
+BSPA_BUFFER_ARG(int64_t *, blocks_out, 8, 1)
+BSPA_BUFFER_ARG(const void *, peer_keys_in, 8, 0)
+
 %inline %{
 /* bspa_seq_create with the salt given as bytes (copied by the library). */
 bspa_status bspa_py_seq_create(bspa_seq **seq, bspa_pool *pool, const void *salt, size_t salt_len,
@@ -243,6 +276,50 @@ bspa_status bspa_py_seq_create(bspa_seq **seq, bspa_pool *pool, const void *salt
   options.salt_len = salt_len;
   options.extra_key = extra_key;
   return bspa_seq_create(seq, pool, &options);
+}
+
+/* KV transfer with the salt as bytes and page lists as buffers. */
+bspa_status bspa_py_kv_export_create(bspa_kv_export **exp, bspa_pool *pool, const void *salt, size_t salt_len,
+                                     uint64_t extra_key, const int32_t *tokens, int64_t n) {
+  bspa_seq_options options;
+  bspa_status status = bspa_seq_options_init(&options);
+  if (status != BSPA_OK) {
+    *exp = NULL;
+    return status;
+  }
+  options.salt = salt;
+  options.salt_len = salt_len;
+  options.extra_key = extra_key;
+  return bspa_kv_export_create(exp, pool, &options, tokens, n);
+}
+
+bspa_status bspa_py_kv_import_create(bspa_kv_import **imp, bspa_pool *pool, const int32_t *tokens, int64_t n,
+                                     const void *salt, size_t salt_len, uint64_t extra_key,
+                                     uint64_t peer_fingerprint, const void *peer_keys_in,
+                                     int64_t num_peer_keys) {
+  bspa_kv_import_options options;
+  bspa_status status = bspa_kv_import_options_init(&options);
+  if (status != BSPA_OK) {
+    *imp = NULL;
+    return status;
+  }
+  options.salt = salt;
+  options.salt_len = salt_len;
+  options.extra_key = extra_key;
+  options.peer_fingerprint = peer_fingerprint;
+  options.peer_keys = peer_keys_in;
+  options.num_peer_keys = num_peer_keys;
+  return bspa_kv_import_create(imp, pool, tokens, n, &options);
+}
+
+bspa_status bspa_py_kv_export_pages(const bspa_kv_export *exp, int32_t *pages_out, void *keys_out,
+                                    int64_t capacity, int64_t *num_pages) {
+  return bspa_kv_export_pages(exp, pages_out, keys_out, capacity, num_pages);
+}
+
+bspa_status bspa_py_kv_import_pages(const bspa_kv_import *imp, int32_t *pages_out, int64_t *blocks_out,
+                                    int64_t capacity, int64_t *num_pages) {
+  return bspa_kv_import_pages(imp, pages_out, blocks_out, capacity, num_pages);
 }
 
 /* The header's ABI version, compiled into this module, for the load-time check. */

@@ -26,6 +26,7 @@ from ._errors import (BspaError, BufferTooSmallError, CudaError, DeviceMismatchE
                       OutOfPagesError, OutOfRangeError, ResourceError, ShapeMismatchError,
                       VersionError, error_for)
 from ._tensor import kDLCPU, kDLCUDA
+from ._transfer import KV_K, KV_V, KvExport, KvImport, PoolMemory
 
 
 def _check_abi() -> None:
@@ -64,9 +65,9 @@ def device_count(device: str = "cuda") -> int:
 
 __all__ = [
     "ABI_VERSION", "DEFAULT_MEMORY_BYTES", "Batch", "BspaError", "BufferTooSmallError", "CudaError", "DeviceMismatchError",
-    "DtypeMismatchError", "InternalError", "InvalidArgumentError", "InvalidStateError", "KVTensor", "Layout",
+    "DtypeMismatchError", "InternalError", "InvalidArgumentError", "InvalidStateError", "KV_K", "KV_V", "KVTensor", "KvExport", "KvImport", "Layout",
     "NoDeviceError", "NotSupportedError", "NullPointerError", "OutOfMemoryError", "OutOfPagesError",
-    "OutOfRangeError", "Pool", "PoolInfo", "PoolStats", "ResourceError", "SeqInfo", "Sequence", "ShapeMismatchError",
+    "OutOfRangeError", "Pool", "PoolInfo", "PoolMemory", "PoolStats", "ResourceError", "SeqInfo", "Sequence", "ShapeMismatchError",
     "VersionError", "build_info", "device_count", "error_for", "fp8_e4m3_to_float32", "kDLCPU", "kDLCUDA", "kv_write", "prefill",
     "prefill_paged", "prefill_workspace_bytes", "version",
 ]

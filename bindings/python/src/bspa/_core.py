@@ -222,6 +222,7 @@ class Pool(_Handle):
         self.page_size = page_size
         self._sequences: "weakref.WeakSet[Sequence]" = weakref.WeakSet()
         self._batches: "weakref.WeakSet[Batch]" = weakref.WeakSet()
+        self._transfers: weakref.WeakSet = weakref.WeakSet()  # KvExport / KvImport (bspa._transfer)
 
     # -- lifetime (close, with, closed: _Handle) --------------------------------------
     _what = "pool"
@@ -232,6 +233,8 @@ class Pool(_Handle):
         goes. Every later call on the pool raises InvalidStateError."""
         for batch in list(self._batches):
             batch.close()
+        for transfer in list(self._transfers):
+            transfer.close()  # an open import aborts
         for seq in list(self._sequences):
             seq.close()
         self._storage = None  # the last reference unless a view holds one
@@ -267,6 +270,28 @@ class Pool(_Handle):
         for s in seqs:
             s._batches.add(batch)
         return batch
+
+    # -- KV transfer between pools (bspa._transfer) ---------------------------------
+    def memory(self):
+        """Where the pages live and the fingerprint a peer must match (:class:`PoolMemory`)."""
+        from ._transfer import _memory
+        return _memory(self._h())
+
+    def export_kv(self, tokens: Iterable[int], salt: Optional[bytes] = None, extra_key: int = 0):
+        """Pins every full cached page of the prompt for a transport to read
+        (:class:`KvExport`; no n-1 cap; a miss exports 0 pages). Salt and extra key are the
+        prompt's, as its sequences use them."""
+        from ._transfer import KvExport
+        return KvExport(self, tokens, salt, extra_key)
+
+    def import_kv(self, tokens: Iterable[int], *, peer_fingerprint: int, peer_keys=None,
+                  salt: Optional[bytes] = None, extra_key: int = 0):
+        """Reserves pages for the full pages of the prompt this pool lacks (:class:`KvImport`),
+        after checking the exporter's fingerprint (InvalidArgumentError when the pools' pages
+        are not interchangeable) and, when given, its keys (``[n, 2]`` uint64)."""
+        from ._transfer import KvImport
+        return KvImport(self, tokens, peer_fingerprint=peer_fingerprint, peer_keys=peer_keys, salt=salt,
+                        extra_key=extra_key)
 
     def _stream(self, stream: StreamLike) -> int:
         cuda_device = self.device[1] if self.device[0] == kDLCUDA else None
