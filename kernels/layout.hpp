@@ -6,10 +6,12 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/block_rule.hpp"
+
 namespace bspa::kernels {
 
 struct Layout {
-  enum class Kind : int32_t { Dense = 0, Strided = 1, Csr = 2 };
+  using Kind = LayoutKind;
 
   Kind kind = Kind::Dense;
   int32_t num_heads = 0;    // local heads (this rank's)
@@ -33,25 +35,8 @@ struct Layout {
   mutable std::shared_ptr<void> device_copies;
 
   // Callers guarantee 0 <= h < num_heads, qb, kb >= 0 and (for Csr) qb < num_block_rows.
-  bool allowed(int32_t h, int64_t qb, int64_t kb) const {
-    if (kb > qb) return false;
-    switch (kind) {
-      case Kind::Dense: return true;
-      case Kind::Strided: {
-        // Reduced term by term: kb may be near INT64_MAX (bspa_layout_allowed), where the
-        // plain sum kb + g * s + 1 would overflow.
-        const int64_t gs = static_cast<int64_t>(head_begin + h) * head_step % vert_stride;
-        return qb - kb < local_blocks || (kb % vert_stride + gs + 1) % vert_stride == 0;
-      }
-      case Kind::Csr: {
-        const int32_t *row = crow.data() + static_cast<int64_t>(h) * (num_block_rows + 1) + qb;
-        for (int32_t i = row[0]; i < row[1]; ++i)
-          if (col[i] == kb) return true;
-        return false;
-      }
-    }
-    return false;
-  }
+  // The rule is block_allowed (kernels/block_rule.hpp), the one the CUDA kernels apply.
+  bool allowed(int32_t h, int64_t qb, int64_t kb) const { return block_allowed(*this, h, qb, kb); }
 };
 
 // Factories: validate and build. Errors are Error(InvalidArgument) naming the field and

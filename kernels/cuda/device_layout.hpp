@@ -14,7 +14,7 @@
 namespace bspa::kernels::cuda {
 
 struct DeviceLayout {
-  int32_t kind = 0;  // Layout::Kind
+  int32_t kind = 0;  // a LayoutKind (kernels/block_rule.hpp)
   int32_t block_size = 64;
   int32_t local_blocks = 0, vert_stride = 1, head_begin = 0, head_step = 0;
   int32_t num_block_rows = 0;
@@ -22,26 +22,11 @@ struct DeviceLayout {
   const int32_t *col = nullptr;
 
 #ifdef __CUDACC__
-  // The rule of Layout::allowed (kernels/layout.hpp), in the kernels' 32-bit block indices:
-  // kb, qb >= 0; the CSR rows past num_block_rows see nothing (the host validates lengths).
+  // The rule of Layout::allowed (block_allowed, kernels/block_rule.hpp), in the kernels'
+  // 32-bit block indices: kb, qb >= 0; the CSR rows past num_block_rows see nothing (the
+  // host validates lengths).
   __device__ __forceinline__ bool allowed(int32_t h, int32_t qb, int32_t kb) const {
-    if (kb > qb) return false;
-    if (kind == static_cast<int32_t>(Layout::Kind::Dense)) return true;
-    if (kind == static_cast<int32_t>(Layout::Kind::Strided))
-      return qb - kb < local_blocks || (kb + (head_begin + h) * head_step + 1) % vert_stride == 0;
-    if (qb >= num_block_rows) return false;
-    const int32_t *row = crow + static_cast<int64_t>(h) * (num_block_rows + 1) + qb;
-    int32_t lo = row[0], hi = row[1];  // col ascending: binary search
-    while (lo < hi) {
-      const int32_t mid = (lo + hi) >> 1;
-      const int32_t c = col[mid];
-      if (c == kb) return true;
-      if (c < kb)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    return false;
+    return block_allowed(*this, h, qb, kb);
   }
 #endif
 };

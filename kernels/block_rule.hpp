@@ -1,0 +1,88 @@
+// The block rule of docs/design.md §2 (which key block a query block of a head may see),
+// written once for the host (Layout::allowed, kernels/layout.hpp: the CPU backend and
+// bspa_layout_allowed) and the device (DeviceLayout::allowed, kernels/cuda/device_layout.hpp:
+// the CUDA kernels' tile lists and the decode kernel's masks), so the oracle and the
+// kernels cannot disagree on a layout.
+//
+// The index type I is the caller's: int64_t on the host, where bspa_layout_allowed takes
+// any block index up to INT64_MAX; int32_t in the kernels, whose block indices are small and
+// for which the plain sum is the cheapest form (the 64-bit form costs a second modulo).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#ifndef BSPA_HOST_DEVICE
+#ifdef __CUDACC__
+#define BSPA_HOST_DEVICE __host__ __device__
+#else
+#define BSPA_HOST_DEVICE
+#endif
+#endif
+
+namespace bspa::kernels {
+
+// A layout's kind. The values are stored in DeviceLayout::kind (an int32_t) and never
+// leave the library (the public header has no such enumeration).
+enum class LayoutKind : int32_t { Dense = 0, Strided = 1, Csr = 2 };
+
+// Phi-3-small's local + vertical-stride rule for kb <= qb, over a layout L (below): the
+// last local_blocks blocks, and every block with (kb + (head_begin + h) * head_step + 1) %
+// vert_stride == 0.
+template <class I, class L>
+BSPA_HOST_DEVICE inline bool strided_block_allowed(const L &l, int32_t h, I qb, I kb) {
+  static_assert(std::is_same<I, int32_t>::value || std::is_same<I, int64_t>::value, "block index type");
+  if constexpr (sizeof(I) == sizeof(int64_t)) {
+    // Reduced term by term: kb may be near INT64_MAX (bspa_layout_allowed), where the plain
+    // sum kb + g * s + 1 would overflow.
+    const int64_t gs = static_cast<int64_t>(l.head_begin + h) * l.head_step % l.vert_stride;
+    return qb - kb < l.local_blocks || (kb % l.vert_stride + gs + 1) % l.vert_stride == 0;
+  } else {
+    return qb - kb < l.local_blocks || (kb + (l.head_begin + h) * l.head_step + 1) % l.vert_stride == 0;
+  }
+}
+
+// A CSR row: whether kb is among its entries col[lo, hi), which the factory checked are
+// strictly ascending (make_csr_layout), so a binary search finds it.
+template <class I>
+BSPA_HOST_DEVICE inline bool csr_row_contains(const int32_t *col, int32_t lo, int32_t hi, I kb) {
+  while (lo < hi) {
+    const int32_t mid = (lo + hi) >> 1;
+    const int32_t c = col[mid];
+    if (c == kb) return true;
+    if (c < kb)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return false;
+}
+
+// The CSR arrays as pointers: the device layout holds them so, the host layout as vectors.
+BSPA_HOST_DEVICE inline const int32_t *csr_data(const int32_t *p) { return p; }
+template <class V>
+inline auto csr_data(const V &v) -> decltype(v.data()) {
+  return v.data();
+}
+
+// The whole rule, for 0 <= h < num_heads and qb, kb >= 0, over a layout L with the fields of
+// Layout (kind, local_blocks, vert_stride, head_begin, head_step, num_block_rows, crow, col):
+// Layout itself on the host, DeviceLayout in the kernels. head_begin + h is the global head
+// (tensor parallelism: this rank's first head). crow is [num_heads][num_block_rows + 1]
+// absolute offsets into col; a CSR query block at or past num_block_rows sees nothing. The
+// fields are read where the rule needs them (the CSR pointers on the CSR path only): the
+// kernels' PTX is byte for byte what it was when device_layout.hpp wrote the rule out itself.
+#ifdef __CUDACC__
+#pragma nv_exec_check_disable  // Layout's instantiation (host only) reads its vectors' data()
+#endif
+template <class I, class L>
+BSPA_HOST_DEVICE inline bool block_allowed(const L &l, int32_t h, I qb, I kb) {
+  if (kb > qb) return false;
+  if (l.kind == static_cast<decltype(l.kind)>(LayoutKind::Dense)) return true;
+  if (l.kind == static_cast<decltype(l.kind)>(LayoutKind::Strided)) return strided_block_allowed(l, h, qb, kb);
+  if (qb >= l.num_block_rows) return false;
+  const int32_t *row = csr_data(l.crow) + static_cast<int64_t>(h) * (l.num_block_rows + 1) + qb;
+  return csr_row_contains(csr_data(l.col), row[0], row[1], kb);
+}
+
+}  // namespace bspa::kernels
