@@ -18,6 +18,11 @@
 //! index; [`Pool::drain_events`] returns them as [`KvEvent`]s and
 //! [`Pool::drain_events_msgpack`] as one vLLM `EventBatch` for a ZMQ publisher.
 //!
+//! KV transfer between pools (disaggregated serving, NIXL): [`Pool::memory`] describes the
+//! storage for a transport, [`Pool::export_kv`] pins a prompt's cached pages and
+//! [`Pool::import_kv`] reserves pages for the ones a pool lacks ([`KvImport::commit`]
+//! publishes them; dropping the import aborts).
+//!
 //! ```no_run
 //! # fn main() -> bspa::Result<()> {
 //! use bspa::{DType, Layout, Pool, PoolOptions};
@@ -47,6 +52,7 @@ mod layout;
 mod paged;
 mod pool;
 mod tensor;
+mod transfer;
 
 pub use error::{Error, ErrorKind, Result};
 pub use events::KvEvent;
@@ -55,6 +61,7 @@ pub use layout::{Layout, StridedOptions};
 pub use paged::{prefill_paged, prefill_paged_host, prefill_workspace_bytes, HostPagedArgs, PagedArgs};
 pub use pool::{Batch, Device, Pool, PoolInfo, PoolOptions, PoolStats, SeqInfo, Sequence, DEFAULT_MEMORY_BYTES};
 pub use tensor::{DType, Element};
+pub use transfer::{ImportInfo, ImportOptions, Kv, KvExport, KvImport, PoolMemory};
 
 use std::ffi::CStr;
 
