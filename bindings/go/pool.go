@@ -110,6 +110,8 @@ type Pool struct {
 	p       *C.bspa_pool
 	opts    PoolOptions
 	batches map[*C.bspa_batch][]*C.bspa_seq // live batches and the sequences they use
+	// live KV exports and imports (transfer.go): each entry frees its C handle
+	transfers map[interface{}]func()
 }
 
 // NewPool creates a pool. Close it when done (a finalizer does it otherwise).
@@ -156,7 +158,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	if err := call(func() C.bspa_status { return C.bspa_pool_create(&p, &o) }); err != nil {
 		return nil, err
 	}
-	pool := &Pool{p: p, opts: opts, batches: map[*C.bspa_batch][]*C.bspa_seq{}}
+	pool := &Pool{p: p, opts: opts, batches: map[*C.bspa_batch][]*C.bspa_seq{}, transfers: map[interface{}]func(){}}
 	runtime.SetFinalizer(pool, (*Pool).Close)
 	return pool, nil
 }
@@ -173,6 +175,10 @@ func (p *Pool) Close() error {
 		C.bspa_batch_destroy(b)
 	}
 	p.batches = nil
+	for _, free := range p.transfers { // an open import aborts
+		free()
+	}
+	p.transfers = nil
 	C.bspa_pool_destroy(p.p)
 	p.p = nil
 	runtime.SetFinalizer(p, nil)
