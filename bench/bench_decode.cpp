@@ -112,35 +112,29 @@ std::pair<double, double> time_queued(int iters, Launch launch) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  const char *json = nullptr, *commit = "unknown", *only = nullptr;
+  std::string json_path, commit_name = "unknown", only_name, kv = "bf16";
   std::vector<int> page_sizes = {16, 64};
   int q = 1;
-  bool quick = false, fp8 = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
-      json = argv[++i];
-    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc)
-      commit = argv[++i];
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
-      only = argv[++i];
-    else if (!std::strcmp(argv[i], "--q") && i + 1 < argc)
-      q = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--quick"))
-      quick = true;
-    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc && !std::strcmp(argv[i + 1], "fp8"))
-      fp8 = true, ++i;
-    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc && !std::strcmp(argv[i + 1], "bf16"))
-      ++i;
-    else if (!std::strcmp(argv[i], "--pages") && i + 1 < argc) {
-      page_sizes.clear();
-      for (char *t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) page_sizes.push_back(std::atoi(t));
-    } else {
-      std::fprintf(
-          stderr,
-          "usage: bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE] [--kv bf16|fp8]\n");
-      return 2;
-    }
-  }
+  bool quick = false;
+  CLI::App app("GPU decode timing: bspa_prefill_paged of decode rows over caller-owned pages, Phi-3-small shapes");
+  app.option_defaults()->always_capture_default();
+  app.add_option("--json", json_path, "write the results as JSON to FILE");
+  app.add_option("--commit", commit_name, "the commit the JSON names");
+  app.add_option("--pages", page_sizes, "page sizes (comma-separated)")
+      ->delimiter(',')
+      ->transform(gpu::decimal())
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--q", q, "new tokens per sequence (speculative rows)")
+      ->transform(gpu::decimal())
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_flag("--quick", quick, "fewer iterations");
+  app.add_option("--only", only_name, "one case by name");
+  app.add_option("--kv", kv, "page dtype (fp8: e4m3 pages with per-head scales, no mixed rows)")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
+  if (const int rc = gpu::parse_flags(app, argc, argv); rc >= 0) return rc;
+  const char *json = json_path.empty() ? nullptr : json_path.c_str(), *commit = commit_name.c_str();
+  const char *only = only_name.empty() ? nullptr : only_name.c_str();
+  const bool fp8 = kv == "fp8";
   int32_t n = 0;
   if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
     std::printf("SKIP: no CUDA device\n");

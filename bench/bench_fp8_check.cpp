@@ -311,16 +311,12 @@ void time_kv_write(int T) {
 int main(int argc, char **argv) {
   bool timing = false;
   uint64_t seed = 1;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--time"))
-      timing = true;
-    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc)
-      seed = std::strtoull(argv[++i], nullptr, 0);
-    else {
-      std::fprintf(stderr, "usage: %s [--time] [--seed N]\n", argv[0]);
-      return 2;
-    }
-  }
+  CLI::App app("GPU FP8 (e4m3) KV check: CUDA fp8 pools against a CPU fp8 pool");
+  app.option_defaults()->always_capture_default();
+  app.add_flag("--time", timing, "also time kv write into fp8 and bf16 pools");
+  // Any base, as strtoull(.., 0) read it before: 0x.. hex, a leading 0 octal.
+  app.add_option("--seed", seed, "the random seed (reproduces a run)");
+  if (const int rc = gpu::parse_flags(app, argc, argv); rc >= 0) return rc;
   int32_t n = 0;
   BSPA_OK_OR_DIE(bspa_device_count(kDLCUDA, &n));
   if (n == 0) {

@@ -4,7 +4,8 @@
 //   bench_gpu_check            full sweep (paged args + pool/batch engine flow)
 //   bench_gpu_check --quick    the fixed cases only
 //   bench_gpu_check --tiny     a few small cases (for compute-sanitizer)
-//   bench_gpu_check --seed N   reproduce a run
+//   bench_gpu_check --seed N   reproduce a run (decimal)
+//   bench_gpu_check --help     the flags (CLI11); an unknown flag is refused with exit status 2
 // Exit status: 0 all passed, 1 a case failed, 2 setup error, 77 with "SKIP" without a GPU (or
 // without CUDA): CTest's test gpu_check (label gpu) counts that as skipped.
 #include <bspa/bspa.h>
@@ -631,14 +632,13 @@ void run_not_supported() {
 int main(int argc, char **argv) {
   bool quick = false, tiny = false;
   uint64_t seed = 12345;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick"))
-      quick = true;
-    else if (!std::strcmp(argv[i], "--tiny"))
-      quick = tiny = true;
-    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc)
-      seed = std::strtoull(argv[++i], nullptr, 10);
-  }
+  CLI::App app("GPU correctness sweep: every CUDA path against the CPU backend (the oracle)");
+  app.option_defaults()->always_capture_default();
+  app.add_flag("--quick", quick, "the fixed cases only");
+  app.add_flag("--tiny", tiny, "a few small cases (for compute-sanitizer); implies --quick");
+  app.add_option("--seed", seed, "the random seed (reproduces a run)")->transform(gpu::decimal());
+  if (const int rc = gpu::parse_flags(app, argc, argv); rc >= 0) return rc;
+  quick = quick || tiny;
   int32_t n = 0;
   if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
     std::printf("SKIP: no CUDA device\n");

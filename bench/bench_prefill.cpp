@@ -253,30 +253,26 @@ int main(int argc, char **argv) {
   bool quick = false, sweep = true, workspace = true, sync_each = false, graph = false, fp8 = false;
   int idle_ms = 0;
   float scale = 1.0f / 128;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
-      json_path = argv[++i];
-    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc)
-      commit = argv[++i];
-    else if (!std::strcmp(argv[i], "--quick"))
-      quick = true;
-    else if (!std::strcmp(argv[i], "--no-sweep"))
-      sweep = false;
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
-      only = argv[++i];
-    else if (!std::strcmp(argv[i], "--no-workspace"))
-      workspace = false;
-    else if (!std::strcmp(argv[i], "--sync-each"))
-      sync_each = true;
-    else if (!std::strcmp(argv[i], "--graph"))
-      graph = true;
-    else if (!std::strcmp(argv[i], "--idle-ms") && i + 1 < argc)
-      sync_each = true, idle_ms = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--scale") && i + 1 < argc)
-      scale = static_cast<float>(std::atof(argv[++i]));
-    else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc && !std::strcmp(argv[i + 1], "fp8"))
-      fp8 = true, ++i;
-  }
+  std::string kv = "bf16";
+  CLI::App app("GPU prefill timing: bspa_prefill_paged over caller-owned pages, Phi-3-small shapes");
+  app.option_defaults()->always_capture_default();
+  app.add_option("--json", json_path, "write the results as JSON to FILE");
+  app.add_option("--commit", commit, "the commit the JSON names");
+  app.add_flag("--quick", quick, "fewer sizes and iterations");
+  app.add_flag("!--no-sweep", sweep, "leave out the prefix hit-rate sweep");
+  app.add_option("--only", only, "one case by name (sparse, no sweep: for ncu)");
+  app.add_flag("!--no-workspace", workspace, "launch without the split workspace");
+  app.add_flag("--sync-each", sync_each, "wait after every launch");
+  app.add_flag("--graph", graph, "time replays of launches captured in a CUDA graph");
+  app.add_option("--idle-ms", idle_ms, "sleep N ms after each launch (implies --sync-each)")
+      ->transform(gpu::decimal())
+      ->check(CLI::Range(0, 60000));
+  app.add_option("--scale", scale, "the softmax scale");
+  app.add_option("--kv", kv, "page dtype (fp8: e4m3 pages with per-head scales)")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
+  if (const int rc = gpu::parse_flags(app, argc, argv); rc >= 0) return rc;
+  fp8 = kv == "fp8";
+  if (app.count("--idle-ms")) sync_each = true;
   if (graph && sync_each) {
     std::fprintf(
         stderr,

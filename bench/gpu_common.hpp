@@ -1,7 +1,9 @@
 // Helpers shared by the GPU check and benchmark programs (public header + CUDA runtime
-// only): CUDA error checks, bf16/f16 conversion, random fill, DLTensor construction.
+// only): flag parsing, CUDA error checks, bf16/f16 conversion, random fill, DLTensor
+// construction.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <bspa/bspa.h>
 #include <cuda_runtime.h>
 
@@ -32,6 +34,33 @@
   } while (0)
 
 namespace gpu {
+
+// Parses the flags: -1 to go on, else the exit status (0 after --help; 2 for a bad flag, with
+// CLI11's message on stderr, the status these programs give every usage error).
+inline int parse_flags(CLI::App &app, int argc, char **argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  return -1;
+}
+
+// Integer flags are read in decimal, as the atoi/strtoull(.., 10) that parsed them before
+// CLI11 did (CLI11 2.1 reads "010" as octal 8): leading zeros are dropped, anything but an
+// optional '-' and digits is refused.
+inline CLI::Validator decimal() {
+  return CLI::Validator(
+      [](std::string &text) -> std::string {
+        const size_t sign = !text.empty() && text[0] == '-';
+        if (text.size() == sign || text.find_first_not_of("0123456789", sign) != std::string::npos)
+          return "not a decimal integer: " + text;
+        const size_t first = text.find_first_not_of('0', sign);
+        text.erase(sign, (first == std::string::npos ? text.size() - 1 : first) - sign);
+        return std::string();
+      },
+      "DECIMAL");
+}
 
 struct Rng {
   uint64_t s;
