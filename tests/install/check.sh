@@ -72,6 +72,10 @@ bspa = { path = "$root/bindings/rust/bspa" }
 
 [workspace]
 TOML
+    # The bspa crate's one dependency (half) comes from Debian's crate directory, as in
+    # bindings/rust: a consumer names its own crate source, here the same one.
+    mkdir -p "$crate/.cargo"
+    cp "$root/bindings/rust/.cargo/config.toml" "$crate/.cargo/config.toml"
     cat >"$crate/src/main.rs" <<'RS'
 fn main() {
     let pool = bspa::Pool::new(&bspa::PoolOptions { num_kv_heads: 2, head_dim: 64, ..Default::default() })
