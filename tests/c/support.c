@@ -140,3 +140,30 @@ uint8_t test_fp8_nearest(float x) {
   }
   return (uint8_t)(sign | best);
 }
+
+bspa_pool *test_pool_create(int32_t device_type, bspa_dtype dtype, int32_t layers, int32_t num_kv_heads,
+                            int32_t head_dim, int32_t page_size, int64_t num_pages) {
+  bspa_pool_options o;
+  EXPECT_OK(bspa_pool_options_init(&o));
+  o.device_type = device_type;
+  o.dtype = dtype;
+  o.num_layers = layers;
+  o.num_kv_heads = num_kv_heads;
+  o.head_dim = head_dim;
+  o.page_size = page_size;
+  o.num_pages = num_pages;
+  bspa_pool *p = NULL;
+  EXPECT_OK(bspa_pool_create(&p, &o));
+  return p;
+}
+
+bspa_seq *test_seq_salted(bspa_pool *pool, const char *salt, uint64_t extra_key) {
+  bspa_seq_options so;
+  EXPECT_OK(bspa_seq_options_init(&so));
+  so.salt = salt;
+  so.salt_len = salt ? strlen(salt) : 0;
+  so.extra_key = extra_key;
+  bspa_seq *s = NULL;
+  EXPECT_OK(bspa_seq_create(&s, pool, &so));
+  return s;
+}

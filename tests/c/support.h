@@ -39,6 +39,13 @@ float test_bf16_to_f32(uint16_t b);
 double test_fp8_to_double(uint8_t code);
 uint8_t test_fp8_nearest(float x);
 
+/* A pool of those dimensions on device_type (kDLCPU or kDLCUDA), every other option its
+ * default; the test fails unless it is created. */
+bspa_pool *test_pool_create(int32_t device_type, bspa_dtype dtype, int32_t layers, int32_t num_kv_heads,
+                            int32_t head_dim, int32_t page_size, int64_t num_pages);
+/* A sequence of pool under salt (NULL: none) and extra_key; the test fails unless it is created. */
+bspa_seq *test_seq_salted(bspa_pool *pool, const char *salt, uint64_t extra_key);
+
 /* A host DLTensor over caller memory; shape copied into the struct's own storage.
  * BSPA_DTYPE_FP8_E4M3 gives dtype {BSPA_DL_FLOAT8_E4M3FN, 8, 1}. */
 typedef struct test_tensor {

@@ -122,17 +122,7 @@ static void verify(env *e, const char *call, int line, bspa_status got, bspa_sta
 /* ---- the environment: one valid object of every kind -------------------------------- */
 
 static bspa_pool *make_pool(int32_t layers, int32_t hkv, int32_t d, int64_t pages) {
-  bspa_pool_options o;
-  EXPECT_OK(bspa_pool_options_init(&o));
-  o.dtype = BSPA_DTYPE_F32;
-  o.num_layers = layers;
-  o.num_kv_heads = hkv;
-  o.head_dim = d;
-  o.page_size = PS;
-  o.num_pages = pages;
-  bspa_pool *p = NULL;
-  EXPECT_OK(bspa_pool_create(&p, &o));
-  return p;
+  return test_pool_create(kDLCPU, BSPA_DTYPE_F32, layers, hkv, d, PS, pages);
 }
 
 static bspa_seq *make_seq(bspa_pool *pool, int64_t tokens, int64_t computed) {

@@ -22,19 +22,8 @@ static bspa_pool *events_pool(int64_t num_pages, int32_t page_size, int64_t capa
   return pool;
 }
 
-static bspa_seq *seq_salted(bspa_pool *pool, const char *salt, uint64_t extra) {
-  bspa_seq_options so;
-  EXPECT_OK(bspa_seq_options_init(&so));
-  so.salt = salt;
-  so.salt_len = salt ? strlen(salt) : 0;
-  so.extra_key = extra;
-  bspa_seq *s = NULL;
-  EXPECT_OK(bspa_seq_create(&s, pool, &so));
-  return s;
-}
-
 static int64_t serve(bspa_pool *pool, const char *salt, const int32_t *t, int64_t n) {
-  bspa_seq *s = seq_salted(pool, salt, 0);
+  bspa_seq *s = test_seq_salted(pool, salt, 0);
   int64_t cached = 0;
   EXPECT_OK(bspa_seq_match(s, t, n, &cached));
   EXPECT_OK(bspa_seq_append(s, t + cached, n - cached));
@@ -82,7 +71,7 @@ Test(events, commit_records_one_stored_event_per_full_page_chained_by_block_id) 
   drain(pool, &d);
   cr_assert_eq(d.n, 0);
   /* Without salt: salt NULL; another extra key: recorded. */
-  bspa_seq *s = seq_salted(pool, NULL, 7);
+  bspa_seq *s = test_seq_salted(pool, NULL, 7);
   int64_t cached = 0;
   EXPECT_OK(bspa_seq_match(s, t, 16, &cached));
   EXPECT_OK(bspa_seq_append(s, t, 16));
@@ -138,7 +127,7 @@ Test(events, overflow_clears_the_queue_and_the_index) {
   /* What the events after the clear announce is all the pool can match. */
   int64_t announced = 0;
   for (int64_t i = 1; i < d.n; ++i) announced += d.ev[i].type == BSPA_KV_EVENT_STORED;
-  bspa_seq *s = seq_salted(pool, "x", 0);
+  bspa_seq *s = test_seq_salted(pool, "x", 0);
   int64_t cached = 0;
   EXPECT_OK(bspa_seq_match(s, t, 64, &cached));
   cr_assert_eq(cached, 0, "the first page was unpublished by the clear, so nothing after it matches either");
@@ -213,7 +202,7 @@ Test(events, msgpack_token_ids_of_every_width_round_trip) {
       default: t[i] = 65536 + (int32_t)(r % (INT32_MAX - 65536)); break;
     }
   }
-  bspa_seq *s = seq_salted(pool, NULL, 0);
+  bspa_seq *s = test_seq_salted(pool, NULL, 0);
   EXPECT_OK(bspa_seq_append(s, t, kPages * kPs));
   EXPECT_OK(bspa_seq_commit(s, kPages * kPs));
   bspa_seq_destroy(s);
@@ -316,7 +305,7 @@ static void *worker(void *arg) {
     const int32_t shared = (int32_t)(test_rng_next(&rng) % 3);
     for (int64_t i = 0; i < n; ++i)
       t[i] = i < 3 * kPage ? shared * 1000 + (int32_t)i : (int32_t)(test_rng_next(&rng) % 50);
-    bspa_seq *s = seq_salted(g_pool, (r & 1) ? "a" : "b", 0);
+    bspa_seq *s = test_seq_salted(g_pool, (r & 1) ? "a" : "b", 0);
     int64_t cached = 0;
     if (bspa_seq_match(s, t, n, &cached) == BSPA_OK && bspa_seq_append(s, t + cached, n - cached) == BSPA_OK)
       bspa_seq_commit(s, n);

@@ -23,20 +23,6 @@ static void setup(void) {
 }
 TestSuite(fp8, .init = setup);
 
-static bspa_pool *make_pool(bspa_dtype t, int layers, int hkv, int d, int ps, int64_t pages) {
-  bspa_pool_options o;
-  EXPECT_OK(bspa_pool_options_init(&o));
-  o.dtype = t;
-  o.num_layers = layers;
-  o.num_kv_heads = hkv;
-  o.head_dim = d;
-  o.page_size = ps;
-  o.num_pages = pages;
-  bspa_pool *p = NULL;
-  EXPECT_OK(bspa_pool_create(&p, &o));
-  return p;
-}
-
 static void set_uniform_scales(bspa_pool *p, int layer, int hkv, float ks, float vs) {
   float k[64], v[64];
   for (int h = 0; h < hkv; ++h) {
@@ -70,7 +56,7 @@ static uint8_t page_byte(const DLTensor *view, const int32_t *pages, int hkv, in
 static void check_encoding(bspa_dtype in, float k_scale, float v_scale, const uint16_t *vals, int64_t count) {
   enum { D = 256, PS = 16 };
   const int64_t T = (count + D - 1) / D;
-  bspa_pool *p = make_pool(BSPA_DTYPE_FP8_E4M3, 1, 1, D, PS, (T + PS - 1) / PS + 1);
+  bspa_pool *p = test_pool_create(kDLCPU, BSPA_DTYPE_FP8_E4M3, 1, 1, D, PS, (T + PS - 1) / PS + 1);
   set_uniform_scales(p, 0, 1, k_scale, v_scale);
   bspa_seq *s = fresh_seq(p, T);
   int32_t q = (int32_t)T;
@@ -173,7 +159,7 @@ Test(fp8, prefill_dequantizes_every_code) {
   const bspa_dtype outs[2] = {BSPA_DTYPE_BF16, BSPA_DTYPE_F16};
   const float vscales[2] = {1.0f, 0.5f};
   for (int oi = 0; oi < 2; ++oi) {
-    bspa_pool *p = make_pool(BSPA_DTYPE_FP8_E4M3, 1, 1, D, PS, 4);
+    bspa_pool *p = test_pool_create(kDLCPU, BSPA_DTYPE_FP8_E4M3, 1, 1, D, PS, 4);
     set_uniform_scales(p, 0, 1, 1.0f, vscales[oi]);
     bspa_seq *s = fresh_seq(p, 1);
     int32_t q1 = 1;
@@ -403,7 +389,7 @@ static void fp8_step(bspa_pool *p, bspa_layout *layout, const ref_layout *rl, bs
 /* Chunked prefill with unaligned contexts, then a mixed step (prefill rows + decode rows),
  * then a decode step: every step's rows checked. */
 static void accuracy_case(const char *name, bspa_dtype t, int sparse) {
-  bspa_pool *p = make_pool(BSPA_DTYPE_FP8_E4M3, 1, HKV, AD, APS, 400);
+  bspa_pool *p = test_pool_create(kDLCPU, BSPA_DTYPE_FP8_E4M3, 1, HKV, AD, APS, 400);
   bspa_layout *layout = NULL;
   ref_layout rl = {REF_DENSE, 64, 0, 0, 0, 0, 0, 0, NULL, NULL};
   if (sparse) {
@@ -471,7 +457,7 @@ static void expect_scales(bspa_pool *p, int layer, float k0, float v0) {
 }
 
 Test(fp8, scale_errors_name_the_value_and_change_nothing) {
-  bspa_pool *p = make_pool(BSPA_DTYPE_FP8_E4M3, 2, HKV, AD, APS, 8);
+  bspa_pool *p = test_pool_create(kDLCPU, BSPA_DTYPE_FP8_E4M3, 2, HKV, AD, APS, 8);
   float k[HKV] = {0.5f, 0.5f}, v[HKV] = {0.25f, 0.25f};
   /* Never set: get and every launch refuse. */
   EXPECT_STATUS(bspa_pool_get_kv_scales(p, 0, k, v, HKV), BSPA_ERR_INVALID_STATE);
@@ -517,7 +503,7 @@ Test(fp8, scale_errors_name_the_value_and_change_nothing) {
   bspa_pool_destroy(p);
 
   /* Pools of other dtypes carry no scales. */
-  bspa_pool *b = make_pool(BSPA_DTYPE_BF16, 1, HKV, AD, APS, 8);
+  bspa_pool *b = test_pool_create(kDLCPU, BSPA_DTYPE_BF16, 1, HKV, AD, APS, 8);
   EXPECT_STATUS(bspa_pool_set_kv_scales(b, 0, k, v, HKV), BSPA_ERR_INVALID_STATE);
   cr_expect(strstr(bspa_last_error(), "fp8_e4m3") != NULL, "%s", bspa_last_error());
   EXPECT_STATUS(bspa_pool_get_kv_scales(b, 0, k, v, HKV), BSPA_ERR_INVALID_STATE);
@@ -527,7 +513,7 @@ Test(fp8, scale_errors_name_the_value_and_change_nothing) {
 /* Launches on a layer without scales, or with tensors of the wrong dtype, fail before
  * anything is written: pages and output unchanged. */
 Test(fp8, launches_without_scales_or_with_wrong_dtypes_fail) {
-  bspa_pool *p = make_pool(BSPA_DTYPE_FP8_E4M3, 2, HKV, AD, APS, 8);
+  bspa_pool *p = test_pool_create(kDLCPU, BSPA_DTYPE_FP8_E4M3, 2, HKV, AD, APS, 8);
   set_uniform_scales(p, 1, HKV, 0.01f, 0.01f);
   bspa_seq *s = fresh_seq(p, 20);
   int32_t ql = 20;
@@ -715,7 +701,7 @@ Test(fp8, a_byte_budget_holds_twice_the_pages_of_bf16) {
 
   struct bspa_pool_info bad;
   memset(&bad, 0, sizeof bad);
-  bspa_pool *p = make_pool(BSPA_DTYPE_FP8_E4M3, 1, 1, 64, 16, 1);
+  bspa_pool *p = test_pool_create(kDLCPU, BSPA_DTYPE_FP8_E4M3, 1, 1, 64, 16, 1);
   EXPECT_STATUS(bspa_pool_info(p, &bad), BSPA_ERR_VERSION);
   bad.version = BSPA_POOL_INFO_VERSION + 1;
   EXPECT_STATUS(bspa_pool_info(p, &bad), BSPA_ERR_VERSION);

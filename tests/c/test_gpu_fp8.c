@@ -16,18 +16,7 @@
 #include "gpu_driver.h"
 
 static bspa_pool *make_pool(int cuda, int hkv, int d, int ps, int64_t pages) {
-  bspa_pool_options o;
-  EXPECT_OK(bspa_pool_options_init(&o));
-  o.device_type = cuda ? kDLCUDA : kDLCPU;
-  o.dtype = BSPA_DTYPE_FP8_E4M3;
-  o.num_layers = 2;
-  o.num_kv_heads = hkv;
-  o.head_dim = d;
-  o.page_size = ps;
-  o.num_pages = pages;
-  bspa_pool *p = NULL;
-  EXPECT_OK(bspa_pool_create(&p, &o));
-  return p;
+  return test_pool_create(cuda ? kDLCUDA : kDLCPU, BSPA_DTYPE_FP8_E4M3, 2, hkv, d, ps, pages);
 }
 
 static uint16_t half_of(bspa_dtype dt, float f) {

@@ -83,15 +83,7 @@ static void reset_tensors(void) {
 }
 
 static void setup(void) {
-  bspa_pool_options o;
-  EXPECT_OK(bspa_pool_options_init(&o));
-  o.dtype = BSPA_DTYPE_F32;
-  o.num_layers = LAYERS;
-  o.num_kv_heads = HKV;
-  o.head_dim = D;
-  o.page_size = PS;
-  o.num_pages = PAGES;
-  EXPECT_OK(bspa_pool_create(&P, &o));
+  P = test_pool_create(kDLCPU, BSPA_DTYPE_F32, LAYERS, HKV, D, PS, PAGES);
   int32_t tokens[PS + T];
   for (int i = 0; i < PS + T; ++i) tokens[i] = 100 + i;
   EXPECT_OK(bspa_seq_create(&S, P, NULL));

@@ -59,17 +59,7 @@ static void conv_free(conv *c) {
 }
 
 static bspa_pool *make_pool(bspa_dtype t, int64_t pages) {
-  bspa_pool_options o;
-  EXPECT_OK(bspa_pool_options_init(&o));
-  o.dtype = t;
-  o.num_layers = LAYERS;
-  o.num_kv_heads = HKV;
-  o.head_dim = D;
-  o.page_size = PS;
-  o.num_pages = pages;
-  bspa_pool *p = NULL;
-  EXPECT_OK(bspa_pool_create(&p, &o));
-  return p;
+  return test_pool_create(kDLCPU, t, LAYERS, HKV, D, PS, pages);
 }
 
 static bspa_layout *phi3_layout(void) {

@@ -10,25 +10,7 @@
 #include "support.h"
 
 static bspa_pool *pool_of_pages(int64_t num_pages, int32_t page_size) {
-  bspa_pool_options o;
-  EXPECT_OK(bspa_pool_options_init(&o));
-  o.num_layers = 0;
-  o.page_size = page_size;
-  o.num_pages = num_pages;
-  bspa_pool *pool = NULL;
-  EXPECT_OK(bspa_pool_create(&pool, &o));
-  return pool;
-}
-
-static bspa_seq *new_seq(bspa_pool *pool, const char *salt, uint64_t extra) {
-  bspa_seq_options so;
-  EXPECT_OK(bspa_seq_options_init(&so));
-  so.salt = salt;
-  so.salt_len = salt ? strlen(salt) : 0;
-  so.extra_key = extra;
-  bspa_seq *s = NULL;
-  EXPECT_OK(bspa_seq_create(&s, pool, &so));
-  return s;
+  return test_pool_create(kDLCPU, BSPA_DTYPE_BF16, 0, 1, 128, page_size, num_pages); /* no layers: keys only */
 }
 
 /* match, append the rest, commit everything; returns the cached count. */
@@ -58,7 +40,7 @@ Test(prefix_cache, shared_prefix_hits_exactly_the_full_shared_pages) {
   fill(a, 100, 1000);
   memcpy(b, a, sizeof a);
   for (int i = 40; i < 100; ++i) b[i] = 5000 + i; /* 40 shared tokens: 2 full pages + 8 */
-  bspa_seq *sa = new_seq(pool, NULL, 0), *sb = new_seq(pool, NULL, 0);
+  bspa_seq *sa = test_seq_salted(pool, NULL, 0), *sb = test_seq_salted(pool, NULL, 0);
   cr_assert_eq(run_prompt(sa, a, 100), 0);
   cr_assert_eq(run_prompt(sb, b, 100), 32, "the 8 shared tokens of the third page must not be shared");
   int32_t pa[8], pb[8];
@@ -83,17 +65,17 @@ Test(prefix_cache, a_partial_page_is_never_shared_and_the_last_token_is_always_c
   bspa_pool *pool = pool_of_pages(64, 16);
   int32_t a[70];
   fill(a, 70, 7);
-  bspa_seq *s1 = new_seq(pool, NULL, 0);
+  bspa_seq *s1 = test_seq_salted(pool, NULL, 0);
   cr_assert_eq(run_prompt(s1, a, 40), 0); /* 2 full pages + a partial one */
-  bspa_seq *s2 = new_seq(pool, NULL, 0);
+  bspa_seq *s2 = test_seq_salted(pool, NULL, 0);
   cr_assert_eq(run_prompt(s2, a, 70), 32, "the partial page of s1 holds 8 of the tokens but is not shared");
-  bspa_seq *s3 = new_seq(pool, NULL, 0);
+  bspa_seq *s3 = test_seq_salted(pool, NULL, 0);
   cr_assert_eq(run_prompt(s3, a, 64), 48, "a 64-token prompt recomputes its last page");
-  bspa_seq *s4 = new_seq(pool, NULL, 0);
+  bspa_seq *s4 = test_seq_salted(pool, NULL, 0);
   cr_assert_eq(run_prompt(s4, a, 65), 64);
-  bspa_seq *s5 = new_seq(pool, NULL, 0);
+  bspa_seq *s5 = test_seq_salted(pool, NULL, 0);
   cr_assert_eq(run_prompt(s5, a, 1), 0);
-  bspa_seq *s6 = new_seq(pool, NULL, 0);
+  bspa_seq *s6 = test_seq_salted(pool, NULL, 0);
   int64_t cached = -1;
   EXPECT_OK(bspa_seq_match(s6, a, 0, &cached));
   cr_assert_eq(cached, 0, "an empty prompt is a miss");
@@ -105,15 +87,15 @@ Test(prefix_cache, different_salts_or_extra_keys_never_share) {
   bspa_pool *pool = pool_of_pages(128, 16);
   int32_t a[80];
   fill(a, 80, 3);
-  bspa_seq *base = new_seq(pool, "tenant-a", 0);
+  bspa_seq *base = test_seq_salted(pool, "tenant-a", 0);
   cr_assert_eq(run_prompt(base, a, 80), 0);
-  cr_assert_eq(run_prompt(new_seq(pool, "tenant-b", 0), a, 80), 0, "another salt");
-  cr_assert_eq(run_prompt(new_seq(pool, "tenant-a", 1), a, 80), 0, "another extra key");
-  cr_assert_eq(run_prompt(new_seq(pool, NULL, 0), a, 80), 0, "no salt");
-  cr_assert_eq(run_prompt(new_seq(pool, "tenant-", 0), a, 80), 0, "a prefix of the salt");
-  cr_assert_eq(run_prompt(new_seq(pool, "tenant-a", 0), a, 80), 64, "the same salt and extra key share");
-  cr_assert_eq(run_prompt(new_seq(pool, "tenant-b", 0), a, 80), 64);
-  cr_assert_eq(run_prompt(new_seq(pool, "tenant-a", 1), a, 80), 64);
+  cr_assert_eq(run_prompt(test_seq_salted(pool, "tenant-b", 0), a, 80), 0, "another salt");
+  cr_assert_eq(run_prompt(test_seq_salted(pool, "tenant-a", 1), a, 80), 0, "another extra key");
+  cr_assert_eq(run_prompt(test_seq_salted(pool, NULL, 0), a, 80), 0, "no salt");
+  cr_assert_eq(run_prompt(test_seq_salted(pool, "tenant-", 0), a, 80), 0, "a prefix of the salt");
+  cr_assert_eq(run_prompt(test_seq_salted(pool, "tenant-a", 0), a, 80), 64, "the same salt and extra key share");
+  cr_assert_eq(run_prompt(test_seq_salted(pool, "tenant-b", 0), a, 80), 64);
+  cr_assert_eq(run_prompt(test_seq_salted(pool, "tenant-a", 1), a, 80), 64);
   /* options NULL is no salt and extra key 0, like an empty salt */
   bspa_seq *s = NULL;
   EXPECT_OK(bspa_seq_create(&s, pool, NULL));
@@ -132,7 +114,7 @@ Test(prefix_cache, identical_prompts_hit_after_the_first_is_destroyed) {
   bspa_pool *pool = pool_of_pages(32, 16);
   int32_t a[100];
   fill(a, 100, 11);
-  bspa_seq *s1 = new_seq(pool, NULL, 0);
+  bspa_seq *s1 = test_seq_salted(pool, NULL, 0);
   run_prompt(s1, a, 100);
   int32_t p1[8], p2[8];
   cr_assert_eq(pages_of(s1, p1, 8), 7);
@@ -142,7 +124,7 @@ Test(prefix_cache, identical_prompts_hit_after_the_first_is_destroyed) {
   cr_assert(st.pages_in_use == 0 && st.pages_cached == 6 && st.pages_free == 26 && st.num_sequences == 0,
             "in use %lld cached %lld free %lld", (long long)st.pages_in_use, (long long)st.pages_cached,
             (long long)st.pages_free);
-  bspa_seq *s2 = new_seq(pool, NULL, 0);
+  bspa_seq *s2 = test_seq_salted(pool, NULL, 0);
   cr_assert_eq(run_prompt(s2, a, 100), 96);
   cr_assert_eq(pages_of(s2, p2, 8), 7);
   cr_assert(memcmp(p1, p2, 6 * sizeof(int32_t)) == 0, "the cached pages are handed out again");
@@ -156,14 +138,14 @@ Test(prefix_cache, uncommitted_pages_are_not_shared) {
   bspa_pool *pool = pool_of_pages(32, 16);
   int32_t a[80];
   fill(a, 80, 100);
-  bspa_seq *s1 = new_seq(pool, NULL, 0);
+  bspa_seq *s1 = test_seq_salted(pool, NULL, 0);
   int64_t cached = -1;
   EXPECT_OK(bspa_seq_match(s1, a, 80, &cached));
   EXPECT_OK(bspa_seq_append(s1, a, 80));
-  cr_assert_eq(run_prompt(new_seq(pool, NULL, 0), a, 80), 0, "nothing is committed yet");
+  cr_assert_eq(run_prompt(test_seq_salted(pool, NULL, 0), a, 80), 0, "nothing is committed yet");
   EXPECT_OK(bspa_seq_commit(s1, 20)); /* one full page computed */
   EXPECT_OK(bspa_seq_commit(s1, 20)); /* committing the same count again is allowed */
-  bspa_seq *s3 = new_seq(pool, NULL, 0);
+  bspa_seq *s3 = test_seq_salted(pool, NULL, 0);
   EXPECT_OK(bspa_seq_match(s3, a, 80, &cached));
   /* s2 published all of its pages meanwhile, so s3 hits those: the point is s1's pages */
   int32_t pages1[5], pages3[5];
@@ -181,12 +163,12 @@ Test(prefix_cache, eviction_takes_least_recently_used_chain_tails_first) {
   fill(a, 80, 1);
   fill(b, 80, 10000);
   fill(filler, 16 * 12, 50000);
-  bspa_seq *sa = new_seq(pool, NULL, 0);
+  bspa_seq *sa = test_seq_salted(pool, NULL, 0);
   run_prompt(sa, a, 64); /* 4 full pages */
   int32_t pa[5];
   pages_of(sa, pa, 5);
   bspa_seq_destroy(sa); /* released tail first: a3 a2 a1 a0 */
-  bspa_seq *sb = new_seq(pool, NULL, 0);
+  bspa_seq *sb = test_seq_salted(pool, NULL, 0);
   run_prompt(sb, b, 64);
   bspa_seq_destroy(sb); /* b's pages are more recent than a's */
   struct bspa_pool_stats st;
@@ -194,7 +176,7 @@ Test(prefix_cache, eviction_takes_least_recently_used_chain_tails_first) {
   cr_assert(st.pages_free == 4 && st.pages_cached == 8);
 
   /* 5 pages: the 4 free ones first, then one eviction: a's tail */
-  bspa_seq *f = new_seq(pool, NULL, 0);
+  bspa_seq *f = test_seq_salted(pool, NULL, 0);
   EXPECT_OK(bspa_seq_append(f, filler, 5 * 16));
   int32_t pf[12];
   cr_assert_eq(pages_of(f, pf, 12), 5);
@@ -206,11 +188,11 @@ Test(prefix_cache, eviction_takes_least_recently_used_chain_tails_first) {
   cr_assert_eq(pf[5], pa[2], "then a's third page");
   expect_check(pool);
 
-  bspa_seq *a2 = new_seq(pool, NULL, 0);
+  bspa_seq *a2 = test_seq_salted(pool, NULL, 0);
   int64_t cached = -1;
   EXPECT_OK(bspa_seq_match(a2, a, 80, &cached));
   cr_assert_eq(cached, 32, "a's head pages are still cached");
-  bspa_seq *b2 = new_seq(pool, NULL, 0);
+  bspa_seq *b2 = test_seq_salted(pool, NULL, 0);
   EXPECT_OK(bspa_seq_match(b2, b, 80, &cached));
   cr_assert_eq(cached, 64, "b, used more recently, is untouched");
   expect_check(pool);
@@ -221,10 +203,10 @@ Test(prefix_cache, out_of_pages_is_transactional) {
   bspa_pool *pool = pool_of_pages(8, 16);
   int32_t a[200];
   fill(a, 200, 1);
-  bspa_seq *s1 = new_seq(pool, NULL, 0);
+  bspa_seq *s1 = test_seq_salted(pool, NULL, 0);
   run_prompt(s1, a, 48); /* 3 pages, published */
   bspa_seq_destroy(s1);  /* 3 cached, 5 free */
-  bspa_seq *s2 = new_seq(pool, NULL, 0);
+  bspa_seq *s2 = test_seq_salted(pool, NULL, 0);
   EXPECT_OK(bspa_seq_append(s2, a + 100, 20)); /* 2 pages */
   struct bspa_pool_stats before, after;
   struct bspa_seq_info ib, ia;
@@ -243,7 +225,7 @@ Test(prefix_cache, out_of_pages_is_transactional) {
   cr_assert(na == nb && memcmp(pa, pb, sizeof(int32_t) * (size_t)nb) == 0, "the sequence's pages changed");
   expect_check(pool);
   /* cached pages are still there: a new match still hits them */
-  bspa_seq *s3 = new_seq(pool, NULL, 0);
+  bspa_seq *s3 = test_seq_salted(pool, NULL, 0);
   int64_t cached = -1;
   EXPECT_OK(bspa_seq_match(s3, a, 49, &cached));
   cr_assert_eq(cached, 48);
@@ -262,10 +244,10 @@ Test(prefix_cache, matched_pages_are_pinned_before_new_pages_are_taken) {
   bspa_pool *pool = pool_of_pages(4, 16);
   int32_t a[80];
   fill(a, 80, 1);
-  bspa_seq *s1 = new_seq(pool, NULL, 0);
+  bspa_seq *s1 = test_seq_salted(pool, NULL, 0);
   run_prompt(s1, a, 48);
   bspa_seq_destroy(s1); /* 3 cached, 1 free */
-  bspa_seq *s2 = new_seq(pool, NULL, 0);
+  bspa_seq *s2 = test_seq_salted(pool, NULL, 0);
   int64_t cached = -1;
   EXPECT_OK(bspa_seq_match(s2, a, 65, &cached));
   cr_assert_eq(cached, 48);
@@ -275,7 +257,7 @@ Test(prefix_cache, matched_pages_are_pinned_before_new_pages_are_taken) {
   EXPECT_OK(bspa_pool_stats(pool, &st));
   cr_assert(st.evictions == 0 && st.pages_in_use == 4);
   /* a second sequence shares the pinned pages and cannot get any new one */
-  bspa_seq *s3 = new_seq(pool, NULL, 0);
+  bspa_seq *s3 = test_seq_salted(pool, NULL, 0);
   EXPECT_OK(bspa_seq_match(s3, a, 49, &cached));
   cr_assert_eq(cached, 48);
   EXPECT_STATUS(bspa_seq_append(s3, a + 48, 1), BSPA_ERR_OUT_OF_PAGES);
@@ -289,7 +271,7 @@ Test(prefix_cache, destroying_everything_returns_every_reference) {
   fill(a, 300, 1);
   bspa_seq *seqs[20];
   for (int i = 0; i < 20; ++i) {
-    seqs[i] = new_seq(pool, i % 3 ? "x" : NULL, (uint64_t)(i % 2));
+    seqs[i] = test_seq_salted(pool, i % 3 ? "x" : NULL, (uint64_t)(i % 2));
     run_prompt(seqs[i], a, 17 + 13 * i);
   }
   for (int i = 0; i < 20; i += 2) bspa_seq_destroy(seqs[i]);
