@@ -627,6 +627,25 @@ void run_not_supported() {
   bspa_pool_destroy(pool);
 }
 
+// The shape of the i-th varied decode-row case (bf16 and e4m3 pages alike): q dtype, head
+// dim 64/128, GQA 1/4/8 over 1-2 KV heads, pages 16-256, every layout, lse or not,
+// token-major q now and then, split workspace or not, each cycling with its own period.
+Case varied_shape(int i) {
+  static const int groups[] = {1, 4, 8};
+  Case c;
+  c.dt = i % 2 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16;
+  c.D = (i / 2) % 2 ? 64 : 128;
+  const int g = groups[i % 3];
+  c.hkv = 1 + (i / 3) % 2;
+  c.hq = c.hkv * g;
+  c.ps = 16 << (i % 5);
+  c.layout = (i / 5) % 6;
+  c.lse = i % 7 != 3;
+  c.token_major = i % 11 == 5;
+  c.workspace = i % 4 != 1;
+  return c;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -710,19 +729,8 @@ int main(int argc, char **argv) {
     // Decode rows (the decode kernel): q = 1..8, GQA 1/4/8 (rows q x group up to 64), every
     // residue of the context mod 64 and mod the page size, contexts across the test layouts'
     // local window (256 tokens) and 1024, every layout, split (workspace) and not.
-    const int groups[] = {1, 4, 8};
     for (int i = 0; i < (quick ? 12 : 64); ++i) {
-      Case c;
-      c.dt = i % 2 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16;
-      c.D = (i / 2) % 2 ? 64 : 128;
-      const int g = groups[i % 3];
-      c.hkv = 1 + (i / 3) % 2;
-      c.hq = c.hkv * g;
-      c.ps = 16 << (i % 5);
-      c.layout = (i / 5) % 6;
-      c.lse = i % 7 != 3;
-      c.token_major = i % 11 == 5;
-      c.workspace = i % 4 != 1;
+      Case c = varied_shape(i);
       const int q = 1 + i % 8;
       const int ns = 1 + (i / 4) % 3;
       for (int s = 0; s < ns; ++s) {
@@ -774,20 +782,9 @@ int main(int argc, char **argv) {
     // e4m3 pages (decode kernel for q <= 8, the sm80 prefill kernel otherwise, on every GPU):
     // both q dtypes, D 64/128, GQA 1/4/8, pages 16-256, every layout, decode and prefill rows
     // in one launch, split and not, unaligned contexts, and the prefix identity.
-    const int groups[] = {1, 4, 8};
     for (int i = 0; i < (quick ? 8 : 24); ++i) {
-      Case c;
+      Case c = varied_shape(i);
       c.fp8 = true;
-      c.dt = i % 2 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16;
-      c.D = (i / 2) % 2 ? 64 : 128;
-      const int g = groups[i % 3];
-      c.hkv = 1 + (i / 3) % 2;
-      c.hq = c.hkv * g;
-      c.ps = 16 << (i % 5);
-      c.layout = (i / 5) % 6;
-      c.lse = i % 7 != 3;
-      c.token_major = i % 11 == 5;
-      c.workspace = i % 4 != 1;
       const int ctx = 64 * rng.range(0, 40) + mods[i % 8];
       if (i % 3 == 2)
         c.seqs = {{ctx, 300 + i}, {ctx / 2 + 1, 1 + i % 8}};  // prefill rows and a decode row
