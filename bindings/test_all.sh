@@ -79,6 +79,14 @@ router_test() {
   bash tests/router/run.sh "$build" "$site"
 }
 
+# KV pages between two processes through NIXL (a venv of its own, from PyPI).
+nixl_test() {
+  local site
+  site=$("$build/bindings-python-venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") || return 1
+  [ -d "$site/bspa" ] || { echo "bspa is not installed in $site" >&2; return 1; }
+  bash tests/nixl/run.sh "$build" "$site"
+}
+
 rust_tests() {
   command -v cargo >/dev/null || { echo "cargo not found" >&2; return 1; }
   export CARGO_TARGET_DIR=$build/bindings-rust-target
@@ -104,7 +112,8 @@ for binding in ${BSPA_BINDINGS:-python rust go}; do
   case $binding in
     python) suite "python (fresh venv, bundled lib)" pytest python_bundled_tests
             suite "python (pip install, pytest)" pytest python_tests
-            [ "${BSPA_ROUTER_TEST:-1}" = 1 ] && suite "python: KV events vs Dynamo" script router_test ;;
+            [ "${BSPA_ROUTER_TEST:-1}" = 1 ] && suite "python: KV events vs Dynamo" script router_test
+            [ "${BSPA_NIXL_TEST:-1}" = 1 ] && suite "python: KV transfer over NIXL" script nixl_test ;;
     rust) suite "rust (bindings check, cargo test)" cargo rust_tests ;;
     go) suite "go (go test)" go go_tests ;;
     *) echo "bindings: unknown binding $binding" >&2; suites_record "bindings: $binding (unknown)" FAILED ;;
