@@ -37,7 +37,8 @@ void to_range(const std::string &flag, const std::string &value, int32_t &lo, in
 void define(CLI::App &app, Options &o, std::string &user_tokens, std::string &gen_tokens, bool &no_progress) {
   app.description(
       "Replays a serving workload through bspa's paged KV pool, prefix cache and block-sparse\n"
-      "prefill, checking every turn against a full recompute without the cache.");
+      "prefill: an engine loop of steps that batch decode rows with chunked prefills, every\n"
+      "turn's rows checked against a full recompute without the cache.");
   app.footer(kFooter);
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_help_flag("-h,--help", "print this help and exit");
@@ -70,7 +71,21 @@ void define(CLI::App &app, Options &o, std::string &user_tokens, std::string &ge
   user_tokens = std::to_string(o.workload.user_min) + ":" + std::to_string(o.workload.user_max);
   gen_tokens = std::to_string(o.workload.gen_min) + ":" + std::to_string(o.workload.gen_max);
   app.add_option("--user-tokens", user_tokens, "MIN:MAX new user tokens per turn")->group(g);
-  app.add_option("--gen-tokens", gen_tokens, "MIN:MAX generated tokens added to the history per turn")->group(g);
+  app.add_option("--gen-tokens", gen_tokens, "MIN:MAX tokens generated per turn (decode steps)")->group(g);
+
+  g = "Engine loop (synthetic workload)";
+  app.add_option("--step-tokens", o.step_tokens,
+                 "token budget of a step: one per decode row, the rest for prefill chunks (vLLM's "
+                 "max_num_batched_tokens)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(g);
+  app.add_option("--max-seqs", o.max_seqs, "sequences in flight at most (vLLM's max_num_seqs)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(g);
+  app.add_option("--verify-every", o.verify_every,
+                 "compare every row the engine computed for every N-th turn with a full recompute")
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(g);
 
   g = "Model and cache";
   app.add_option("--layers", o.model.num_layers, "layers, block-sparse and dense alternating")

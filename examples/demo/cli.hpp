@@ -21,6 +21,11 @@ struct Options {
   int64_t pages = -1;  // -1 = not given; 0 = unbounded (enough that nothing is evicted); trace default: 16384
   double scale = 0;    // 0 = 1/sqrt(head_dim)
 
+  // The synthetic replay's engine loop (engine.hpp).
+  int32_t step_tokens = 512;  // token budget of a step (decode rows + prefill chunks)
+  int32_t max_seqs = 16;      // sequences in flight at most
+  int32_t verify_every = 1;   // every N-th turn's rows are compared with a full recompute
+
   std::string trace;                    // Mooncake JSONL file: replay it instead of the synthetic workload
   int64_t max_requests = 0;             // trace: replay only the first N requests (0 = all)
   int32_t attention_sample = 3;         // trace: requests whose attention is computed and checked

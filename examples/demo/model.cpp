@@ -1,6 +1,7 @@
 #include "model.hpp"
 
 #include <cmath>
+#include <cstring>
 
 #include "rng.hpp"
 
@@ -74,6 +75,17 @@ Projections ToyModel::project(int32_t layer, const int32_t *tokens, int64_t n, i
     }
   }
   return p;
+}
+
+int32_t next_token(const std::vector<const float *> &rows, int64_t row_len, int32_t vocab) {
+  uint64_t h = 0x746f6b656eull;
+  for (const float *row : rows)
+    for (int64_t i = 0; i < row_len; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, row + i, 4);
+      h = splitmix64(h ^ bits);
+    }
+  return static_cast<int32_t>(h % static_cast<uint64_t>(vocab));
 }
 
 }  // namespace demo

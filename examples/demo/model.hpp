@@ -39,4 +39,9 @@ class ToyModel {
   std::vector<float> inv_freq_;                   // rotary frequencies, head_dim / 2
 };
 
+// The toy model's sampling: the next token is a hash of the float bits of the last row
+// of the attention output of every layer (rows[l] points at layer l's row of `row_len`
+// floats), so a different attention result changes the tokens generated after it.
+int32_t next_token(const std::vector<const float *> &rows, int64_t row_len, int32_t vocab);
+
 }  // namespace demo

@@ -1,5 +1,6 @@
 #include "report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +24,16 @@ Json timings(const Timings &t) {
   return {{"project_s", number(t.project_s)}, {"kv_write_s", number(t.kv_write_s)}, {"prefill_s", number(t.prefill_s)}};
 }
 
+// The q-quantile of xs (nearest rank); 0 for none.
+double quantile(std::vector<double> xs, double q) {
+  if (xs.empty()) return 0;
+  std::sort(xs.begin(), xs.end());
+  const size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(xs.size())));
+  return xs[std::min(xs.size() - 1, i > 0 ? i - 1 : 0)];
+}
+
+double per_s(int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; }
+
 }  // namespace
 
 void Report::fail(const std::string &message) {
@@ -41,15 +52,47 @@ void print_summary(const Report &r, bool attention_skipped) {
   std::printf("prompt tokens       %lld, of which %lld served from the cache: token hit rate %.2f%%\n",
               ll(r.prompt_tokens), ll(r.cached_tokens), pct(r.cached_tokens, r.prompt_tokens));
   std::printf("prefill saved       %lld tokens not recomputed\n", ll(r.cached_tokens));
+  const EngineStats &e = r.engine;
+  if (e.steps > 0) {
+    std::printf(
+        "engine              %lld steps of at most %d tokens, at most %d sequences in flight (%lld reached);\n"
+        "                    %lld steps mixed prefill chunks with decode rows\n",
+        ll(e.steps), e.step_tokens, e.max_seqs, ll(e.max_in_flight), ll(e.mixed_steps));
+    std::printf("tokens computed     %lld prefill (%lld chunks for %lld turns), %lld decode; %lld generated\n",
+                ll(e.prefill_rows), ll(e.chunks), ll(r.requests), ll(e.decode_rows), ll(e.generated));
+    std::printf("throughput          prefill %.0f tokens/s, decode %.0f tokens/s (both over the %.3f s of steps)\n",
+                per_s(e.prefill_rows, e.step_s), per_s(e.decode_rows, e.step_s), e.step_s);
+    std::printf(
+        "step time           median %.3f ms, p90 %.3f ms (plan, launches of every layer, device wait,\n"
+        "                    release, commits)\n",
+        1e3 * quantile(e.step_times, 0.5), 1e3 * quantile(e.step_times, 0.9));
+    std::printf(
+        "host time per step  median %.3f ms, p90 %.3f ms (the bspa calls as the host sees them; on the\n"
+        "                    CPU backend the attention runs inside them)\n",
+        1e3 * quantile(e.host_times, 0.5), 1e3 * quantile(e.host_times, 0.9));
+  }
   if (attention_skipped) {
     std::printf("attention           skipped (--no-attention)\n");
   } else if (r.attention_requests > 0) {
     const double w = r.with_cache.prefill_s, wo = r.without_cache.prefill_s;
-    std::printf("attention checked   %lld requests, %lld of %lld prompt tokens computed (%.1f%%)\n",
-                ll(r.attention_requests), ll(r.attention_computed_tokens), ll(r.attention_prompt_tokens),
-                pct(r.attention_computed_tokens, r.attention_prompt_tokens));
-    std::printf("prefill time        %.3f s with the cache, %.3f s without (full recompute): %.2fx\n", w, wo,
-                w > 0 ? wo / w : 0.0);
+    if (e.steps > 0)
+      std::printf(
+          "attention checked   %lld turns: all %lld rows the engine computed for them (prompt chunks and\n"
+          "                    decode rows) against a full recompute of their %lld tokens (%.1f%% computed)\n",
+          ll(r.attention_requests), ll(e.checked_rows), ll(r.attention_prompt_tokens),
+          pct(r.attention_computed_tokens, r.attention_prompt_tokens));
+    else
+      std::printf("attention checked   %lld requests, %lld of %lld prompt tokens computed (%.1f%%)\n",
+                  ll(r.attention_requests), ll(r.attention_computed_tokens), ll(r.attention_prompt_tokens),
+                  pct(r.attention_computed_tokens, r.attention_prompt_tokens));
+    if (e.steps > 0)
+      std::printf(
+          "attention time      %.3f s in the engine's steps (chunks and decode rows, with the cache),\n"
+          "                    %.3f s in the full recomputes (no cache): %.2fx\n",
+          w, wo, w > 0 ? wo / w : 0.0);
+    else
+      std::printf("prefill time        %.3f s with the cache, %.3f s without (full recompute): %.2fx\n", w, wo,
+                  w > 0 ? wo / w : 0.0);
     std::printf("kv write time       %.3f s with the cache, %.3f s without\n", r.with_cache.kv_write_s,
                 r.without_cache.kv_write_s);
     std::printf("max rel. L2 error   %.3g vs full recompute (tolerance %.0e), %lld/%lld requests within\n",
@@ -104,6 +147,26 @@ bool write_json(const Report &r, const std::string &path) {
                     {"tolerance", number(r.tolerance)},
                     {"with_cache", timings(r.with_cache)},
                     {"without_cache", timings(r.without_cache)}};
+  if (r.engine.steps > 0) {
+    const EngineStats &e = r.engine;
+    j["engine"] = {{"step_tokens", e.step_tokens},
+                   {"max_seqs", e.max_seqs},
+                   {"steps", e.steps},
+                   {"mixed_steps", e.mixed_steps},
+                   {"max_in_flight", e.max_in_flight},
+                   {"prefill_tokens", e.prefill_rows},
+                   {"decode_tokens", e.decode_rows},
+                   {"prefill_chunks", e.chunks},
+                   {"generated_tokens", e.generated},
+                   {"checked_rows", e.checked_rows},
+                   {"step_s", number(e.step_s)},
+                   {"prefill_tokens_per_s", number(per_s(e.prefill_rows, e.step_s))},
+                   {"decode_tokens_per_s", number(per_s(e.decode_rows, e.step_s))},
+                   {"step_ms_median", number(1e3 * quantile(e.step_times, 0.5))},
+                   {"step_ms_p90", number(1e3 * quantile(e.step_times, 0.9))},
+                   {"host_ms_per_step_median", number(1e3 * quantile(e.host_times, 0.5))},
+                   {"host_ms_per_step_p90", number(1e3 * quantile(e.host_times, 0.9))}};
+  }
   j["cache_checks"] = r.cache_checks;
   j["isolation_probes"] = r.isolation_probes;
   j["pool"] = {{"pages_total", st.pages_total},

@@ -11,6 +11,21 @@
 
 namespace demo {
 
+// The synthetic replay's engine loop (engine.cpp): its steps and what they computed.
+struct EngineStats {
+  int32_t step_tokens = 0, max_seqs = 0;  // the scheduler's limits
+  int64_t steps = 0;
+  int64_t mixed_steps = 0;   // steps with prefill and decode rows together
+  int64_t prefill_rows = 0;  // prompt tokens computed (rows of prefill chunks)
+  int64_t decode_rows = 0;   // generated tokens fed back one per step (rows of query length 1)
+  int64_t chunks = 0;        // prefill chunks; more than the turns when prompts were split across steps
+  int64_t generated = 0;     // tokens generated (one per turn more than decode rows: the last has no KV)
+  int64_t max_in_flight = 0;
+  int64_t checked_rows = 0;                    // rows compared with a full recompute
+  double step_s = 0;                           // sum of the step times
+  std::vector<double> step_times, host_times;  // per step, seconds
+};
+
 struct Report {
   std::string mode;  // "synthetic" or "trace"
   std::string device;
@@ -34,6 +49,7 @@ struct Report {
   double max_rel_l2 = 0;
   double tolerance = 0;
   Timings with_cache, without_cache;
+  EngineStats engine;
 
   // Cache-semantics checks: a tenant only ever hits pages it produced.
   int64_t cache_checks = 0;

@@ -190,6 +190,13 @@ int64_t Tensor::numel() const {
 
 void Tensor::upload_floats(const std::vector<float> &values) {
   if (static_cast<int64_t>(values.size()) != numel()) throw std::logic_error("upload_floats: size mismatch");
+  upload_front(values);
+}
+
+std::vector<float> Tensor::download_floats() const { return download_front(numel()); }
+
+void Tensor::upload_front(const std::vector<float> &values) {
+  if (static_cast<int64_t>(values.size()) > numel()) throw std::logic_error("upload_front: past the end");
   if (dl_.dtype.bits == 32) {
     buffer_.upload(values.data(), values.size() * 4);
     return;
@@ -200,8 +207,9 @@ void Tensor::upload_floats(const std::vector<float> &values) {
   buffer_.upload(half.data(), half.size() * 2);
 }
 
-std::vector<float> Tensor::download_floats() const {
-  std::vector<float> values(static_cast<size_t>(numel()));
+std::vector<float> Tensor::download_front(int64_t count) const {
+  if (count < 0 || count > numel()) throw std::logic_error("download_front: past the end");
+  std::vector<float> values(static_cast<size_t>(count));
   if (dl_.dtype.bits == 32) {
     buffer_.download(values.data(), values.size() * 4);
     return values;
@@ -218,8 +226,10 @@ void Tensor::upload_ints(const std::vector<int32_t> &values) {
   buffer_.upload(values.data(), values.size() * 4);
 }
 
-void Tensor::poison() {
-  upload_floats(std::vector<float>(static_cast<size_t>(numel()), std::numeric_limits<float>::quiet_NaN()));
+void Tensor::poison() { poison_front(numel()); }
+
+void Tensor::poison_front(int64_t count) {
+  upload_front(std::vector<float>(static_cast<size_t>(count), std::numeric_limits<float>::quiet_NaN()));
 }
 
 void copy_on_device(Device device, void *dst, const void *src, size_t bytes) {

@@ -63,6 +63,11 @@ class Tensor {
   // Host floats in, converted to the tensor's float dtype (f32, f16, bf16).
   void upload_floats(const std::vector<float> &values);
   std::vector<float> download_floats() const;
+  // The same for the first elements only: a step's rows in a buffer sized for the
+  // largest step (values.size() / count at most numel()).
+  void upload_front(const std::vector<float> &values);
+  std::vector<float> download_front(int64_t count) const;
+  void poison_front(int64_t count);
   void upload_ints(const std::vector<int32_t> &values);
   // Fills every element with NaN, so rows a kernel forgot to write fail the check.
   void poison();

@@ -15,20 +15,20 @@ void append_random(Rng &rng, std::vector<int32_t> &out, int64_t n, int32_t vocab
 
 }  // namespace
 
-std::vector<Turn> make_workload(const WorkloadOptions &o) {
+Workload make_workload(const WorkloadOptions &o) {
   Rng rng(o.seed);
-  std::vector<int32_t> system;
-  append_random(rng, system, o.system_tokens, o.vocab);
+  Workload w;
+  append_random(rng, w.system, o.system_tokens, o.vocab);
 
   struct Conversation {
     int32_t tenant;
-    std::vector<int32_t> history;  // system prompt + every earlier turn
+    int64_t history;  // tokens so far: system prompt + every earlier turn
     int32_t next_turn = 0;
   };
   std::vector<Conversation> conversations;
-  for (int32_t c = 0; c < o.conversations; ++c) conversations.push_back({c % o.tenants, system, 0});
+  for (int32_t c = 0; c < o.conversations; ++c)
+    conversations.push_back({c % o.tenants, static_cast<int64_t>(w.system.size()), 0});
 
-  std::vector<Turn> turns;
   std::vector<int32_t> active;
   for (int32_t c = 0; c < o.conversations; ++c) active.push_back(c);
   while (!active.empty()) {
@@ -38,12 +38,15 @@ std::vector<Turn> make_workload(const WorkloadOptions &o) {
     const size_t pick = static_cast<size_t>(rng.uniform(0, static_cast<int64_t>(window) - 1));
     const int32_t c = active[pick];
     Conversation &conv = conversations[static_cast<size_t>(c)];
-    append_random(rng, conv.history, rng.uniform(o.user_min, o.user_max), o.vocab);
-    turns.push_back({conv.tenant, c, conv.next_turn, conv.history});
-    append_random(rng, conv.history, rng.uniform(o.gen_min, o.gen_max), o.vocab);
+    Turn t{conv.tenant, c, conv.next_turn, {}, 0, 0};
+    append_random(rng, t.user, rng.uniform(o.user_min, o.user_max), o.vocab);
+    t.generate = static_cast<int32_t>(rng.uniform(o.gen_min, o.gen_max));
+    t.prompt_tokens = conv.history + static_cast<int64_t>(t.user.size());
+    conv.history = t.prompt_tokens + t.generate;
+    w.turns.push_back(std::move(t));
     if (++conv.next_turn == o.turns) active.erase(active.begin() + static_cast<std::ptrdiff_t>(pick));
   }
-  return turns;
+  return w;
 }
 
 }  // namespace demo
