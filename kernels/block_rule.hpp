@@ -12,13 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#ifndef BSPA_HOST_DEVICE
-#ifdef __CUDACC__
-#define BSPA_HOST_DEVICE __host__ __device__
-#else
-#define BSPA_HOST_DEVICE
-#endif
-#endif
+#include "kernels/host_device.hpp"
 
 namespace bspa::kernels {
 

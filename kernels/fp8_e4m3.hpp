@@ -13,13 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifndef BSPA_HOST_DEVICE
-#ifdef __CUDACC__
-#define BSPA_HOST_DEVICE __host__ __device__
-#else
-#define BSPA_HOST_DEVICE
-#endif
-#endif
+#include "kernels/host_device.hpp"
 
 namespace bspa::kernels {
 

@@ -8,11 +8,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define BSPA_HOST_DEVICE __host__ __device__
-#else
-#define BSPA_HOST_DEVICE
-#endif
+#include "kernels/host_device.hpp"
 
 namespace bspa::kernels {
 
