@@ -331,17 +331,16 @@ int main(int argc, char **argv) {
       uint16_t *dk = static_cast<uint16_t *>(gpu::dmalloc(static_cast<size_t>(T) * kHkv * kD * 2));
       CUDA_OK(cudaMemcpy(dk, k, static_cast<size_t>(T) * kHkv * kD * 2, cudaMemcpyDeviceToDevice));
       Tensor tkn(dk, dev, bf, {T, kHkv, kD});
-      BSPA_OK_OR_DIE(bspa_kv_write(pool, batch, 0, tkn.dl(), tkn.dl(), nullptr));
+      BSPA_OK_OR_DIE(gpu::kv_write(pool, batch, 0, tkn.dl(), tkn.dl()));
       CUDA_OK(cudaDeviceSynchronize());
       cudaFree(dk);
     }
     bspa_layout *layout = use_sparse ? sparse : dense;
     for (int i = 0; i < 3; ++i)
-      BSPA_OK_OR_DIE(bspa_prefill(pool, batch, 0, layout, tq.dl(), to.dl(), 1.0f / 128, nullptr, nullptr));
-    const double med =
-        time_queued(quick ? 20 : 60, [&] {
-          BSPA_OK_OR_DIE(bspa_prefill(pool, batch, 0, layout, tq.dl(), to.dl(), 1.0f / 128, nullptr, nullptr));
-        }).first;
+      BSPA_OK_OR_DIE(gpu::prefill(pool, batch, 0, layout, tq.dl(), to.dl(), 1.0f / 128, nullptr));
+    const double med = time_queued(quick ? 20 : 60, [&] {
+                         BSPA_OK_OR_DIE(gpu::prefill(pool, batch, 0, layout, tq.dl(), to.dl(), 1.0f / 128, nullptr));
+                       }).first;
     bspa_batch_destroy(batch);
     for (bspa_seq *sq : ss) bspa_seq_destroy(sq);
     cudaFree(dq);

@@ -115,10 +115,10 @@ void kv_write_case(bspa_dtype dt, bool odd) {
     const DLDataType ht{static_cast<uint8_t>(dt == BSPA_DTYPE_BF16 ? kDLBfloat : kDLFloat), 16, 1};
     Tensor t(g ? static_cast<void *>(dsrc) : src.data(), DLDevice{g ? kDLCUDA : kDLCPU, 0}, ht, {T, hkv, d},
              {row, d, 1});
-    const bspa_status none = bspa_kv_write(pools[g], b, 0, t.dl(), t.dl(), nullptr);
+    const bspa_status none = gpu::kv_write(pools[g], b, 0, t.dl(), t.dl());
     report(none == BSPA_ERR_INVALID_STATE, std::string("kv write on a layer without scales refused (") +
                                                (g ? "cuda" : "cpu") + "): " + bspa_status_string(none));
-    BSPA_OK_OR_DIE(bspa_kv_write(pools[g], b, 1, t.dl(), t.dl(), nullptr));
+    BSPA_OK_OR_DIE(gpu::kv_write(pools[g], b, 1, t.dl(), t.dl()));
     bspa_batch_destroy(b);
   }
   const size_t bad = differing_rows(pools[0], pools[1], seqs[0], seqs[1], T, hkv, ps, d);
@@ -191,8 +191,8 @@ void attention_case(const Case &c, Rng &rng) {
       Tensor to(g ? static_cast<void *>(dout) : out_cpu.data(), dev, ht, {T, c.hq, c.d});
       bspa_batch *b = nullptr;
       BSPA_OK_OR_DIE(bspa_batch_create(&b, pools[g], seqs[g], ql, NS, nullptr));
-      BSPA_OK_OR_DIE(bspa_kv_write(pools[g], b, 1, tk.dl(), tv.dl(), nullptr));
-      const bspa_status s = bspa_prefill(pools[g], b, 1, layout, tq.dl(), to.dl(), scale, nullptr, nullptr);
+      BSPA_OK_OR_DIE(gpu::kv_write(pools[g], b, 1, tk.dl(), tv.dl()));
+      const bspa_status s = gpu::prefill(pools[g], b, 1, layout, tq.dl(), to.dl(), scale, nullptr);
       bspa_batch_destroy(b);
       if (s != BSPA_OK) {
         report(false, std::string(name) + ": bspa_prefill: " + bspa_status_string(s) + ": " + bspa_last_error());
@@ -285,7 +285,7 @@ void time_kv_write(int T) {
     std::vector<float> ms;
     for (int r = 0; r < 25; ++r) {
       CUDA_OK(cudaEventRecord(e0));
-      BSPA_OK_OR_DIE(bspa_kv_write(p, b, 0, tk.dl(), tv.dl(), nullptr));
+      BSPA_OK_OR_DIE(gpu::kv_write(p, b, 0, tk.dl(), tv.dl()));
       CUDA_OK(cudaEventRecord(e1));
       CUDA_OK(cudaEventSynchronize(e1));
       float t = 0;

@@ -430,9 +430,8 @@ void run_pool(bspa_dtype dt, int D, int hq, int hkv, int ps, int layout_kind, ui
       Tensor tk(dkn, dev, hdt, {T, hkv, D}), tv(dvn, dev, hdt, {T, hkv, D}), tq(dq, dev, hdt, {T, hq, D}),
           to(dout, dev, hdt, {T, hq, D}), tl(dlse, dev, gpu::dl_f32(), {hq, T});
       for (int layer = 0; layer < 2; ++layer) {
-        BSPA_OK_OR_DIE(bspa_kv_write(pools[g], batch, layer, tk.dl(), tv.dl(), nullptr));
-        if (layer == 1)
-          BSPA_OK_OR_DIE(bspa_prefill(pools[g], batch, layer, layout, tq.dl(), to.dl(), scale, tl.dl(), nullptr));
+        BSPA_OK_OR_DIE(gpu::kv_write(pools[g], batch, layer, tk.dl(), tv.dl()));
+        if (layer == 1) BSPA_OK_OR_DIE(gpu::prefill(pools[g], batch, layer, layout, tq.dl(), to.dl(), scale, tl.dl()));
       }
       if (g) {
         CUDA_OK(cudaDeviceSynchronize());
@@ -612,7 +611,7 @@ void run_not_supported() {
   void *dq = gpu::dmalloc(8 * 96 * 2), *dout = gpu::dmalloc(8 * 96 * 2);
   Tensor tq(dq, kGpu, gpu::dl_dtype(BSPA_DTYPE_BF16), {8, 1, 96}),
       to(dout, kGpu, gpu::dl_dtype(BSPA_DTYPE_BF16), {8, 1, 96});
-  const bspa_status st = bspa_prefill(pool, b, 0, l, tq.dl(), to.dl(), 0.1f, nullptr, nullptr);
+  const bspa_status st = gpu::prefill(pool, b, 0, l, tq.dl(), to.dl(), 0.1f, nullptr);
   const bool ok = st == BSPA_ERR_NOT_SUPPORTED;
   if (ok)
     ++passed;

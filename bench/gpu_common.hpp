@@ -228,4 +228,28 @@ std::vector<T> download(const T *p, size_t n) {
   return v;
 }
 
+// bspa_kv_write / bspa_prefill on the default stream, their args structs filled from the
+// arguments the benches vary (one place to follow when the structs grow).
+inline bspa_status kv_write(bspa_pool *pool, const bspa_batch *batch, int32_t layer, const DLTensor *k_new,
+                            const DLTensor *v_new) {
+  bspa_kv_write_args a;
+  bspa_kv_write_args_init(&a);
+  a.layer = layer;
+  a.k_new = k_new;
+  a.v_new = v_new;
+  return bspa_kv_write(pool, batch, &a, nullptr);
+}
+inline bspa_status prefill(bspa_pool *pool, const bspa_batch *batch, int32_t layer, const bspa_layout *layout,
+                           const DLTensor *q, DLTensor *out, float scale, DLTensor *lse) {
+  bspa_prefill_args a;
+  bspa_prefill_args_init(&a);
+  a.layer = layer;
+  a.layout = layout;
+  a.q = q;
+  a.out = out;
+  a.lse = lse;
+  a.scale = scale;
+  return bspa_prefill(pool, batch, &a, nullptr);
+}
+
 }  // namespace gpu

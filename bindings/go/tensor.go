@@ -29,7 +29,13 @@ static bspa_status go_kv_write(bspa_pool *pool, const bspa_batch *batch, int32_t
   DLTensor tk, tv;
   desc = go_fill(&tk, k, desc);
   go_fill(&tv, v, desc);
-  return bspa_kv_write(pool, batch, layer, &tk, &tv, (bspa_stream)stream);
+  bspa_kv_write_args args;
+  bspa_status status = bspa_kv_write_args_init(&args);
+  if (status != BSPA_OK) return status;
+  args.layer = layer;
+  args.k_new = &tk;
+  args.v_new = &tv;
+  return bspa_kv_write(pool, batch, &args, (bspa_stream)stream);
 }
 
 static bspa_status go_prefill(bspa_pool *pool, const bspa_batch *batch, int32_t layer, const bspa_layout *layout,
@@ -39,7 +45,16 @@ static bspa_status go_prefill(bspa_pool *pool, const bspa_batch *batch, int32_t 
   desc = go_fill(&tq, q, desc);
   desc = go_fill(&tout, out, desc);
   if (has_lse) go_fill(&tlse, lse, desc);
-  return bspa_prefill(pool, batch, layer, layout, &tq, &tout, scale, has_lse ? &tlse : NULL, (bspa_stream)stream);
+  bspa_prefill_args args;
+  bspa_status status = bspa_prefill_args_init(&args);
+  if (status != BSPA_OK) return status;
+  args.layer = layer;
+  args.layout = layout;
+  args.q = &tq;
+  args.out = &tout;
+  args.lse = has_lse ? &tlse : NULL;
+  args.scale = scale;
+  return bspa_prefill(pool, batch, &args, (bspa_stream)stream);
 }
 
 // desc: q, out, k_pages, v_pages, block_table, query_starts, context_lens, then lse,

@@ -196,9 +196,22 @@ void describe_batch(Problem &p, const bspa_batch &b, bool cuda) {
 
 extern "C" {
 
-BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int32_t layer, const DLTensor *k_new,
-                                   const DLTensor *v_new, bspa_stream stream) {
+BSPA_API bspa_status bspa_kv_write_args_init(bspa_kv_write_args *args) {
   return guarded(__func__, [&] {
+    require(args, "args");
+    *args = bspa_kv_write_args{};
+    args->version = BSPA_KV_WRITE_ARGS_VERSION;
+  });
+}
+
+BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, const bspa_kv_write_args *args,
+                                   bspa_stream stream) {
+  return guarded(__func__, [&] {
+    // The args struct unpacked into the names the checks below report ("k_new", "layer").
+    require(args, "args");
+    bspa::capi::check_options_version(args->version, BSPA_KV_WRITE_ARGS_VERSION, "args");
+    const int32_t layer = args->layer;
+    const DLTensor *k_new = args->k_new, *v_new = args->v_new;
     const bspa::cache::Pool &pl = *bspa::capi::pool_of(require(pool, "pool"));
     const PoolGeometry g = geometry_of(pl, pool, batch);
     void *k_pages = pl.k_data(layer);
@@ -246,9 +259,26 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int
   });
 }
 
-BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int32_t layer, const bspa_layout *layout,
-                                  const DLTensor *q, DLTensor *out, float scale, DLTensor *lse, bspa_stream stream) {
+BSPA_API bspa_status bspa_prefill_args_init(bspa_prefill_args *args) {
   return guarded(__func__, [&] {
+    require(args, "args");
+    *args = bspa_prefill_args{};
+    args->version = BSPA_PREFILL_ARGS_VERSION;
+    args->scale = 1.0f;
+  });
+}
+
+BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, const bspa_prefill_args *args,
+                                  bspa_stream stream) {
+  return guarded(__func__, [&] {
+    // The args struct unpacked into the names the checks below report ("q", "layout").
+    require(args, "args");
+    bspa::capi::check_options_version(args->version, BSPA_PREFILL_ARGS_VERSION, "args");
+    const int32_t layer = args->layer;
+    const bspa_layout *layout = args->layout;
+    const DLTensor *q = args->q;
+    DLTensor *out = args->out, *lse = args->lse;
+    const float scale = args->scale;
     const bspa::cache::Pool &pl = *bspa::capi::pool_of(require(pool, "pool"));
     const PoolGeometry g = geometry_of(pl, pool, batch);
     const void *k_pages = pl.k_data(layer);

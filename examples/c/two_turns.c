@@ -133,8 +133,19 @@ static int turn(bspa_pool *pool, const bspa_layout *layout, bspa_dtype dtype, co
   fill(&q, *cached, 3.0f);
   fill(&k, *cached, 1.0f);
   fill(&v, *cached, 2.0f);
-  CHECK(bspa_kv_write(pool, batch, 0, &k.t, &v.t, NULL));                         /* [q_len, HKV, D] */
-  CHECK(bspa_prefill(pool, batch, 0, layout, &q.t, &out->t, 0.125f, NULL, NULL)); /* [q_len, HQ, D] */
+  /* Launch arguments come in versioned structs: init, then set the fields (layer 0 here). */
+  bspa_kv_write_args kw;
+  CHECK(bspa_kv_write_args_init(&kw));
+  kw.k_new = &k.t; /* [q_len, HKV, D] */
+  kw.v_new = &v.t;
+  CHECK(bspa_kv_write(pool, batch, &kw, NULL));
+  bspa_prefill_args pf;
+  CHECK(bspa_prefill_args_init(&pf));
+  pf.layout = layout;
+  pf.q = &q.t; /* [q_len, HQ, D] */
+  pf.out = &out->t;
+  pf.scale = 0.125f;
+  CHECK(bspa_prefill(pool, batch, &pf, NULL));
   load(out);
   CHECK(bspa_seq_commit(seq, n)); /* publishes the full pages for later turns */
   ok = 1;

@@ -21,6 +21,15 @@ LayerOutputs prefill_with_cache(const AttentionSetup &setup, bspa_pool *pool, bs
   Tensor k(setup.device, dt, {q_len, m.num_kv_heads, m.head_dim});
   Tensor v(setup.device, dt, {q_len, m.num_kv_heads, m.head_dim});
 
+  bspa_kv_write_args kw;
+  DEMO_OK(bspa_kv_write_args_init(&kw));
+  kw.k_new = k.dl();
+  kw.v_new = v.dl();
+  bspa_prefill_args pf;
+  DEMO_OK(bspa_prefill_args_init(&pf));
+  pf.q = q.dl();
+  pf.out = out.dl();
+  pf.scale = setup.scale;
   LayerOutputs outputs;
   for (int32_t layer = 0; layer < m.num_layers; ++layer) {
     double t0 = now_s();
@@ -31,11 +40,13 @@ LayerOutputs prefill_with_cache(const AttentionSetup &setup, bspa_pool *pool, bs
     out.poison();
     synchronize(setup.device);
     double t1 = now_s();
-    DEMO_OK(bspa_kv_write(pool, batch.get(), layer, k.dl(), v.dl(), nullptr));
+    kw.layer = layer;
+    DEMO_OK(bspa_kv_write(pool, batch.get(), &kw, nullptr));
     synchronize(setup.device);
     double t2 = now_s();
-    DEMO_OK(bspa_prefill(pool, batch.get(), layer, setup.layouts->at(layer), q.dl(), out.dl(), setup.scale, nullptr,
-                         nullptr));
+    pf.layer = layer;
+    pf.layout = setup.layouts->at(layer);
+    DEMO_OK(bspa_prefill(pool, batch.get(), &pf, nullptr));
     synchronize(setup.device);
     double t3 = now_s();
     timings.project_s += t1 - t0;

@@ -54,4 +54,34 @@ typedef struct test_tensor {
 } test_tensor;
 void test_tensor_init(test_tensor *tt, void *data, bspa_dtype dtype, int ndim, const int64_t *shape);
 
+/* bspa_kv_write / bspa_prefill on the default stream with their args structs filled here
+ * from the arguments the tests vary (test_abi.c and test_bad_input.c test the structs
+ * themselves: versions, init defaults, NULL args). Inline: test_collisions links a
+ * library without the launches. */
+static inline bspa_status test_kv_write(bspa_pool *pool, const bspa_batch *batch, int32_t layer, const DLTensor *k_new,
+                                        const DLTensor *v_new) {
+  bspa_kv_write_args a;
+  bspa_status s = bspa_kv_write_args_init(&a);
+  if (s != BSPA_OK) return s;
+  a.layer = layer;
+  a.k_new = k_new;
+  a.v_new = v_new;
+  return bspa_kv_write(pool, batch, &a, NULL);
+}
+
+static inline bspa_status test_prefill(bspa_pool *pool, const bspa_batch *batch, int32_t layer,
+                                       const bspa_layout *layout, const DLTensor *q, DLTensor *out, float scale,
+                                       DLTensor *lse) {
+  bspa_prefill_args a;
+  bspa_status s = bspa_prefill_args_init(&a);
+  if (s != BSPA_OK) return s;
+  a.layer = layer;
+  a.layout = layout;
+  a.q = q;
+  a.out = out;
+  a.lse = lse;
+  a.scale = scale;
+  return bspa_prefill(pool, batch, &a, NULL);
+}
+
 #endif

@@ -142,10 +142,45 @@ Test(abi, options_structs_reject_version_zero_and_unknown_versions) {
   pa.version = 0;
   EXPECT_STATUS(bspa_prefill_paged(&pa, NULL), BSPA_ERR_VERSION);
 
+  /* The launch args structs: init fills the defaults the header documents; a version the
+   * library does not know is refused before any other argument is looked at. */
+  bspa_kv_write_args ka;
+  memset(&ka, 0x5a, sizeof ka);
+  EXPECT_OK(bspa_kv_write_args_init(&ka));
+  cr_assert_eq(ka.version, BSPA_KV_WRITE_ARGS_VERSION);
+  cr_assert_eq(ka.layer, 0);
+  cr_assert_null(ka.k_new);
+  cr_assert_null(ka.v_new);
+  ka.version = 0;
+  EXPECT_STATUS(bspa_kv_write(pool, NULL, &ka, NULL), BSPA_ERR_VERSION);
+  ka.version = BSPA_KV_WRITE_ARGS_VERSION + 1;
+  EXPECT_STATUS(bspa_kv_write(pool, NULL, &ka, NULL), BSPA_ERR_VERSION);
+  EXPECT_STATUS(bspa_kv_write(pool, NULL, NULL, NULL), BSPA_ERR_NULL_POINTER);
+  cr_assert(strstr(bspa_last_error(), "args") != NULL, "%s", bspa_last_error());
+
+  bspa_prefill_args fa;
+  memset(&fa, 0x5a, sizeof fa);
+  EXPECT_OK(bspa_prefill_args_init(&fa));
+  cr_assert_eq(fa.version, BSPA_PREFILL_ARGS_VERSION);
+  cr_assert_eq(fa.layer, 0);
+  cr_assert_null(fa.layout);
+  cr_assert_null(fa.q);
+  cr_assert_null(fa.out);
+  cr_assert_null(fa.lse);
+  cr_assert_eq(fa.scale, 1.0f);
+  fa.version = 0;
+  EXPECT_STATUS(bspa_prefill(pool, NULL, &fa, NULL), BSPA_ERR_VERSION);
+  fa.version = BSPA_PREFILL_ARGS_VERSION + 1;
+  EXPECT_STATUS(bspa_prefill(pool, NULL, &fa, NULL), BSPA_ERR_VERSION);
+  EXPECT_STATUS(bspa_prefill(pool, NULL, NULL, NULL), BSPA_ERR_NULL_POINTER);
+  cr_assert(strstr(bspa_last_error(), "args") != NULL, "%s", bspa_last_error());
+
   EXPECT_STATUS(bspa_pool_options_init(NULL), BSPA_ERR_NULL_POINTER);
   EXPECT_STATUS(bspa_seq_options_init(NULL), BSPA_ERR_NULL_POINTER);
   EXPECT_STATUS(bspa_layout_strided_options_init(NULL), BSPA_ERR_NULL_POINTER);
   EXPECT_STATUS(bspa_paged_args_init(NULL), BSPA_ERR_NULL_POINTER);
+  EXPECT_STATUS(bspa_kv_write_args_init(NULL), BSPA_ERR_NULL_POINTER);
+  EXPECT_STATUS(bspa_prefill_args_init(NULL), BSPA_ERR_NULL_POINTER);
   bspa_pool_destroy(pool);
 }
 

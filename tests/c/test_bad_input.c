@@ -202,9 +202,9 @@ static void setup(env *e) {
   }
   reset_tensors(e);
   /* The valid calls succeed, so each case below fails because of its one bad argument. */
-  EXPECT_OK(bspa_kv_write(e->P, e->B, 0, &e->tk.t, &e->tv.t, NULL));
-  EXPECT_OK(bspa_kv_write(e->P, e->B, 1, &e->tk.t, &e->tv.t, NULL));
-  EXPECT_OK(bspa_prefill(e->P, e->B, 0, e->dense4, &e->tq.t, &e->tout.t, 0.125f, &e->tlse.t, NULL));
+  EXPECT_OK(test_kv_write(e->P, e->B, 0, &e->tk.t, &e->tv.t));
+  EXPECT_OK(test_kv_write(e->P, e->B, 1, &e->tk.t, &e->tv.t));
+  EXPECT_OK(test_prefill(e->P, e->B, 0, e->dense4, &e->tq.t, &e->tout.t, 0.125f, &e->tlse.t));
   EXPECT_OK(bspa_prefill_paged(&e->pa, NULL));
   cr_assert(isfinite(e->out[0]) && isfinite(e->lse[HQ * T - 1]), "the valid prefill wrote no output");
   for (int i = 0; i < BIG; ++i) e->out[i] = e->lse[i] = NAN; /* failed calls must leave this poison */
@@ -486,15 +486,28 @@ static void batch_cases(env *e) {
 
 static void kv_write_cases(env *e) {
 #define KVW(want, needle, pool, batch, layer) \
-  BAD(e, want, needle, bspa_kv_write(pool, batch, layer, &e->tk.t, &e->tv.t, NULL))
+  BAD(e, want, needle, test_kv_write(pool, batch, layer, &e->tk.t, &e->tv.t))
   KVW(BSPA_ERR_NULL_POINTER, "pool", NULL, e->B, 0);
   KVW(BSPA_ERR_NULL_POINTER, "batch", e->P, NULL, 0);
   KVW(BSPA_ERR_OUT_OF_RANGE, "layer", e->P, e->B, -1);
   KVW(BSPA_ERR_OUT_OF_RANGE, "layer", e->P, e->B, 2);
   KVW(BSPA_ERR_INVALID_ARGUMENT, "batch", e->P, e->BQ, 0); /* a batch of another pool */
   KVW(BSPA_ERR_INVALID_ARGUMENT, "batch", e->Q, e->B, 0);
-  BAD(e, BSPA_ERR_NULL_POINTER, "k_new", bspa_kv_write(e->P, e->B, 0, NULL, &e->tv.t, NULL));
-  BAD(e, BSPA_ERR_NULL_POINTER, "v_new", bspa_kv_write(e->P, e->B, 0, &e->tk.t, NULL, NULL));
+  BAD(e, BSPA_ERR_NULL_POINTER, "k_new", test_kv_write(e->P, e->B, 0, NULL, &e->tv.t));
+  BAD(e, BSPA_ERR_NULL_POINTER, "v_new", test_kv_write(e->P, e->B, 0, &e->tk.t, NULL));
+  /* The args struct itself: NULL, never initialised, newer than this library. */
+  bspa_kv_write_args ka;
+  EXPECT_OK(bspa_kv_write_args_init(&ka));
+  ka.k_new = &e->tk.t;
+  ka.v_new = &e->tv.t;
+  BAD(e, BSPA_ERR_NULL_POINTER, "args", bspa_kv_write(e->P, e->B, NULL, NULL));
+  ka.version = 0;
+  BAD(e, BSPA_ERR_VERSION, "args->version = 0", bspa_kv_write(e->P, e->B, &ka, NULL));
+  ka.version = BSPA_KV_WRITE_ARGS_VERSION + 1;
+  BAD(e, BSPA_ERR_VERSION, "newer", bspa_kv_write(e->P, e->B, &ka, NULL));
+  ka.version = UINT32_MAX;
+  BAD(e, BSPA_ERR_VERSION, "newer", bspa_kv_write(e->P, e->B, &ka, NULL));
+  BAD(e, BSPA_ERR_NULL_POINTER, "args", bspa_kv_write_args_init(NULL));
   /* One spoiled property of k_new or v_new per case. */
   test_tensor *targets[2] = {&e->tk, &e->tv};
   const char *names[2] = {"k_new", "v_new"};
@@ -548,13 +561,29 @@ static void kv_write_cases(env *e) {
 
 static void prefill_cases(env *e) {
 #define PF(want, needle, pool, batch, layer, layout, scale, lse) \
-  BAD(e, want, needle, bspa_prefill(pool, batch, layer, layout, &e->tq.t, &e->tout.t, scale, lse, NULL))
+  BAD(e, want, needle, test_prefill(pool, batch, layer, layout, &e->tq.t, &e->tout.t, scale, lse))
   DLTensor *lse = &e->tlse.t;
   PF(BSPA_ERR_NULL_POINTER, "pool", NULL, e->B, 0, e->dense4, 0.125f, lse);
   PF(BSPA_ERR_NULL_POINTER, "batch", e->P, NULL, 0, e->dense4, 0.125f, lse);
   PF(BSPA_ERR_NULL_POINTER, "layout", e->P, e->B, 0, NULL, 0.125f, lse);
-  BAD(e, BSPA_ERR_NULL_POINTER, "q", bspa_prefill(e->P, e->B, 0, e->dense4, NULL, &e->tout.t, 0.125f, lse, NULL));
-  BAD(e, BSPA_ERR_NULL_POINTER, "out", bspa_prefill(e->P, e->B, 0, e->dense4, &e->tq.t, NULL, 0.125f, lse, NULL));
+  BAD(e, BSPA_ERR_NULL_POINTER, "q", test_prefill(e->P, e->B, 0, e->dense4, NULL, &e->tout.t, 0.125f, lse));
+  BAD(e, BSPA_ERR_NULL_POINTER, "out", test_prefill(e->P, e->B, 0, e->dense4, &e->tq.t, NULL, 0.125f, lse));
+  /* The args struct itself: NULL, never initialised, newer than this library. */
+  bspa_prefill_args pa;
+  EXPECT_OK(bspa_prefill_args_init(&pa));
+  pa.layout = e->dense4;
+  pa.q = &e->tq.t;
+  pa.out = &e->tout.t;
+  pa.lse = lse;
+  pa.scale = 0.125f;
+  BAD(e, BSPA_ERR_NULL_POINTER, "args", bspa_prefill(e->P, e->B, NULL, NULL));
+  pa.version = 0;
+  BAD(e, BSPA_ERR_VERSION, "args->version = 0", bspa_prefill(e->P, e->B, &pa, NULL));
+  pa.version = BSPA_PREFILL_ARGS_VERSION + 1;
+  BAD(e, BSPA_ERR_VERSION, "newer", bspa_prefill(e->P, e->B, &pa, NULL));
+  pa.version = UINT32_MAX;
+  BAD(e, BSPA_ERR_VERSION, "newer", bspa_prefill(e->P, e->B, &pa, NULL));
+  BAD(e, BSPA_ERR_NULL_POINTER, "args", bspa_prefill_args_init(NULL));
   PF(BSPA_ERR_OUT_OF_RANGE, "layer", e->P, e->B, -1, e->dense4, 0.125f, lse);
   PF(BSPA_ERR_OUT_OF_RANGE, "layer", e->P, e->B, 2, e->dense4, 0.125f, lse);
   PF(BSPA_ERR_INVALID_ARGUMENT, "batch", e->P, e->BQ, 0, e->dense4, 0.125f, lse);

@@ -68,7 +68,7 @@ static void check_encoding(bspa_dtype in, float k_scale, float v_scale, const ui
   const int64_t shape[3] = {T, 1, D};
   test_tensor_init(&tk, kn, in, 3, shape);
   test_tensor_init(&tv, vn, in, 3, shape);
-  EXPECT_OK(bspa_kv_write(p, b, 0, &tk.t, &tv.t, NULL));
+  EXPECT_OK(test_kv_write(p, b, 0, &tk.t, &tv.t));
   DLTensor kview, vview;
   EXPECT_OK(bspa_pool_kv(p, 0, &kview, &vview));
   int32_t pages[64];
@@ -171,7 +171,7 @@ Test(fp8, prefill_dequantizes_every_code) {
     const int64_t sh[3] = {1, 1, D};
     test_tensor_init(&tk, kn, outs[oi], 3, sh);
     test_tensor_init(&tv, vn, outs[oi], 3, sh);
-    EXPECT_OK(bspa_kv_write(p, b, 0, &tk.t, &tv.t, NULL));
+    EXPECT_OK(test_kv_write(p, b, 0, &tk.t, &tv.t));
     /* Then every code into V's row directly (K stays 0: logit 0). */
     DLTensor vview;
     EXPECT_OK(bspa_pool_kv(p, 0, NULL, &vview));
@@ -187,7 +187,7 @@ Test(fp8, prefill_dequantizes_every_code) {
     test_tensor_init(&to, out, outs[oi], 3, sh);
     bspa_layout *l = NULL;
     EXPECT_OK(bspa_layout_create_dense(&l, 1));
-    EXPECT_OK(bspa_prefill(p, b, 0, l, &tq.t, &to.t, 1.0f, NULL, NULL));
+    EXPECT_OK(test_prefill(p, b, 0, l, &tq.t, &to.t, 1.0f, NULL));
     for (int c = 0; c < 256; ++c) {
       const double want = test_fp8_to_double((uint8_t)c) * vscales[oi];
       const double got = outs[oi] == BSPA_DTYPE_BF16 ? test_bf16_to_f32(out[c]) : test_f16_to_f32(out[c]);
@@ -307,9 +307,9 @@ static void fp8_step(bspa_pool *p, bspa_layout *layout, const ref_layout *rl, bs
   test_tensor_init(&tq, q, t, 3, sq);
   test_tensor_init(&to, out, t, 3, sq);
   test_tensor_init(&to2, out2, t, 3, sq);
-  EXPECT_OK(bspa_kv_write(p, b, 0, &tk.t, &tv.t, NULL));
+  EXPECT_OK(test_kv_write(p, b, 0, &tk.t, &tv.t));
   const float scale = 1.0f / sqrtf((float)AD);
-  EXPECT_OK(bspa_prefill(p, b, 0, layout, &tq.t, &to.t, scale, NULL, NULL));
+  EXPECT_OK(test_prefill(p, b, 0, layout, &tq.t, &to.t, scale, NULL));
 
   /* bspa_prefill_paged over the pool's pages (dtype float8_e4m3fn views; then as uint8). */
   int32_t bt[MAXSEQ][128], qs[MAXSEQ + 1], cl[MAXSEQ];
@@ -545,16 +545,16 @@ Test(fp8, launches_without_scales_or_with_wrong_dtypes_fail) {
   memset(kview1.data, 0x11, layer_bytes);
 
   /* Layer 0 has no scales. */
-  EXPECT_STATUS(bspa_kv_write(p, b, 0, &tk.t, &tk.t, NULL), BSPA_ERR_INVALID_STATE);
+  EXPECT_STATUS(test_kv_write(p, b, 0, &tk.t, &tk.t), BSPA_ERR_INVALID_STATE);
   cr_expect(strstr(bspa_last_error(), "layer 0") && strstr(bspa_last_error(), "no KV scales"), "%s", bspa_last_error());
-  EXPECT_STATUS(bspa_prefill(p, b, 0, l, &tq.t, &to.t, 0.1f, NULL, NULL), BSPA_ERR_INVALID_STATE);
+  EXPECT_STATUS(test_prefill(p, b, 0, l, &tq.t, &to.t, 0.1f, NULL), BSPA_ERR_INVALID_STATE);
   /* Layer 1: f32 input is refused (only the pages are fp8); so is f32 q, and out of
    * another dtype than q. */
-  EXPECT_STATUS(bspa_kv_write(p, b, 1, &tf_kv.t, &tf_kv.t, NULL), BSPA_ERR_DTYPE_MISMATCH);
+  EXPECT_STATUS(test_kv_write(p, b, 1, &tf_kv.t, &tf_kv.t), BSPA_ERR_DTYPE_MISMATCH);
   cr_expect(strstr(bspa_last_error(), "bfloat16 or float16") != NULL, "%s", bspa_last_error());
-  EXPECT_STATUS(bspa_kv_write(p, b, 1, &tk.t, &tf_kv.t, NULL), BSPA_ERR_DTYPE_MISMATCH);
-  EXPECT_STATUS(bspa_prefill(p, b, 1, l, &tf_q.t, &to.t, 0.1f, NULL, NULL), BSPA_ERR_DTYPE_MISMATCH);
-  EXPECT_STATUS(bspa_prefill(p, b, 1, l, &tq.t, &th_out.t, 0.1f, NULL, NULL), BSPA_ERR_DTYPE_MISMATCH);
+  EXPECT_STATUS(test_kv_write(p, b, 1, &tk.t, &tf_kv.t), BSPA_ERR_DTYPE_MISMATCH);
+  EXPECT_STATUS(test_prefill(p, b, 1, l, &tf_q.t, &to.t, 0.1f, NULL), BSPA_ERR_DTYPE_MISMATCH);
+  EXPECT_STATUS(test_prefill(p, b, 1, l, &tq.t, &th_out.t, 0.1f, NULL), BSPA_ERR_DTYPE_MISMATCH);
   uint8_t *k0 = kview0.data, *k1 = kview1.data;
   for (size_t i = 0; i < layer_bytes; ++i) {
     cr_assert_eq(k0[i], 0x11, "layer 0 page byte %zu changed", i);
@@ -562,8 +562,8 @@ Test(fp8, launches_without_scales_or_with_wrong_dtypes_fail) {
   }
   for (int i = 0; i < 20 * HQ * AD; ++i) cr_assert_eq(out[i], 0x7fc1, "out[%d] changed", i);
   /* With its scales, layer 1 works. */
-  EXPECT_OK(bspa_kv_write(p, b, 1, &tk.t, &tk.t, NULL));
-  EXPECT_OK(bspa_prefill(p, b, 1, l, &tq.t, &to.t, 0.1f, NULL, NULL));
+  EXPECT_OK(test_kv_write(p, b, 1, &tk.t, &tk.t));
+  EXPECT_OK(test_prefill(p, b, 1, l, &tq.t, &to.t, 0.1f, NULL));
   EXPECT_OK(bspa_pool_check(p));
   bspa_layout_destroy(l);
   bspa_batch_destroy(b);

@@ -90,8 +90,8 @@ Test(gpu_fp8, kv_write_stores_the_cpu_bytes) {
                       shape,
                       strides,
                       0};
-        EXPECT_STATUS(bspa_kv_write(pools[g], b, 0, &t, &t, NULL), BSPA_ERR_INVALID_STATE); /* no scales on layer 0 */
-        EXPECT_OK(bspa_kv_write(pools[g], b, 1, &t, &t, NULL));
+        EXPECT_STATUS(test_kv_write(pools[g], b, 0, &t, &t), BSPA_ERR_INVALID_STATE); /* no scales on layer 0 */
+        EXPECT_OK(test_kv_write(pools[g], b, 1, &t, &t));
         bspa_batch_destroy(b);
       }
       compare_tokens(pools[0], pools[1], seqs[0], seqs[1], T, HKV, PS, D, odd ? "odd stride" : "compact");
@@ -167,8 +167,8 @@ static void pool_case(const fcase *c, test_rng *rng) {
       DLTensor tq = {g ? dq : q, dev, 3, ht, sq, NULL, 0}, to = {g ? dout : out[0], dev, 3, ht, sq, NULL, 0};
       bspa_batch *b = NULL;
       EXPECT_OK(bspa_batch_create(&b, pools[g], seqs[g], ql, NS, NULL));
-      EXPECT_OK(bspa_kv_write(pools[g], b, 1, &tk, &tv, NULL));
-      EXPECT_OK(bspa_prefill(pools[g], b, 1, layout, &tq, &to, scale, NULL, NULL));
+      EXPECT_OK(test_kv_write(pools[g], b, 1, &tk, &tv));
+      EXPECT_OK(test_prefill(pools[g], b, 1, layout, &tq, &to, scale, NULL));
       bspa_batch_destroy(b);
       if (g) {
         from_device(out[1], dout, q_elems * 2);

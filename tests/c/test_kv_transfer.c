@@ -68,8 +68,8 @@ static void compute(bspa_pool *pool, bspa_layout *layout, bspa_seq *s, int32_t q
     test_tensor_init(&tq, g_q[l][from], DT, 3, sq);
     test_tensor_init(&to, o, DT, 3, sq);
     memset(o, 0xff, sizeof(uint16_t) * (size_t)(q * HQ * D)); /* NaN: unwritten rows fail */
-    EXPECT_OK(bspa_kv_write(pool, b, l, &tk.t, &tv.t, NULL));
-    EXPECT_OK(bspa_prefill(pool, b, l, layout, &tq.t, &to.t, 1.0f / 8, NULL, NULL));
+    EXPECT_OK(test_kv_write(pool, b, l, &tk.t, &tv.t));
+    EXPECT_OK(test_prefill(pool, b, l, layout, &tq.t, &to.t, 1.0f / 8, NULL));
     if (out) memcpy(out + (size_t)l * (size_t)(q * HQ * D), o, sizeof(uint16_t) * (size_t)(q * HQ * D));
   }
   free(o);

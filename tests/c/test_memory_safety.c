@@ -107,8 +107,8 @@ static void setup(void) {
   for (int i = 0; i < LAYER_ELEMS; ++i) kp[i] = vp[i] = (float)((i % 11) - 5) / 8.0f;
   reset_tensors();
   /* The valid calls succeed, so each case fails because of its one bad argument. */
-  for (int layer = 0; layer < LAYERS; ++layer) EXPECT_OK(bspa_kv_write(P, B, layer, &tk.t, &tv.t, NULL));
-  EXPECT_OK(bspa_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t, NULL));
+  for (int layer = 0; layer < LAYERS; ++layer) EXPECT_OK(test_kv_write(P, B, layer, &tk.t, &tv.t));
+  EXPECT_OK(test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
   EXPECT_OK(bspa_prefill_paged(&pa, NULL));
   for (int i = 0; i < T * HQ * D; ++i) out[i] = NAN; /* failed calls must leave this poison */
   for (int i = 0; i < HQ * T; ++i) lse[i] = NAN;
@@ -269,7 +269,7 @@ Test(memory_safety, q_token_stride_2_pow_61_f32) {
   int64_t strides[3] = {INT64_C(1) << 61, D, 1}; /* 3 * 2^61 elements: fits int64, not in bytes */
   tq.t.strides = strides;
   tq.shape[0] = T;
-  REFUSED(BSPA_ERR_SHAPE_MISMATCH, "q.strides", bspa_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t, NULL));
+  REFUSED(BSPA_ERR_SHAPE_MISMATCH, "q.strides", test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
 }
 
 Test(memory_safety, k_pages_page_stride_2_pow_62_minus_4) {
@@ -285,13 +285,13 @@ Test(memory_safety, k_pages_page_stride_2_pow_62_minus_4) {
 Test(memory_safety, k_new_head_stride_2_pow_62) {
   int64_t strides[3] = {HKV * D, INT64_C(1) << 62, 1};
   tk.t.strides = strides;
-  REFUSED(BSPA_ERR_SHAPE_MISMATCH, "k_new.strides", bspa_kv_write(P, B, 0, &tk.t, &tv.t, NULL));
+  REFUSED(BSPA_ERR_SHAPE_MISMATCH, "k_new.strides", test_kv_write(P, B, 0, &tk.t, &tv.t));
 }
 
 Test(memory_safety, lse_stride_past_ptrdiff_max) {
   int64_t strides[2] = {INT64_MAX / 4, 1}; /* (HQ - 1) * that fits int64; x 4 bytes does not */
   tlse.t.strides = strides;
-  REFUSED(BSPA_ERR_SHAPE_MISMATCH, "lse.strides", bspa_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t, NULL));
+  REFUSED(BSPA_ERR_SHAPE_MISMATCH, "lse.strides", test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
 }
 
 Test(memory_safety, byte_offset_past_ptrdiff_max) {
@@ -347,7 +347,7 @@ Test(memory_safety, k_new_at_byte_offset_2) {
   memcpy((char *)k + 2, kn, sizeof(float) * T * HKV * D);
   tk.t.data = k;
   tk.t.byte_offset = 2;
-  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "k_new.data", bspa_kv_write(P, B, 0, &tk.t, &tv.t, NULL));
+  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "k_new.data", test_kv_write(P, B, 0, &tk.t, &tv.t));
   free(k);
 }
 
@@ -374,17 +374,17 @@ static float *destination(int32_t layer) {
 
 Test(memory_safety, k_new_one_element_after_its_destination) {
   tk.t.data = destination(0) + 1; /* memcpy with overlapping source and destination */
-  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "pool's KV storage", bspa_kv_write(P, B, 0, &tk.t, &tv.t, NULL));
+  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "pool's KV storage", test_kv_write(P, B, 0, &tk.t, &tv.t));
 }
 
 Test(memory_safety, k_new_exactly_its_destination) {
   tk.t.data = destination(0);
-  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "k_new", bspa_kv_write(P, B, 0, &tk.t, &tv.t, NULL));
+  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "k_new", test_kv_write(P, B, 0, &tk.t, &tv.t));
 }
 
 Test(memory_safety, v_new_in_another_layer_of_the_pool) {
   tv.t.data = destination(1);
-  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "v_new", bspa_kv_write(P, B, 0, &tk.t, &tv.t, NULL));
+  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "v_new", test_kv_write(P, B, 0, &tk.t, &tv.t));
 }
 
 /* ---- 6. the two "+ 1" overflows -------------------------------------------------------- */
@@ -417,7 +417,7 @@ Test(memory_safety, block_table_of_int64_max_rows) {
 Test(memory_safety, out_rows_all_the_same_memory) {
   int64_t strides[3] = {0, 0, 1};
   tout.t.strides = strides;
-  REFUSED(BSPA_ERR_SHAPE_MISMATCH, "out.strides", bspa_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t, NULL));
+  REFUSED(BSPA_ERR_SHAPE_MISMATCH, "out.strides", test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
 }
 
 Test(memory_safety, out_heads_overlapping) {
@@ -429,12 +429,12 @@ Test(memory_safety, out_heads_overlapping) {
 Test(memory_safety, lse_rows_all_the_same_memory) {
   int64_t strides[2] = {0, 1};
   tlse.t.strides = strides;
-  REFUSED(BSPA_ERR_SHAPE_MISMATCH, "lse.strides", bspa_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t, NULL));
+  REFUSED(BSPA_ERR_SHAPE_MISMATCH, "lse.strides", test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
 }
 
 Test(memory_safety, out_on_q) {
   tout.t.data = q;
-  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "out", bspa_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t, NULL));
+  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "out", test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
 }
 
 Test(memory_safety, lse_inside_out) {
@@ -447,7 +447,7 @@ Test(memory_safety, out_in_the_pools_storage) {
   EXPECT_OK(bspa_pool_kv(P, 1, &k, NULL));
   tout.t.data = k.data; /* layer 1's K: prefill of layer 0 reads only layer 0, still refused */
   REFUSED(BSPA_ERR_INVALID_ARGUMENT, "pool's KV storage",
-          bspa_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t, NULL));
+          test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
 }
 
 Test(memory_safety, paged_out_on_k_pages) {
@@ -482,7 +482,7 @@ Test(memory_safety, q_in_the_pools_storage_is_allowed) {
   DLTensor k;
   EXPECT_OK(bspa_pool_kv(P, 0, &k, NULL));
   tq.t.data = k.data;
-  EXPECT_OK(bspa_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t, NULL));
+  EXPECT_OK(test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
   for (int i = 0; i < T * HQ * D; ++i) cr_expect(isfinite(out[i]), "out[%d] = %f", i, out[i]);
 }
 
@@ -522,7 +522,7 @@ Test(memory_safety, sequence_destroyed_under_a_live_batch) {
   float *c_kv = (float *)k.data + (int64_t)c_page * HKV * PS * D;
   float saved[HKV * PS * D];
   memcpy(saved, c_kv, sizeof saved);
-  EXPECT_OK(bspa_kv_write(P, b, 0, &tk.t, &tv.t, NULL));
+  EXPECT_OK(test_kv_write(P, b, 0, &tk.t, &tv.t));
   cr_expect(memcmp(saved, c_kv, sizeof saved) == 0, "a write through the stale batch changed C's KV");
   EXPECT_OK(bspa_pool_check(P));
 

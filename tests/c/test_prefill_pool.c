@@ -114,8 +114,8 @@ static void step(bspa_pool *pool, bspa_layout *layout, bspa_dtype t, bspa_seq **
   test_tensor_init(&tq, q, t, 3, sq);
   test_tensor_init(&to, out, t, 3, sq);
   test_tensor_init(&tl, lse, BSPA_DTYPE_F32, 2, sl);
-  EXPECT_OK(bspa_kv_write(pool, b, layer, &tk.t, &tv.t, NULL));
-  EXPECT_OK(bspa_prefill(pool, b, layer, layout, &tq.t, &to.t, 1.0f / 128, &tl.t, NULL));
+  EXPECT_OK(test_kv_write(pool, b, layer, &tk.t, &tv.t));
+  EXPECT_OK(test_prefill(pool, b, layer, layout, &tq.t, &to.t, 1.0f / 128, &tl.t));
   ref_error err = {0, 0, 0}, lerr = {0, 0, 0};
   row = 0;
   for (int i = 0; i < n; ++i) {
@@ -251,53 +251,53 @@ Test(prefill_pool, errors) {
   /* kv_write */
   int64_t sbad[3] = {100, HKV, D / 2};
   test_tensor_init(&tbad, kv, t, 3, sbad);
-  EXPECT_STATUS(bspa_kv_write(pool, b, 0, &tbad.t, &tk.t, NULL), BSPA_ERR_SHAPE_MISMATCH);
+  EXPECT_STATUS(test_kv_write(pool, b, 0, &tbad.t, &tk.t), BSPA_ERR_SHAPE_MISMATCH);
   cr_expect(strstr(bspa_last_error(), "k_new") != NULL, "%s", bspa_last_error());
-  EXPECT_STATUS(bspa_kv_write(pool, b, LAYERS, &tk.t, &tk.t, NULL), BSPA_ERR_OUT_OF_RANGE);
-  EXPECT_STATUS(bspa_kv_write(other, b, 0, &tk.t, &tk.t, NULL), BSPA_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(test_kv_write(pool, b, LAYERS, &tk.t, &tk.t), BSPA_ERR_OUT_OF_RANGE);
+  EXPECT_STATUS(test_kv_write(other, b, 0, &tk.t, &tk.t), BSPA_ERR_INVALID_ARGUMENT);
   test_tensor tkf;
   test_tensor_init(&tkf, kv, BSPA_DTYPE_F16, 3, skv);
-  EXPECT_STATUS(bspa_kv_write(pool, b, 0, &tk.t, &tkf.t, NULL), BSPA_ERR_DTYPE_MISMATCH);
+  EXPECT_STATUS(test_kv_write(pool, b, 0, &tk.t, &tkf.t), BSPA_ERR_DTYPE_MISMATCH);
   tk.t.device.device_type = kDLCUDA;
-  EXPECT_STATUS(bspa_kv_write(pool, b, 0, &tk.t, &tk.t, NULL), BSPA_ERR_DEVICE_MISMATCH);
+  EXPECT_STATUS(test_kv_write(pool, b, 0, &tk.t, &tk.t), BSPA_ERR_DEVICE_MISMATCH);
   tk.t.device.device_type = kDLCPU;
   int64_t bad_strides[3] = {HKV * D * 2, D * 2, 2}; /* last dimension not contiguous */
   tbad = tk;
   tbad.t.shape = tbad.shape;
   tbad.t.strides = bad_strides;
-  EXPECT_STATUS(bspa_kv_write(pool, b, 0, &tbad.t, &tk.t, NULL), BSPA_ERR_SHAPE_MISMATCH);
-  EXPECT_OK(bspa_kv_write(pool, b, 0, &tk.t, &tk.t, NULL));
+  EXPECT_STATUS(test_kv_write(pool, b, 0, &tbad.t, &tk.t), BSPA_ERR_SHAPE_MISMATCH);
+  EXPECT_OK(test_kv_write(pool, b, 0, &tk.t, &tk.t));
 
   /* prefill */
-  EXPECT_STATUS(bspa_prefill(pool, b, 0, wrong_heads, &tq.t, &to.t, 1.0f, NULL, NULL), BSPA_ERR_SHAPE_MISMATCH);
+  EXPECT_STATUS(test_prefill(pool, b, 0, wrong_heads, &tq.t, &to.t, 1.0f, NULL), BSPA_ERR_SHAPE_MISMATCH);
   cr_expect(strstr(bspa_last_error(), "layout") != NULL, "%s", bspa_last_error());
-  EXPECT_STATUS(bspa_prefill(pool, b, 0, layout, &tqh.t, &to.t, 1.0f, NULL, NULL), BSPA_ERR_DTYPE_MISMATCH);
-  EXPECT_STATUS(bspa_prefill(pool, b, 0, csr, &tq.t, &to.t, 1.0f, NULL, NULL), BSPA_ERR_OUT_OF_RANGE);
-  EXPECT_STATUS(bspa_prefill(pool, b, 0, layout, &tq.t, &to.t, NAN, NULL, NULL), BSPA_ERR_INVALID_ARGUMENT);
-  EXPECT_STATUS(bspa_prefill(pool, b, -1, layout, &tq.t, &to.t, 1.0f, NULL, NULL), BSPA_ERR_OUT_OF_RANGE);
-  EXPECT_STATUS(bspa_prefill(pool, b, 0, NULL, &tq.t, &to.t, 1.0f, NULL, NULL), BSPA_ERR_NULL_POINTER);
+  EXPECT_STATUS(test_prefill(pool, b, 0, layout, &tqh.t, &to.t, 1.0f, NULL), BSPA_ERR_DTYPE_MISMATCH);
+  EXPECT_STATUS(test_prefill(pool, b, 0, csr, &tq.t, &to.t, 1.0f, NULL), BSPA_ERR_OUT_OF_RANGE);
+  EXPECT_STATUS(test_prefill(pool, b, 0, layout, &tq.t, &to.t, NAN, NULL), BSPA_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(test_prefill(pool, b, -1, layout, &tq.t, &to.t, 1.0f, NULL), BSPA_ERR_OUT_OF_RANGE);
+  EXPECT_STATUS(test_prefill(pool, b, 0, NULL, &tq.t, &to.t, 1.0f, NULL), BSPA_ERR_NULL_POINTER);
   int64_t s7[3] = {100, 7, D}; /* 7 query heads: neither the layout's count nor a multiple of Hkv */
   bspa_layout *seven = NULL;
   EXPECT_OK(bspa_layout_create_dense(&seven, 7));
   test_tensor tq7, to7;
   test_tensor_init(&tq7, q, t, 3, s7);
   test_tensor_init(&to7, out, t, 3, s7);
-  EXPECT_STATUS(bspa_prefill(pool, b, 0, seven, &tq7.t, &to7.t, 1.0f, NULL, NULL), BSPA_ERR_SHAPE_MISMATCH);
+  EXPECT_STATUS(test_prefill(pool, b, 0, seven, &tq7.t, &to7.t, 1.0f, NULL), BSPA_ERR_SHAPE_MISMATCH);
   cr_expect(strstr(bspa_last_error(), "GQA") != NULL, "%s", bspa_last_error());
   int64_t sq99[3] = {99, HQ, D};
   test_tensor tq99;
   test_tensor_init(&tq99, q, t, 3, sq99);
-  EXPECT_STATUS(bspa_prefill(pool, b, 0, layout, &tq99.t, &to.t, 1.0f, NULL, NULL), BSPA_ERR_SHAPE_MISMATCH);
+  EXPECT_STATUS(test_prefill(pool, b, 0, layout, &tq99.t, &to.t, 1.0f, NULL), BSPA_ERR_SHAPE_MISMATCH);
   to.t.device.device_type = kDLCUDA;
-  EXPECT_STATUS(bspa_prefill(pool, b, 0, layout, &tq.t, &to.t, 1.0f, NULL, NULL), BSPA_ERR_DEVICE_MISMATCH);
+  EXPECT_STATUS(test_prefill(pool, b, 0, layout, &tq.t, &to.t, 1.0f, NULL), BSPA_ERR_DEVICE_MISMATCH);
   to.t.device.device_type = kDLCPU;
   test_tensor tl16;
   test_tensor_init(&tl16, lse, BSPA_DTYPE_BF16, 2, sl);
-  EXPECT_STATUS(bspa_prefill(pool, b, 0, layout, &tq.t, &to.t, 1.0f, &tl16.t, NULL), BSPA_ERR_DTYPE_MISMATCH);
+  EXPECT_STATUS(test_prefill(pool, b, 0, layout, &tq.t, &to.t, 1.0f, &tl16.t), BSPA_ERR_DTYPE_MISMATCH);
   for (size_t i = 0; i < sizeof out / 2; ++i) cr_assert_eq(out[i], 0x7fc0, "a failed call wrote out[%zu]", i);
   EXPECT_OK(bspa_pool_check(pool));
   EXPECT_OK(bspa_pool_check(other));
-  EXPECT_OK(bspa_prefill(pool, b, 0, layout, &tq.t, &to.t, 1.0f, &tl.t, NULL));
+  EXPECT_OK(test_prefill(pool, b, 0, layout, &tq.t, &to.t, 1.0f, &tl.t));
 
   bspa_batch_destroy(b);
   bspa_layout_destroy(layout);

@@ -1010,10 +1010,17 @@ void op_launch(World &w, Bytes &in, bool prefill) {
     Tensor ka;
     if (aliased) ka = pool_alias({t, hkv, d});
     const DLTensor *kt = aliased && in.pick(2) ? &ka.t : &k.t, *vt = aliased && kt == &k.t ? &ka.t : &v.t;
+    bspa_kv_write_args a;
+    bspa_kv_write_args_init(&a);
+    a.layer = layer;
+    a.k_new = mode == 2 ? nullptr : kt;
+    a.v_new = mode == 3 ? nullptr : vt;
+    // Mode 9: an args struct never initialised or newer than the library (refused).
+    if (mode == 9) a.version = layer & 1 ? 0 : BSPA_KV_WRITE_ARGS_VERSION + 1;
     const bspa_status s = run(w, "bspa_kv_write", [&] {
-      return bspa_kv_write(mode == 0 ? nullptr : p.h, mode == 1 ? nullptr : b.h, layer, mode == 2 ? nullptr : kt,
-                           mode == 3 ? nullptr : vt, nullptr);
+      return bspa_kv_write(mode == 0 ? nullptr : p.h, mode == 1 ? nullptr : b.h, mode == 4 ? nullptr : &a, nullptr);
     });
+    if (mode == 9 && s != BSPA_ERR_VERSION) die("bspa_kv_write accepted an args struct of an unknown version");
     if (aliased && s == BSPA_OK) die("bspa_kv_write accepted k_new or v_new inside the pool's storage");
     return;
   }
@@ -1070,10 +1077,20 @@ void op_launch(World &w, Bytes &in, bool prefill) {
     out.strides[0] = in.one_of<int64_t>({0, 1, d, hq * d});
     overlapping = has_repeated_element(out.t);
   }
+  bspa_prefill_args a;
+  bspa_prefill_args_init(&a);
+  a.layer = layer;
+  a.layout = mode == 2 ? nullptr : l;
+  a.q = mode == 3 ? nullptr : qt;
+  a.out = mode == 4 ? nullptr : ot;
+  a.lse = lt;
+  a.scale = scale;
+  // Mode 9: an args struct never initialised or newer than the library (refused).
+  if (mode == 9) a.version = layer & 1 ? 0 : BSPA_PREFILL_ARGS_VERSION + 1;
   const bspa_status s = run(w, "bspa_prefill", [&] {
-    return bspa_prefill(mode == 0 ? nullptr : p.h, mode == 1 ? nullptr : b.h, layer, mode == 2 ? nullptr : l,
-                        mode == 3 ? nullptr : qt, mode == 4 ? nullptr : ot, scale, lt, nullptr);
+    return bspa_prefill(mode == 0 ? nullptr : p.h, mode == 1 ? nullptr : b.h, &a, nullptr);
   });
+  if (mode == 9 && s != BSPA_ERR_VERSION) die("bspa_prefill accepted an args struct of an unknown version");
   if (overlapping && s == BSPA_OK) die("bspa_prefill accepted an output that overlaps an input, lse or itself");
   bspa_layout_destroy(own);
 }

@@ -34,3 +34,23 @@ def test_device_and_element_codes_come_from_the_header():
 
     assert (_tensor.kDLCPU, _tensor.kDLCUDA) == (_bspa.kDLCPU, _bspa.kDLCUDA)
     assert (_tensor._kDLFloat, _tensor._kDLBfloat) == (_bspa.kDLFloat, _bspa.kDLBfloat)
+
+
+def test_launch_args_structs_are_versioned():
+    # Pool.kv_write / Pool.prefill fill these; a struct of a version this library does not
+    # know is refused before the pool or batch is looked at.
+    kw = _bspa.bspa_kv_write_args()
+    assert _bspa.bspa_kv_write_args_init(kw) == _bspa.BSPA_OK
+    assert (kw.version, kw.layer, kw.k_new, kw.v_new) == (_bspa.BSPA_KV_WRITE_ARGS_VERSION, 0, 0, 0)
+    pf = _bspa.bspa_prefill_args()
+    assert _bspa.bspa_prefill_args_init(pf) == _bspa.BSPA_OK
+    assert (pf.version, pf.layer, pf.q, pf.out, pf.lse, pf.scale) == (_bspa.BSPA_PREFILL_ARGS_VERSION, 0, 0, 0, 0, 1.0)
+    assert pf.layout is None
+    for version in (0, _bspa.BSPA_KV_WRITE_ARGS_VERSION + 1):
+        kw.version = version
+        assert _bspa.bspa_kv_write(None, None, kw, None) == _bspa.BSPA_ERR_VERSION
+        assert "args->version" in _bspa.bspa_last_error()
+    for version in (0, _bspa.BSPA_PREFILL_ARGS_VERSION + 1):
+        pf.version = version
+        assert _bspa.bspa_prefill(None, None, pf, None) == _bspa.BSPA_ERR_VERSION
+    assert _bspa.bspa_prefill(None, None, None, None) == _bspa.BSPA_ERR_NULL_POINTER

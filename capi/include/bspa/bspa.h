@@ -14,7 +14,9 @@
  *  - Options structs start with `uint32_t version`; fill them with
  *    bspa_X_options_init() and then change fields. A struct whose version is 0
  *    (never initialised) or newer than this library knows is rejected with
- *    BSPA_ERR_VERSION. Structs only ever grow at the end.
+ *    BSPA_ERR_VERSION. Structs only ever grow at the end. The launches' args structs
+ *    (bspa_kv_write_args, bspa_prefill_args, bspa_paged_args) work the same way, filled
+ *    by bspa_X_args_init.
  *  - Tensors are borrowed: the library never keeps a DLTensor pointer, or the memory
  *    behind it, past the call, except where a function says so.
  *  - Every tensor argument must also satisfy, whatever its shape rules (a violation is
@@ -89,7 +91,7 @@ extern "C" {
 #define BSPA_VERSION_STRING "0.1.0"
 /* Moves whenever an existing signature or struct layout changes. Bindings refuse to
  * load a library whose bspa_abi_version() differs from the one they were built for. */
-#define BSPA_ABI_VERSION 2
+#define BSPA_ABI_VERSION 3
 
 /* The library's BSPA_VERSION_NUMBER, which may differ from the header's. */
 BSPA_API uint32_t bspa_version_number(void);
@@ -589,8 +591,27 @@ BSPA_API void bspa_batch_destroy(bspa_batch *batch);
  * BSPA_ERR_INVALID_ARGUMENT (batch of another pool, overlap with the pool's storage,
  * misaligned data), BSPA_ERR_INVALID_STATE (an FP8 pool's layer without scales),
  * BSPA_ERR_CUDA. */
-BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int32_t layer,
-                                   const DLTensor *k_new, const DLTensor *v_new, bspa_stream stream);
+#define BSPA_KV_WRITE_ARGS_VERSION 1
+typedef struct bspa_kv_write_args {
+  uint32_t version; /* BSPA_KV_WRITE_ARGS_VERSION */
+  int32_t layer;
+  const DLTensor *k_new;
+  const DLTensor *v_new;
+} bspa_kv_write_args;
+/* Fills *args with this header's version, layer 0 and NULL tensors.
+ * Errors: BSPA_ERR_NULL_POINTER. */
+BSPA_API bspa_status bspa_kv_write_args_init(bspa_kv_write_args *args);
+/* args: filled by bspa_kv_write_args_init, then its fields set; borrowed for the call
+ * only (neither args nor its tensors are kept), so one struct may be reused and changed
+ * between calls (e.g. per layer); it may live on any thread's stack, and the batch's
+ * rule (one stream at a time) is unchanged. A future version may add fields at the end
+ * only (e.g. per-launch options); a struct of an older version keeps working, its
+ * missing fields read as their defaults. Errors: as above, plus
+ * BSPA_ERR_NULL_POINTER (args NULL; k_new or v_new NULL: the message names the field as
+ * "k_new" / "v_new") and BSPA_ERR_VERSION (args->version 0, never initialised, or newer
+ * than this library knows). */
+BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, const bspa_kv_write_args *args,
+                                   bspa_stream stream);
 
 /* Block-sparse causal attention of the batch's new tokens over each sequence's cached
  * prefix plus themselves, reading K/V of `layer` from the pool (write them first with
@@ -628,9 +649,29 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, int
  * allocation and a synchronous copy, freed with the layout); that first use is refused
  * with BSPA_ERR_INVALID_STATE while `stream` is capturing a CUDA graph, so launch once
  * before capturing. Strided and dense layouts need no device copy. */
-BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, int32_t layer,
-                                  const bspa_layout *layout, const DLTensor *q, DLTensor *out, float scale,
-                                  DLTensor *lse, bspa_stream stream);
+#define BSPA_PREFILL_ARGS_VERSION 1
+typedef struct bspa_prefill_args {
+  uint32_t version; /* BSPA_PREFILL_ARGS_VERSION */
+  int32_t layer;
+  const bspa_layout *layout;
+  const DLTensor *q;
+  DLTensor *out;
+  DLTensor *lse; /* optional, [Hq, T_new] float32 */
+  float scale;
+} bspa_prefill_args;
+/* Fills *args with this header's version, layer 0, NULL layout and tensors, scale 1.
+ * Errors: BSPA_ERR_NULL_POINTER. */
+BSPA_API bspa_status bspa_prefill_args_init(bspa_prefill_args *args);
+/* args: filled by bspa_prefill_args_init, then its fields set; borrowed for the call
+ * only (neither args nor its tensors are kept), so one struct may be reused and changed
+ * between calls (e.g. per layer); it may live on any thread's stack, and the batch's
+ * rule (one stream at a time) is unchanged. A future version may add fields at the end
+ * only (e.g. per-launch FP8 scales or a workspace, as bspa_paged_args grew them); a
+ * struct of an older version keeps working, its missing fields read as their defaults. Errors: as above, plus BSPA_ERR_NULL_POINTER (args NULL; layout, q or out
+ * NULL: the message names the field as "layout" / "q" / "out") and BSPA_ERR_VERSION
+ * (args->version 0, never initialised, or newer than this library knows). */
+BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, const bspa_prefill_args *args,
+                                  bspa_stream stream);
 
 /* Bytes of the optional bspa_paged_args.workspace for launches on a device of
  * `device_type` (kDLCPU or kDLCUDA) and `device_id` with `head_dim`: 0 where no launch

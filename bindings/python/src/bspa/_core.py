@@ -397,8 +397,12 @@ class Pool(_Handle):
         keep: list = []
         s = self._stream(stream)
         raw = self.dtype in ("bf16", "fp8_e4m3")  # uint16 arrays are bf16 bits
-        check(_bspa.bspa_kv_write(self._h(), batch._h(), layer, tensor_arg(k, s, keep, raw_bf16=raw),
-                                  tensor_arg(v, s, keep, raw_bf16=raw), s or None))
+        args = _bspa.bspa_kv_write_args()
+        check(_bspa.bspa_kv_write_args_init(args))
+        args.layer = layer
+        args.k_new = tensor_arg(k, s, keep, raw_bf16=raw)
+        args.v_new = tensor_arg(v, s, keep, raw_bf16=raw)
+        check(_bspa.bspa_kv_write(self._h(), batch._h(), args, s or None))
 
     def prefill(self, batch: "Batch", layer: int, layout: "Layout", q: TensorLike, out: Optional[TensorLike] = None,
                 *, scale: float, lse: Optional[TensorLike] = None, stream: StreamLike = None) -> TensorLike:
@@ -410,9 +414,15 @@ class Pool(_Handle):
         keep: list = []
         s = self._stream(stream)
         raw = self.dtype in ("bf16", "fp8_e4m3")  # uint16 arrays are bf16 bits
-        check(_bspa.bspa_prefill(self._h(), batch._h(), layer, layout._h(), tensor_arg(q, s, keep, raw_bf16=raw),
-                                 tensor_arg(out, s, keep, writable=True, raw_bf16=raw), float(scale),
-                                 tensor_arg(lse, s, keep, writable=True), s or None))
+        args = _bspa.bspa_prefill_args()
+        check(_bspa.bspa_prefill_args_init(args))
+        args.layer = layer
+        args.layout = layout._h()
+        args.q = tensor_arg(q, s, keep, raw_bf16=raw)
+        args.out = tensor_arg(out, s, keep, writable=True, raw_bf16=raw)
+        args.lse = tensor_arg(lse, s, keep, writable=True)
+        args.scale = float(scale)
+        check(_bspa.bspa_prefill(self._h(), batch._h(), args, s or None))
         return out
 
 

@@ -5,12 +5,14 @@ pub const BSPA_VERSION_MINOR: u32 = 1;
 pub const BSPA_VERSION_PATCH: u32 = 0;
 pub const BSPA_VERSION_NUMBER: u32 = 100;
 pub const BSPA_VERSION_STRING: &[u8; 6usize] = b"0.1.0\0";
-pub const BSPA_ABI_VERSION: u32 = 2;
+pub const BSPA_ABI_VERSION: u32 = 3;
 pub const BSPA_DL_FLOAT8_E4M3FN: u32 = 10;
 pub const BSPA_POOL_OPTIONS_VERSION: u32 = 2;
 pub const BSPA_POOL_INFO_VERSION: u32 = 1;
 pub const BSPA_SEQ_OPTIONS_VERSION: u32 = 1;
 pub const BSPA_LAYOUT_STRIDED_OPTIONS_VERSION: u32 = 1;
+pub const BSPA_KV_WRITE_ARGS_VERSION: u32 = 1;
+pub const BSPA_PREFILL_ARGS_VERSION: u32 = 1;
 pub const BSPA_PAGED_ARGS_VERSION: u32 = 3;
 pub const BSPA_KV_LAYOUT_VERSION: u32 = 1;
 pub const BSPA_POOL_MEMORY_VERSION: u32 = 1;
@@ -1862,26 +1864,257 @@ extern "C" {
 extern "C" {
     pub fn bspa_batch_destroy(batch: *mut bspa_batch);
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct bspa_kv_write_args {
+    pub version: u32,
+    pub layer: i32,
+    pub k_new: *const DLTensor,
+    pub v_new: *const DLTensor,
+}
+#[test]
+fn bindgen_test_layout_bspa_kv_write_args() {
+    assert_eq!(
+        ::std::mem::size_of::<bspa_kv_write_args>(),
+        24usize,
+        concat!("Size of: ", stringify!(bspa_kv_write_args))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<bspa_kv_write_args>(),
+        8usize,
+        concat!("Alignment of ", stringify!(bspa_kv_write_args))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_write_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_write_args),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_layer() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_write_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).layer) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_write_args),
+                "::",
+                stringify!(layer)
+            )
+        );
+    }
+    test_field_layer();
+    fn test_field_k_new() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_write_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).k_new) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_write_args),
+                "::",
+                stringify!(k_new)
+            )
+        );
+    }
+    test_field_k_new();
+    fn test_field_v_new() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_kv_write_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).v_new) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_kv_write_args),
+                "::",
+                stringify!(v_new)
+            )
+        );
+    }
+    test_field_v_new();
+}
+extern "C" {
+    pub fn bspa_kv_write_args_init(args: *mut bspa_kv_write_args) -> bspa_status;
+}
 extern "C" {
     pub fn bspa_kv_write(
         pool: *mut bspa_pool,
         batch: *const bspa_batch,
-        layer: i32,
-        k_new: *const DLTensor,
-        v_new: *const DLTensor,
+        args: *const bspa_kv_write_args,
         stream: bspa_stream,
     ) -> bspa_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct bspa_prefill_args {
+    pub version: u32,
+    pub layer: i32,
+    pub layout: *const bspa_layout,
+    pub q: *const DLTensor,
+    pub out: *mut DLTensor,
+    pub lse: *mut DLTensor,
+    pub scale: f32,
+}
+#[test]
+fn bindgen_test_layout_bspa_prefill_args() {
+    assert_eq!(
+        ::std::mem::size_of::<bspa_prefill_args>(),
+        48usize,
+        concat!("Size of: ", stringify!(bspa_prefill_args))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<bspa_prefill_args>(),
+        8usize,
+        concat!("Alignment of ", stringify!(bspa_prefill_args))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_prefill_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_prefill_args),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_layer() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_prefill_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).layer) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_prefill_args),
+                "::",
+                stringify!(layer)
+            )
+        );
+    }
+    test_field_layer();
+    fn test_field_layout() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_prefill_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).layout) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_prefill_args),
+                "::",
+                stringify!(layout)
+            )
+        );
+    }
+    test_field_layout();
+    fn test_field_q() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_prefill_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).q) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_prefill_args),
+                "::",
+                stringify!(q)
+            )
+        );
+    }
+    test_field_q();
+    fn test_field_out() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_prefill_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).out) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_prefill_args),
+                "::",
+                stringify!(out)
+            )
+        );
+    }
+    test_field_out();
+    fn test_field_lse() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_prefill_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).lse) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_prefill_args),
+                "::",
+                stringify!(lse)
+            )
+        );
+    }
+    test_field_lse();
+    fn test_field_scale() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_prefill_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).scale) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_prefill_args),
+                "::",
+                stringify!(scale)
+            )
+        );
+    }
+    test_field_scale();
+}
+extern "C" {
+    pub fn bspa_prefill_args_init(args: *mut bspa_prefill_args) -> bspa_status;
 }
 extern "C" {
     pub fn bspa_prefill(
         pool: *mut bspa_pool,
         batch: *const bspa_batch,
-        layer: i32,
-        layout: *const bspa_layout,
-        q: *const DLTensor,
-        out: *mut DLTensor,
-        scale: f32,
-        lse: *mut DLTensor,
+        args: *const bspa_prefill_args,
         stream: bspa_stream,
     ) -> bspa_status;
 }

@@ -390,7 +390,12 @@ impl Pool {
         v: &sys::DLTensor,
         stream: sys::bspa_stream,
     ) -> Result<()> {
-        check(sys::bspa_kv_write(self.raw.as_ptr(), batch.raw.as_ptr(), layer, k, v, stream))
+        let mut args = std::mem::zeroed::<sys::bspa_kv_write_args>();
+        check(sys::bspa_kv_write_args_init(&mut args))?;
+        args.layer = layer;
+        args.k_new = k;
+        args.v_new = v;
+        check(sys::bspa_kv_write(self.raw.as_ptr(), batch.raw.as_ptr(), &args, stream))
     }
 
     /// `bspa_prefill` on raw tensors.
@@ -409,18 +414,15 @@ impl Pool {
         lse: Option<&mut sys::DLTensor>,
         stream: sys::bspa_stream,
     ) -> Result<()> {
-        let lse = lse.map_or(ptr::null_mut(), |t| t as *mut sys::DLTensor);
-        check(sys::bspa_prefill(
-            self.raw.as_ptr(),
-            batch.raw.as_ptr(),
-            layer,
-            layout.as_raw(),
-            q,
-            out,
-            scale,
-            lse,
-            stream,
-        ))
+        let mut args = std::mem::zeroed::<sys::bspa_prefill_args>();
+        check(sys::bspa_prefill_args_init(&mut args))?;
+        args.layer = layer;
+        args.layout = layout.as_raw();
+        args.q = q;
+        args.out = out;
+        args.lse = lse.map_or(ptr::null_mut(), |t| t as *mut sys::DLTensor);
+        args.scale = scale;
+        check(sys::bspa_prefill(self.raw.as_ptr(), batch.raw.as_ptr(), &args, stream))
     }
 
     /// One layer's K and V storage of a CPU pool as slices of `T` (the pool's element type),

@@ -186,6 +186,39 @@ fn abi_and_version() {
     assert!(bspa::build_info().contains("cpu"));
 }
 
+/// The launch args structs through bspa-sys: init fills the header's defaults, and a
+/// struct of an unknown version is refused (before the pool or batch is looked at).
+#[test]
+fn launch_args_structs_are_versioned() {
+    use bspa::sys;
+    use std::ptr;
+    unsafe {
+        let mut kw = std::mem::zeroed::<sys::bspa_kv_write_args>();
+        assert_eq!(sys::bspa_kv_write_args_init(&mut kw), sys::BSPA_OK as i32);
+        assert_eq!(kw.version, sys::BSPA_KV_WRITE_ARGS_VERSION);
+        assert_eq!(kw.layer, 0);
+        assert!(kw.k_new.is_null() && kw.v_new.is_null());
+        for version in [0, sys::BSPA_KV_WRITE_ARGS_VERSION + 1] {
+            kw.version = version;
+            let status = sys::bspa_kv_write(ptr::null_mut(), ptr::null(), &kw, ptr::null_mut());
+            assert_eq!(status, sys::BSPA_ERR_VERSION as i32);
+        }
+        let status = sys::bspa_kv_write(ptr::null_mut(), ptr::null(), ptr::null(), ptr::null_mut());
+        assert_eq!(status, sys::BSPA_ERR_NULL_POINTER as i32);
+
+        let mut pf = std::mem::zeroed::<sys::bspa_prefill_args>();
+        assert_eq!(sys::bspa_prefill_args_init(&mut pf), sys::BSPA_OK as i32);
+        assert_eq!(pf.version, sys::BSPA_PREFILL_ARGS_VERSION);
+        assert_eq!((pf.layer, pf.scale), (0, 1.0));
+        assert!(pf.layout.is_null() && pf.q.is_null() && pf.out.is_null() && pf.lse.is_null());
+        for version in [0, sys::BSPA_PREFILL_ARGS_VERSION + 1] {
+            pf.version = version;
+            let status = sys::bspa_prefill(ptr::null_mut(), ptr::null(), &pf, ptr::null_mut());
+            assert_eq!(status, sys::BSPA_ERR_VERSION as i32);
+        }
+    }
+}
+
 #[test]
 fn prefix_hit() {
     let mut rng = Rng(1);
