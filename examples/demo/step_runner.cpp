@@ -66,12 +66,22 @@ class EagerRunner final : public StepRunner {
 
   void launch() override {
     const int32_t layers = setup_.model->shape().num_layers;
+    bspa_kv_write_args kw;
+    DEMO_OK(bspa_kv_write_args_init(&kw));
+    bspa_prefill_args pf;
+    DEMO_OK(bspa_prefill_args_init(&pf));
+    pf.scale = setup_.scale;
     for (int32_t layer = 0; layer < layers; ++layer) {
+      kw.layer = pf.layer = layer;
+      kw.k_new = buffers_.k(layer);
+      kw.v_new = buffers_.v(layer);
+      pf.layout = setup_.layouts->at(layer);
+      pf.q = buffers_.q(layer);
+      pf.out = buffers_.out(layer);
       const double t0 = now_s();
-      DEMO_OK(bspa_kv_write(pool_, batch_.get(), layer, buffers_.k(layer), buffers_.v(layer), nullptr));
+      DEMO_OK(bspa_kv_write(pool_, batch_.get(), &kw, nullptr));
       const double t1 = now_s();
-      DEMO_OK(bspa_prefill(pool_, batch_.get(), layer, setup_.layouts->at(layer), buffers_.q(layer),
-                           buffers_.out(layer), setup_.scale, nullptr, nullptr));
+      DEMO_OK(bspa_prefill(pool_, batch_.get(), &pf, nullptr));
       times_.kv_write_s += t1 - t0;
       times_.prefill_s += now_s() - t1;
     }
