@@ -1,5 +1,7 @@
 #include "common/device.hpp"
 
+#include <atomic>
+
 #include "common/error.hpp"
 
 #ifdef BSPA_HAVE_CUDA
@@ -7,6 +9,14 @@
 #endif
 
 namespace bspa {
+
+namespace {
+std::atomic<uint64_t> g_allocations{0}, g_frees{0};
+}  // namespace
+
+AllocationCounts cuda_allocation_counts() {
+  return AllocationCounts{g_allocations.load(std::memory_order_relaxed), g_frees.load(std::memory_order_relaxed)};
+}
 
 #ifdef BSPA_HAVE_CUDA
 
@@ -57,6 +67,7 @@ void *cuda_malloc(int32_t device, size_t bytes) {
     fail(Errc::OutOfMemory, "cudaMalloc of ", bytes, " bytes on device ", device, " failed: out of memory");
   }
   if (e != cudaSuccess) fail(Errc::Cuda, "cudaMalloc of ", bytes, " bytes: ", cudaGetErrorString(e));
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
 
@@ -64,6 +75,25 @@ void cuda_free(int32_t device, void *ptr) noexcept {
   if (!ptr) return;
   DeviceGuard guard(device, /*nothrow=*/true);
   cudaFree(ptr);
+  g_frees.fetch_add(1, std::memory_order_relaxed);
+}
+
+void *cuda_host_alloc(size_t bytes) {
+  void *p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail(e == cudaErrorMemoryAllocation ? Errc::OutOfMemory : Errc::Cuda, "cudaHostAlloc of ", bytes,
+         " bytes: ", cudaGetErrorString(e));
+  }
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return p;
+}
+
+void cuda_host_free(void *ptr) noexcept {
+  if (!ptr) return;
+  cudaFreeHost(ptr);
+  g_frees.fetch_add(1, std::memory_order_relaxed);
 }
 
 void cuda_copy_to_device(int32_t device, void *dst, const void *src, size_t bytes) {
@@ -83,6 +113,10 @@ void *cuda_malloc(int32_t, size_t) {
   fail(Errc::NotSupported, "device_type = kDLCUDA but this build of bspa has no CUDA backend");
 }
 void cuda_free(int32_t, void *) noexcept {}
+void *cuda_host_alloc(size_t) {
+  fail(Errc::NotSupported, "pinned host memory, but this build of bspa has no CUDA backend");
+}
+void cuda_host_free(void *) noexcept {}
 void cuda_copy_to_device(int32_t, void *, const void *, size_t) {
   fail(Errc::NotSupported, "a copy to a CUDA device, but this build of bspa has no CUDA backend");
 }

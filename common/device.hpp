@@ -16,6 +16,17 @@ bool cuda_compiled_in();
 void *cuda_malloc(int32_t device, size_t bytes);
 // cudaFree; never throws (errors during teardown are ignored).
 void cuda_free(int32_t device, void *ptr) noexcept;
+// Page-locked host memory (cudaHostAlloc), for staging buffers whose copies to a device
+// are asynchronous; throws Error(OutOfMemory / Cuda / NotSupported). Freed with cuda_host_free.
+void *cuda_host_alloc(size_t bytes);
+void cuda_host_free(void *ptr) noexcept;
+// Process-wide counts of the calls above that succeeded (device and pinned allocations,
+// and their frees), so tests and benchmarks can show that a steady state allocates nothing
+// (bspa_device_allocation_counts).
+struct AllocationCounts {
+  uint64_t allocations = 0, frees = 0;
+};
+AllocationCounts cuda_allocation_counts();
 // A synchronous cudaMemcpy of host memory to `dst` on `device` (for small, rare uploads
 // such as an FP8 pool's scales, never per step); throws Error(Cuda / NotSupported).
 void cuda_copy_to_device(int32_t device, void *dst, const void *src, size_t bytes);

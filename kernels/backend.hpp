@@ -70,4 +70,37 @@ struct DeviceBatchMetadata {
 std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, int32_t device, int32_t head_dim,
                                                        int32_t num_kv_heads, void *stream);
 
+// The device side of a reusable batch (bspa_batch_create_reusable): metadata arrays sized
+// once from the batch's limits, two pinned staging buffers and a split workspace, all
+// allocated here and never again, so planning a step neither allocates nor frees device
+// memory and its launches read fixed addresses (what a CUDA graph replays).
+class StepBuffers {
+ public:
+  // Throws Error(OutOfMemory / Cuda / NoDevice), or Error(NotSupported) without CUDA.
+  StepBuffers(const BatchLimits &limits, int32_t device, int32_t head_dim, int32_t tile_rows);
+  ~StepBuffers();
+  StepBuffers(const StepBuffers &) = delete;
+  StepBuffers &operator=(const StepBuffers &) = delete;
+
+  // The host buffer the next plan's block table goes to (BatchPlanInput::block_table_out):
+  // the staging buffer the next upload copies from. Waits until that buffer's previous copy
+  // has executed on its stream (two plans ago: normally long done).
+  int32_t *next_block_table();
+  // Queues one host-to-device copy of the plan (its table already in next_block_table()) on
+  // `stream`; launches after it on that stream see the plan. Fixed launch shapes get the
+  // arrays padded to the limits (no new tokens, empty work items). Throws Error(Cuda).
+  void upload(const BatchPlan &plan, void *stream);
+  // The device arrays (fixed addresses) and the workspace, for launches.
+  const DeviceBatchMetadata &metadata() const { return *meta_; }
+
+ private:
+  struct Staging;
+  BatchLimits limits_;
+  int32_t device_;
+  size_t off_context_ = 0, off_work_ = 0, off_table_ = 0, bytes_ = 0;
+  std::unique_ptr<DeviceBatchMetadata> meta_;
+  std::unique_ptr<Staging[]> staging_;  // two, used in turn
+  int next_ = 0;
+};
+
 }  // namespace bspa::kernels

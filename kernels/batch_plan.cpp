@@ -27,12 +27,56 @@ std::vector<WorkItem> plan_work(int32_t num_seqs, const int32_t *query_starts, c
   return work;
 }
 
+int64_t max_work_items(const BatchLimits &limits, int32_t tile_rows) {
+  // Each item but a sequence's first holds tile_rows of its rows; the first may hold fewer.
+  return limits.max_tokens / tile_rows + limits.max_seqs;
+}
+
+namespace {
+
+// The plan against its batch's limits, every value named (planning, not a launch, fails).
+void check_limits(const BatchPlanInput &in, const BatchLimits &l) {
+  check(in.num_seqs <= l.max_seqs, Errc::OutOfRange, "n = ", in.num_seqs,
+        " sequences exceed the batch's max_seqs = ", l.max_seqs);
+  int64_t total = 0;
+  for (int32_t i = 0; i < in.num_seqs; ++i) {
+    const int32_t q = in.query_lens[i];
+    check(q <= l.max_query_len, Errc::OutOfRange, "query_lens[", i, "] = ", q,
+          " exceeds the batch's max_query_len = ", l.max_query_len);
+    total += q;
+    const int64_t tokens = static_cast<int64_t>(in.context_lens[i]) + q;
+    const int64_t pages = (tokens + in.page_size - 1) / in.page_size;
+    check(pages <= l.max_pages_per_seq, Errc::OutOfRange, "sequence ", i, " needs ", pages, " pages for ", tokens,
+          " tokens, more than the batch's max_pages_per_seq = ", l.max_pages_per_seq);
+  }
+  check(total <= l.max_tokens, Errc::OutOfRange, "the step's ", total,
+        " new tokens exceed the batch's max_tokens = ", l.max_tokens);
+}
+
+// The shapes of fixed-shape launches: the limits' worst case, the same for every plan.
+LaunchShape fixed_shape(const BatchLimits &l, const BatchPlan &p) {
+  LaunchShape s;
+  s.num_seqs = l.max_seqs;
+  s.total_q = static_cast<int32_t>(l.max_tokens);
+  s.max_query_len = l.max_query_len;
+  s.num_work = static_cast<int32_t>(max_work_items(l, p.tile_rows));
+  if (p.decode_max_query_len > 0) {
+    s.decode_seqs = l.max_seqs;
+    s.decode_max_keys = l.max_pages_per_seq * p.page_size;
+    s.decode_max_q = std::min(l.max_query_len, p.decode_max_query_len);
+  }
+  return s;
+}
+
+}  // namespace
+
 BatchPlan plan_batch(const BatchPlanInput &in) {
   check(in.num_seqs >= 1, Errc::InvalidArgument, "n = ", in.num_seqs, " must be at least 1");
   check(in.page_size >= 1, Errc::InvalidArgument, "page_size = ", in.page_size, " must be positive");
   check(in.tile_rows >= 1, Errc::InvalidArgument, "tile_rows = ", in.tile_rows, " must be positive");
   BatchPlan p;
   p.num_seqs = in.num_seqs;
+  if (in.limits) check_limits(in, *in.limits);
   p.page_size = in.page_size;
   p.tile_rows = in.tile_rows;
   p.query_starts.assign(in.num_seqs + 1, 0);
@@ -54,18 +98,24 @@ BatchPlan plan_batch(const BatchPlanInput &in) {
     max_pages = std::max(max_pages, (tokens + in.page_size - 1) / in.page_size);
   }
   p.total_q = static_cast<int32_t>(total);
+  // A reusable batch's table keeps one stride (its device copy's rows stay put).
+  if (in.limits) max_pages = std::max<int64_t>(in.limits->max_pages_per_seq, 1);
   p.block_table_stride = max_pages;
-  p.block_table.assign(static_cast<size_t>(checked_product(Errc::OutOfMemory, "the batch's block table",
-                                                           {{"sequences", static_cast<uint64_t>(in.num_seqs)},
-                                                            {"pages of the longest", static_cast<uint64_t>(max_pages)},
-                                                            {"int32 bytes", sizeof(int32_t)}}) /
-                                           sizeof(int32_t)),
-                       -1);
+  int32_t *table = in.block_table_out;
+  if (!table) {
+    p.block_table.assign(
+        static_cast<size_t>(checked_product(Errc::OutOfMemory, "the batch's block table",
+                                            {{"sequences", static_cast<uint64_t>(in.num_seqs)},
+                                             {"pages of the longest", static_cast<uint64_t>(max_pages)},
+                                             {"int32 bytes", sizeof(int32_t)}}) /
+                            sizeof(int32_t)),
+        -1);
+    table = p.block_table.data();
+  }
   for (int32_t i = 0; i < in.num_seqs; ++i) {
     const int64_t tokens = static_cast<int64_t>(in.context_lens[i]) + in.query_lens[i];
     const int64_t used = (tokens + in.page_size - 1) / in.page_size;
-    std::copy(in.pages + in.page_offsets[i], in.pages + in.page_offsets[i] + used,
-              p.block_table.begin() + i * max_pages);
+    std::copy(in.pages + in.page_offsets[i], in.pages + in.page_offsets[i] + used, table + i * max_pages);
   }
   p.decode_max_query_len = std::max(in.decode_max_query_len, 0);
   for (int32_t i = 0; i < in.num_seqs; ++i) {
@@ -77,6 +127,17 @@ BatchPlan plan_batch(const BatchPlanInput &in) {
     }
   }
   p.work = plan_work(p.num_seqs, p.query_starts.data(), p.context_lens.data(), p.tile_rows, p.decode_max_query_len);
+  if (in.limits && in.limits->fixed_launch_shape) {
+    p.shape = fixed_shape(*in.limits, p);
+  } else {
+    p.shape.num_seqs = p.num_seqs;
+    p.shape.total_q = p.total_q;
+    p.shape.max_query_len = p.max_query_len;
+    p.shape.num_work = static_cast<int32_t>(p.work.size());
+    p.shape.decode_seqs = p.decode_seqs;
+    p.shape.decode_max_keys = p.decode_max_keys;
+    p.shape.decode_max_q = p.decode_max_q;
+  }
   return p;
 }
 

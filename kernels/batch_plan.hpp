@@ -19,6 +19,36 @@ struct WorkItem {
   int32_t key_end = 0;  // context_len + q_end: keys the tile's last row sees (cost proxy)
 };
 
+// Limits a reusable batch is sized for (bspa_batch_options): its device buffers hold a plan
+// of at most max_seqs sequences, max_tokens new tokens, max_query_len new tokens in one
+// sequence and max_pages_per_seq pages a sequence, so re-planning never reallocates.
+struct BatchLimits {
+  int32_t max_seqs = 0;
+  int32_t max_query_len = 0;
+  int64_t max_tokens = 0;
+  int64_t max_pages_per_seq = 0;
+  // Launches sized from these limits rather than from the step (what a CUDA graph captured
+  // once must replay for every later plan): sequences padded to max_seqs (no new tokens),
+  // the work list padded to max_work_items(limits) empty items.
+  bool fixed_launch_shape = false;
+};
+
+// Work items a plan within `limits` can have (the fixed-shape work list's length): a
+// sequence of q > decode rows makes at most ceil(q / tile_rows) + 1 items (its first tile
+// may start up to tile_rows - 1 rows before its first token to align on a layout block).
+int64_t max_work_items(const BatchLimits &limits, int32_t tile_rows);
+
+// What sizes a launch's grids; the plan's own values unless it is planned for fixed shapes.
+struct LaunchShape {
+  int32_t num_seqs = 0;         // sequences the grids cover (padded ones have no new tokens)
+  int32_t total_q = 0;          // token rows kv_write's grid covers
+  int32_t max_query_len = 0;    // picks the prefill tile and routing
+  int32_t num_work = 0;         // work items the prefill grid covers
+  int32_t decode_seqs = 0;      // decode sequences the key split is sized for
+  int64_t decode_max_keys = 0;  // their longest context + new tokens
+  int32_t decode_max_q = 0;     // their largest new-token count
+};
+
 struct BatchPlanInput {
   int32_t num_seqs = 0;
   const int32_t *query_lens = nullptr;    // [num_seqs]
@@ -31,6 +61,14 @@ struct BatchPlanInput {
   // Sequences with 1..decode_max_query_len new tokens get no work items: a backend's decode
   // path computes them (0 = none; CUDA plans: cuda_decode_max_query_len()).
   int32_t decode_max_query_len = 0;
+  // Optional: the limits the plan must fit (Error(OutOfRange) naming the limit when it does
+  // not); with them the block table's stride is limits->max_pages_per_seq.
+  const BatchLimits *limits = nullptr;
+  // Optional, with limits: the block table's rows go here (row i at i * max_pages_per_seq,
+  // only the pages the sequence's tokens use; the rest of a row is left as it was, the
+  // kernels never read it) instead of into BatchPlan::block_table, which stays empty. A
+  // reusable CUDA batch passes its pinned staging buffer, so a step's table is written once.
+  int32_t *block_table_out = nullptr;
 };
 
 struct BatchPlan {
@@ -42,12 +80,14 @@ struct BatchPlan {
   int64_t block_table_stride = 0;     // >= 1 so the table is never empty
   std::vector<int32_t> query_starts;  // [num_seqs + 1]
   std::vector<int32_t> context_lens;  // [num_seqs]
-  std::vector<int32_t> block_table;   // [num_seqs][block_table_stride], padded with -1
+  std::vector<int32_t> block_table;   // [num_seqs][block_table_stride], padded with -1 (empty
+                                      // when planned into BatchPlanInput::block_table_out)
   std::vector<WorkItem> work;         // heaviest (largest key_end) first
   int32_t decode_max_query_len = 0;   // as planned (BatchPlanInput)
   int32_t decode_seqs = 0;            // sequences left to the decode path
   int64_t decode_max_keys = 0;        // their largest context + new tokens
   int32_t decode_max_q = 0;           // their largest new-token count
+  LaunchShape shape;                  // what the launches size their grids by
 };
 
 // Throws Error(OutOfRange) when a sequence's context + query tokens need more pages

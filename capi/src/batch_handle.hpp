@@ -1,5 +1,8 @@
 // The bspa_batch handle: the host plan of one step and, for a CUDA pool, its device copy,
 // plus a reference to every page it snapshotted (so they outlive a destroyed sequence).
+// A one-step batch (bspa_batch_create) is planned once, its device copy sized to that plan;
+// a reusable one (bspa_batch_create_reusable) owns buffers sized from its limits and is
+// re-planned step after step (bspa_batch_plan) into the same device addresses.
 #pragma once
 
 #include <bspa/bspa.h>
@@ -15,7 +18,12 @@ struct bspa_batch {
   bspa::cache::Pool *owner = nullptr;      // the same pool, for releasing `pages`
   bspa::cache::PageHold *pages = nullptr;  // the snapshotted pages' references
   bspa::kernels::BatchPlan plan;
-  std::unique_ptr<bspa::kernels::DeviceBatchMetadata> device;  // CUDA pools only
+  std::unique_ptr<bspa::kernels::DeviceBatchMetadata> device;  // one-step batches of CUDA pools
+  // Reusable batches only.
+  bool reusable = false;
+  bool planned = false;  // a reusable batch launches only after its first plan
+  bspa::kernels::BatchLimits limits;
+  std::unique_ptr<bspa::kernels::StepBuffers> step;  // CUDA pools
 
   bspa_batch() = default;
   bspa_batch(const bspa_batch &) = delete;
@@ -24,4 +32,9 @@ struct bspa_batch {
   ~bspa_batch() {
     if (owner) owner->release_hold(pages);
   }
+  // The device arrays the launches read (CUDA pools).
+  const bspa::kernels::DeviceBatchMetadata &device_metadata() const { return step ? step->metadata() : *device; }
+  // Rows of q, out, k_new and v_new (columns of lse) a launch takes: the step's new tokens,
+  // or for fixed launch shapes the limit, so that a graph captured once stays in bounds.
+  int64_t tensor_rows() const { return limits.fixed_launch_shape ? limits.max_tokens : plan.total_q; }
 };

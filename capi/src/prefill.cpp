@@ -167,6 +167,8 @@ const float *paged_scale(const DLTensor *t, const char *name, int64_t hkv, DLDev
 PoolGeometry geometry_of(const bspa::cache::Pool &pool, const bspa_pool *handle, const bspa_batch *batch) {
   require(batch, "batch");
   check(batch->pool == handle, Errc::InvalidArgument, "batch was made from another pool");
+  check(!batch->reusable || batch->planned, Errc::InvalidState,
+        "batch is a reusable batch that has not been planned yet (call bspa_batch_plan first)");
   PoolGeometry g;
   g.dtype = static_cast<DType>(pool.dtype());
   g.cuda = pool.device() == bspa::cache::DeviceKind::Cuda;
@@ -174,18 +176,23 @@ PoolGeometry geometry_of(const bspa::cache::Pool &pool, const bspa_pool *handle,
   return g;
 }
 
-// The batch's metadata in the memory the backend reads: host plan or its device copy.
+// The batch's metadata in the memory the backend reads: host plan or its device copy. CUDA
+// launches are sized by the plan's launch shape (a fixed-shape batch's limits: the grids a
+// CUDA graph captured), the CPU backend by the plan itself.
 template <class Problem>
 void describe_batch(Problem &p, const bspa_batch &b, bool cuda) {
   const bspa::kernels::BatchPlan &plan = b.plan;
-  p.num_seqs = plan.num_seqs;
   p.block_table_stride = plan.block_table_stride;
-  p.total_q = plan.total_q;
   if (cuda) {
-    p.query_starts = b.device->query_starts;
-    p.context_lens = b.device->context_lens;
-    p.block_table = b.device->block_table;
+    const bspa::kernels::DeviceBatchMetadata &d = b.device_metadata();
+    p.num_seqs = plan.shape.num_seqs;
+    p.total_q = plan.shape.total_q;
+    p.query_starts = d.query_starts;
+    p.context_lens = d.context_lens;
+    p.block_table = d.block_table;
   } else {
+    p.num_seqs = plan.num_seqs;
+    p.total_q = plan.total_q;
     p.query_starts = plan.query_starts.data();
     p.context_lens = plan.context_lens.data();
     p.block_table = plan.block_table.data();
@@ -216,7 +223,7 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, con
     const PoolGeometry g = geometry_of(pl, pool, batch);
     void *k_pages = pl.k_data(layer);
     void *v_pages = pl.v_data(layer);
-    const int64_t t = batch->plan.total_q, hkv = pl.num_kv_heads(), d = pl.head_dim();
+    const int64_t t = batch->tensor_rows(), hkv = pl.num_kv_heads(), d = pl.head_dim();
     const TensorView k = bspa::capi::view_tensor(k_new, "k_new", {t, hkv, d});
     const TensorView v = bspa::capi::view_tensor(v_new, "v_new", {t, hkv, d});
     // An FP8 pool quantizes 16-bit input (either kind; K and V alike).
@@ -251,7 +258,7 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, con
     p.v_new_head_stride = v.stride[1];
     p.k_pages = k_pages;
     p.v_pages = v_pages;
-    if (t == 0) return;
+    if (p.total_q == 0) return;
     if (g.cuda)
       bspa::kernels::kv_write_cuda(p, stream);
     else
@@ -287,7 +294,7 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
     require(out, "out");
     // q's rows are the batch's new tokens: checked before out is compared with q, so a
     // wrong q is reported as q.
-    bspa::capi::view_tensor(q, "q", {batch->plan.total_q, -1, pl.head_dim()});
+    bspa::capi::view_tensor(q, "q", {batch->tensor_rows(), -1, pl.head_dim()});
     bspa::kernels::PrefillProblem p;
     // q and out of an FP8 pool are 16-bit (their own dtype); otherwise the pool's.
     const DType qdtype = g.fp8() ? bspa::capi::fp8_companion_dtype(q, "q", "an fp8_e4m3 pool") : g.dtype;
@@ -298,8 +305,9 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
     if (views.lse.t)
       bspa::capi::check_disjoint(views.lse, "lse", storage, storage + pl.storage_bytes(), "the pool's KV storage");
     const bspa::kernels::BatchPlan &plan = batch->plan;
-    check(q->shape[0] == plan.total_q, Errc::ShapeMismatch, "q.shape[0] = ", q->shape[0], " but the batch has ",
-          plan.total_q, " new tokens");
+    check(q->shape[0] == batch->tensor_rows(), Errc::ShapeMismatch, "q.shape[0] = ", q->shape[0], " but the batch has ",
+          batch->tensor_rows(),
+          batch->limits.fixed_launch_shape ? " rows (its max_tokens: fixed launch shapes)" : " new tokens");
     const int64_t limit = bspa::kernels::layout_max_tokens(layout->layout);
     for (int32_t i = 0; i < plan.num_seqs; ++i) {
       const int64_t tokens =
@@ -308,7 +316,7 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
             " of the batch has ", tokens, " tokens but the CSR layout covers only ", limit);
     }
     p.page_size = pl.page_size();
-    p.max_query_len = plan.max_query_len;
+    p.max_query_len = g.cuda ? plan.shape.max_query_len : plan.max_query_len;
     describe_batch(p, *batch, g.cuda);
     const int64_t head_stride = static_cast<int64_t>(pl.page_size()) * pl.head_dim();
     p.kv.k = k_pages;
@@ -325,19 +333,23 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
       p.kv.v_scale = scales->v;
     }
     if (g.cuda) {
-      p.work = batch->device->work;
-      p.num_work = batch->device->num_work;
-      p.split = batch->device->split;
+      const bspa::kernels::DeviceBatchMetadata &d = batch->device_metadata();
+      p.work = d.work;
+      p.num_work = plan.shape.num_work;
+      p.split = d.split;
+      p.decode_seqs = plan.shape.decode_seqs;
+      p.decode_max_keys = plan.shape.decode_max_keys;
+      p.decode_max_q = plan.shape.decode_max_q;
     } else {
       p.work = plan.work.data();
       p.num_work = static_cast<int32_t>(plan.work.size());
+      p.decode_seqs = plan.decode_seqs;
+      p.decode_max_keys = plan.decode_max_keys;
+      p.decode_max_q = plan.decode_max_q;
     }
     p.work_tile_rows = plan.tile_rows;
-    p.decode_seqs = plan.decode_seqs;
-    p.decode_max_keys = plan.decode_max_keys;
-    p.decode_max_q = plan.decode_max_q;
     p.work_excludes_up_to = plan.decode_max_query_len;
-    if (plan.total_q == 0) return;
+    if (p.total_q == 0) return;
     if (g.cuda)
       bspa::kernels::prefill_cuda(p, stream);
     else

@@ -27,9 +27,17 @@ struct KvParams {
   int32_t num_seqs, num_kv_heads, page_size;
   int64_t row_bytes;               // head_dim * element size
   int32_t vecs_per_row;            // row_bytes / sizeof(V)
-  int64_t total;                   // total_q * num_kv_heads * vecs_per_row
+  int64_t total;                   // total_q * num_kv_heads * vecs_per_row (the grid's bound)
   const float *k_scale, *v_scale;  // FP8 pages: [num_kv_heads] on the device
 };
+
+// The vectors to write: the grid covers `total`, but a fixed-shape launch (a CUDA graph
+// replayed across steps) sizes it for the batch's limits, so the step's own row count is
+// read from the device (query_starts[num_seqs]); rows past it are not touched.
+__device__ inline int64_t vectors_to_write(const KvParams &p) {
+  const int64_t rows = p.query_starts[p.num_seqs];
+  return min(p.total, rows * p.num_kv_heads * p.vecs_per_row);
+}
 
 // Finds the page byte offset of (row, head) and the source row: shared by both kernels.
 struct RowTarget {
@@ -100,7 +108,8 @@ __device__ inline void quantize_vec(const char *src, char *dst, float scale) {
 
 template <int G, bool kBf16>
 __global__ void kv_write_fp8_kernel(const __grid_constant__ KvParams p) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.total;
+  const int64_t total = vectors_to_write(p);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const RowTarget r = locate(p, i, G);
     const int64_t src = static_cast<int64_t>(r.vec) * G * 2;
@@ -111,7 +120,8 @@ __global__ void kv_write_fp8_kernel(const __grid_constant__ KvParams p) {
 
 template <class V>
 __global__ void kv_write_kernel(const __grid_constant__ KvParams p) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.total;
+  const int64_t total = vectors_to_write(p);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const RowTarget r = locate(p, i, sizeof(V));
     const int64_t src = static_cast<int64_t>(r.vec) * sizeof(V);

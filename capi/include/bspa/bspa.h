@@ -579,6 +579,78 @@ BSPA_API bspa_status bspa_batch_create(bspa_batch **batch, bspa_pool *pool, bspa
  * batch is still running on a device stream. NULL is a no-op. */
 BSPA_API void bspa_batch_destroy(bspa_batch *batch);
 
+/* Reusable batches: plan every step into the same buffers (FlashInfer's plan / run split).
+ * A reusable batch is sized once from limits: for a CUDA pool it allocates its device
+ * metadata arrays, two pinned host staging buffers and the split workspace (see
+ * bspa_prefill_workspace_bytes) at creation and frees them only in bspa_batch_destroy, so a
+ * step's bspa_batch_plan and launches neither allocate, free nor synchronise device memory
+ * (bspa_device_allocation_counts shows it), and the launches read their plan from fixed
+ * device addresses. That is what lets a runtime capture a step's launches (bspa_kv_write and
+ * bspa_prefill of every layer) in a CUDA graph once per batch-size bucket and replay it for
+ * later steps after re-planning: see fixed_launch_shape. */
+#define BSPA_BATCH_OPTIONS_VERSION 1
+typedef struct bspa_batch_options {
+  uint32_t version;      /* BSPA_BATCH_OPTIONS_VERSION (bspa_batch_options_init) */
+  int32_t max_seqs;      /* sequences a plan may hold, >= 1 (required) */
+  int32_t max_query_len; /* new tokens of one sequence, 0..max_tokens; 0 (default) = max_tokens */
+  int64_t max_tokens;    /* new tokens of a step (sum of query_lens), 1..INT32_MAX (required) */
+  /* Tokens (computed + new) one sequence may have at planning, 1..INT32_MAX (required):
+   * sizes the device block table (max_seqs rows of ceil(max_seq_tokens / page_size) pages,
+   * at most the pool's num_pages). */
+  int64_t max_seq_tokens;
+  /* 0 (default): each launch is sized by its step, as a one-step batch's (fastest eager
+   * launches; a graph captured from one replays only that same plan). 1: every launch is
+   * sized by the limits alone — grids for max_seqs sequences and max_tokens rows, the decode
+   * key split chosen for max_seqs sequences of max_seq_tokens, rows and sequences the step
+   * lacks skipped on the device — so a CUDA graph captured after any plan replays correctly
+   * after any later plan of the same batch. Then q, out, k_new and v_new have exactly
+   * max_tokens rows (lse max_tokens columns) in every launch, of which the step's new tokens
+   * are the first T_new; the rows past them are neither read nor written. Eager launches of
+   * such a batch compute exactly what its replays compute (bitwise). */
+  int32_t fixed_launch_shape;
+} bspa_batch_options;
+
+/* Sets every field to its default (version set, limits 0: set max_seqs, max_tokens and
+ * max_seq_tokens). Errors: BSPA_ERR_NULL_POINTER. */
+BSPA_API bspa_status bspa_batch_options_init(bspa_batch_options *options);
+/* Creates a reusable batch of `pool` with no plan yet (launches through it are
+ * BSPA_ERR_INVALID_STATE until its first bspa_batch_plan). The caller owns *batch and frees
+ * it with bspa_batch_destroy, which for a CUDA pool frees device and pinned memory
+ * (cudaFree synchronises the device: destroy at shutdown, not per step).
+ * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_VERSION, BSPA_ERR_INVALID_ARGUMENT (a limit out of
+ * its range, named with its value), BSPA_ERR_INVALID_STATE (a pool without KV storage),
+ * BSPA_ERR_OUT_OF_MEMORY, BSPA_ERR_CUDA. */
+BSPA_API bspa_status bspa_batch_create_reusable(bspa_batch **batch, bspa_pool *pool,
+                                                const bspa_batch_options *options);
+/* Replaces a reusable batch's plan with one of the step given, with bspa_batch_create's
+ * meaning of seqs, query_lens and n (snapshot, page references) and its errors. The new plan
+ * is written to a pinned staging buffer and copied to the batch's device buffers by one
+ * cudaMemcpyAsync on `stream`; launches queued on `stream` before the call still see the
+ * previous plan (stream order), launches queued after see this one. So plan and launch a
+ * batch on one stream (or order the streams yourself). The page references of the previous
+ * plan are released here: their pages may then be reused by later calls, whose writes are
+ * ordered after the previous step's launches only on the same stream. The call waits for
+ * the copy of the plan before the previous one to have executed (the staging buffers are
+ * used in turn), never for launches. It must not be called while `stream` is capturing a
+ * graph (BSPA_ERR_INVALID_STATE: the copy is the part a replay must not repeat); capture
+ * the launches after planning, then for each later step plan and replay. What may change
+ * between replays of a graph captured from a fixed_launch_shape batch: the sequences, their
+ * number (up to max_seqs), context lengths, query lengths (up to max_query_len, total up to
+ * max_tokens), page tables, which rows are decode rows; what may not: the batch, the pool,
+ * the layout, the tensors' addresses and strides, the layer and the scale (they are
+ * arguments captured in the graph). A step past a limit is refused here
+ * (BSPA_ERR_OUT_OF_RANGE naming the limit), never computed wrongly; a failed call keeps the
+ * previous plan and its pages. One thread at a time per batch.
+ * Errors: those of bspa_batch_create, plus BSPA_ERR_INVALID_ARGUMENT (a one-step batch),
+ * BSPA_ERR_OUT_OF_RANGE (past max_seqs, max_query_len, max_tokens or max_seq_tokens),
+ * BSPA_ERR_INVALID_STATE (stream capturing). */
+BSPA_API bspa_status bspa_batch_plan(bspa_batch *batch, bspa_seq *const *seqs, const int32_t *query_lens,
+                                     int32_t n, bspa_stream stream);
+/* Process-wide counts of the device and pinned-host allocations bspa has made and freed
+ * (cudaMalloc, cudaHostAlloc, their frees), so a runtime or a test can check that its steady
+ * state allocates nothing. Any thread. Errors: BSPA_ERR_NULL_POINTER. */
+BSPA_API bspa_status bspa_device_allocation_counts(uint64_t *allocations, uint64_t *frees);
+
 /* Writes the new tokens' K and V, [T_new, num_kv_heads, head_dim] of the pool's dtype
  * on the pool's device (last dimension contiguous; other strides free), into their
  * pages of `layer`. An FP8 pool takes bf16 or f16 k_new / v_new (both the same dtype)

@@ -11,6 +11,7 @@ pub const BSPA_POOL_OPTIONS_VERSION: u32 = 2;
 pub const BSPA_POOL_INFO_VERSION: u32 = 1;
 pub const BSPA_SEQ_OPTIONS_VERSION: u32 = 1;
 pub const BSPA_LAYOUT_STRIDED_OPTIONS_VERSION: u32 = 1;
+pub const BSPA_BATCH_OPTIONS_VERSION: u32 = 1;
 pub const BSPA_KV_WRITE_ARGS_VERSION: u32 = 1;
 pub const BSPA_PREFILL_ARGS_VERSION: u32 = 1;
 pub const BSPA_PAGED_ARGS_VERSION: u32 = 3;
@@ -1863,6 +1864,153 @@ extern "C" {
 }
 extern "C" {
     pub fn bspa_batch_destroy(batch: *mut bspa_batch);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct bspa_batch_options {
+    pub version: u32,
+    pub max_seqs: i32,
+    pub max_query_len: i32,
+    pub max_tokens: i64,
+    pub max_seq_tokens: i64,
+    pub fixed_launch_shape: i32,
+}
+#[test]
+fn bindgen_test_layout_bspa_batch_options() {
+    assert_eq!(
+        ::std::mem::size_of::<bspa_batch_options>(),
+        40usize,
+        concat!("Size of: ", stringify!(bspa_batch_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<bspa_batch_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(bspa_batch_options))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_batch_options),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_max_seqs() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_seqs) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_batch_options),
+                "::",
+                stringify!(max_seqs)
+            )
+        );
+    }
+    test_field_max_seqs();
+    fn test_field_max_query_len() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_query_len) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_batch_options),
+                "::",
+                stringify!(max_query_len)
+            )
+        );
+    }
+    test_field_max_query_len();
+    fn test_field_max_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_tokens) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_batch_options),
+                "::",
+                stringify!(max_tokens)
+            )
+        );
+    }
+    test_field_max_tokens();
+    fn test_field_max_seq_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_seq_tokens) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_batch_options),
+                "::",
+                stringify!(max_seq_tokens)
+            )
+        );
+    }
+    test_field_max_seq_tokens();
+    fn test_field_fixed_launch_shape() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fixed_launch_shape) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_batch_options),
+                "::",
+                stringify!(fixed_launch_shape)
+            )
+        );
+    }
+    test_field_fixed_launch_shape();
+}
+extern "C" {
+    pub fn bspa_batch_options_init(options: *mut bspa_batch_options) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_batch_create_reusable(
+        batch: *mut *mut bspa_batch,
+        pool: *mut bspa_pool,
+        options: *const bspa_batch_options,
+    ) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_batch_plan(
+        batch: *mut bspa_batch,
+        seqs: *const *mut bspa_seq,
+        query_lens: *const i32,
+        n: i32,
+        stream: bspa_stream,
+    ) -> bspa_status;
+}
+extern "C" {
+    pub fn bspa_device_allocation_counts(allocations: *mut u64, frees: *mut u64) -> bspa_status;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

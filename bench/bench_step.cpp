@@ -1,0 +1,512 @@
+// One engine step on a GPU through the public header: reusable batches planned step after
+// step and CUDA graphs replayed across steps (issue 19).
+//
+//   bench_step --check             graph replay across a 20-step decode loop equals eager
+//                                  launches bitwise (and one-step batches within bf16
+//                                  rounding), refusals, no device allocation per step;
+//                                  exit 0 pass, 1 fail, 77 no GPU (the CTest test step_check)
+//   bench_step [--json FILE] [--commit SHA] [--reps N]
+//                                  host time per call (GPU idle before each call, median and
+//                                  p90), allocations per step, and a 32-layer decode step
+//                                  eager against its graph replay
+//
+// Phi-3-small shapes: bf16, Hq 32, Hkv 8, head_dim 128, 64-token pages, the strided layout.
+#include <bspa/bspa.h>
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#ifndef BSPA_HAVE_CUDA
+int main() {
+  std::printf("SKIP: bspa was built without CUDA\n");
+  return 77;
+}
+#else
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gpu_common.hpp"
+
+using gpu::Tensor;
+
+namespace {
+
+constexpr int kHq = 32, kHkv = 8, kD = 128, kPage = 64;
+const DLDevice kDev{kDLCUDA, 0};
+
+bspa_pool *make_pool(int layers, int64_t pages) {
+  bspa_pool_options o;
+  bspa_pool_options_init(&o);
+  o.device_type = kDLCUDA, o.dtype = BSPA_DTYPE_BF16, o.num_layers = layers, o.num_kv_heads = kHkv, o.head_dim = kD;
+  o.page_size = kPage, o.num_pages = pages;
+  bspa_pool *pool = nullptr;
+  BSPA_OK_OR_DIE(bspa_pool_create(&pool, &o));
+  return pool;
+}
+
+bspa_layout *phi3_layout() {
+  bspa_layout_strided_options o;
+  bspa_layout_strided_options_init(&o);
+  o.block_size = 64, o.local_blocks = 16, o.vert_stride = 8, o.homo_head = 0, o.num_heads_total = kHq;
+  o.head_begin = 0, o.num_heads = kHq;
+  bspa_layout *l = nullptr;
+  BSPA_OK_OR_DIE(bspa_layout_create_strided(&l, &o));
+  return l;
+}
+
+int32_t g_token = 1;
+void append_unique(bspa_seq *s, int64_t n) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto &x : t) x = g_token++ % 2000000000;  // no page shared between sequences
+  BSPA_OK_OR_DIE(bspa_seq_append(s, t.data(), n));
+}
+
+struct SeqInfo {
+  int64_t tokens, computed;
+};
+SeqInfo info_of(bspa_seq *s) {
+  struct bspa_seq_info i;
+  BSPA_OK_OR_DIE(bspa_seq_info(s, &i));
+  return {i.num_tokens, i.num_computed};
+}
+
+// Device tensors of one step at fixed addresses: q, k_new, v_new, out of `rows` rows.
+struct StepTensors {
+  int64_t rows;
+  uint16_t *q, *k, *v, *out;
+  float *lse;
+  Tensor tq, tk, tv, to, tl;
+  explicit StepTensors(int64_t r) : rows(r) {
+    q = static_cast<uint16_t *>(gpu::dmalloc(r * kHq * kD * 2));
+    out = static_cast<uint16_t *>(gpu::dmalloc(r * kHq * kD * 2));
+    k = static_cast<uint16_t *>(gpu::dmalloc(r * kHkv * kD * 2));
+    v = static_cast<uint16_t *>(gpu::dmalloc(r * kHkv * kD * 2));
+    lse = static_cast<float *>(gpu::dmalloc(r * kHq * 4));
+    const DLDataType bf = gpu::dl_dtype(BSPA_DTYPE_BF16);
+    tq = Tensor(q, kDev, bf, {r, kHq, kD}), to = Tensor(out, kDev, bf, {r, kHq, kD});
+    tk = Tensor(k, kDev, bf, {r, kHkv, kD}), tv = Tensor(v, kDev, bf, {r, kHkv, kD});
+    tl = Tensor(lse, kDev, gpu::dl_f32(), {kHq, r});
+  }
+  ~StepTensors() {
+    for (void *p : {(void *)q, (void *)k, (void *)v, (void *)out, (void *)lse}) cudaFree(p);
+  }
+  // N(0,1) bf16 in the first t rows (k, v and q of `layer` differ), zeros after.
+  void fill(int64_t t, uint64_t seed) {
+    gpu::Rng rng(seed);
+    auto put = [&](uint16_t *d, int64_t per_row) {
+      std::vector<uint16_t> h(static_cast<size_t>(rows * per_row), 0);
+      for (int64_t i = 0; i < t * per_row; ++i) h[static_cast<size_t>(i)] = gpu::f32_to_bf16(rng.normal());
+      CUDA_OK(cudaMemcpy(d, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    };
+    put(q, kHq * kD), put(k, kHkv * kD), put(v, kHkv * kD);
+  }
+  std::vector<uint16_t> read_out(int64_t t) const {
+    std::vector<uint16_t> h(static_cast<size_t>(t * kHq * kD));
+    CUDA_OK(cudaMemcpy(h.data(), out, h.size() * 2, cudaMemcpyDeviceToHost));
+    return h;
+  }
+  std::vector<float> read_lse() const {
+    std::vector<float> h(static_cast<size_t>(rows * kHq));
+    CUDA_OK(cudaMemcpy(h.data(), lse, h.size() * 4, cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+// kv_write + prefill of every layer through `batch` (what a step's graph holds).
+void launch_layers(bspa_pool *pool, const bspa_batch *batch, int layers, const bspa_layout *layout, StepTensors &t,
+                   cudaStream_t s) {
+  for (int l = 0; l < layers; ++l) {
+    BSPA_OK_OR_DIE(bspa_kv_write(pool, batch, l, t.tk.dl(), t.tv.dl(), s));
+    BSPA_OK_OR_DIE(bspa_prefill(pool, batch, l, layout, t.tq.dl(), t.to.dl(), 1.0f / 128, t.tl.dl(), s));
+  }
+}
+
+uint64_t allocations_now() {
+  uint64_t a = 0, f = 0;
+  BSPA_OK_OR_DIE(bspa_device_allocation_counts(&a, &f));
+  return a + f;
+}
+
+int failures = 0;
+void expect(bool ok, const char *what, int step) {
+  if (!ok) {
+    ++failures;
+    std::printf("FAIL step %d: %s\n", step, what);
+  }
+}
+
+// Graph replay across a decode loop: bucket of 8 sequences, 2 layers, 2 rows of chunked
+// prefill plus decode rows per step; sequences grow across page boundaries, one finishes and
+// one joins. Each step: plan, replay the graph captured at step 1, read out; then launch the
+// same plan eagerly and compare bitwise; then a one-step batch within bf16 rounding.
+int run_check() {
+  const int layers = 2, max_seqs = 8;
+  const int64_t max_tokens = 8 + 2 * 300;
+  bspa_pool *pool = make_pool(layers, 4096);
+  bspa_layout *layout = phi3_layout();
+  bspa_batch_options bo;
+  bspa_batch_options_init(&bo);
+  bo.max_seqs = max_seqs, bo.max_tokens = max_tokens, bo.max_query_len = 300, bo.max_seq_tokens = 20000;
+  bo.fixed_launch_shape = 1;
+  bspa_batch *batch = nullptr;
+  BSPA_OK_OR_DIE(bspa_batch_create_reusable(&batch, pool, &bo));
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  StepTensors t(max_tokens);
+
+  std::vector<bspa_seq *> seqs;
+  const int contexts[6] = {4000, 63, 1, 10000, 129, 700};
+  {  // the contexts' K/V written through a one-step batch, then committed
+    std::vector<int32_t> ql;
+    int64_t total = 0;
+    for (int c : contexts) {
+      bspa_seq *q = nullptr;
+      BSPA_OK_OR_DIE(bspa_seq_create(&q, pool, nullptr));
+      append_unique(q, c);
+      seqs.push_back(q);
+      ql.push_back(c);
+      total += c;
+    }
+    bspa_batch *fill = nullptr;
+    BSPA_OK_OR_DIE(bspa_batch_create(&fill, pool, seqs.data(), ql.data(), 6, s));
+    StepTensors ctx(total);
+    ctx.fill(total, 99);
+    for (int l = 0; l < layers; ++l) BSPA_OK_OR_DIE(bspa_kv_write(pool, fill, l, ctx.tk.dl(), ctx.tv.dl(), s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    bspa_batch_destroy(fill);
+    for (int i = 0; i < 6; ++i) BSPA_OK_OR_DIE(bspa_seq_commit(seqs[i], contexts[i]));
+  }
+  append_unique(seqs[0], 300);  // a prompt chunk
+  append_unique(seqs[3], 177);  // another
+  for (int i : {1, 2, 4, 5}) append_unique(seqs[i], 1);
+  cudaGraphExec_t exec = nullptr;
+  uint64_t allocs_after_capture = 0;
+  double max_err = 0;
+  for (int step = 1; step <= 20; ++step) {
+    if (step == 7) {  // one finishes, one joins with a chunk
+      bspa_seq_destroy(seqs[2]);
+      bspa_seq *q = nullptr;
+      BSPA_OK_OR_DIE(bspa_seq_create(&q, pool, nullptr));
+      append_unique(q, 250);
+      seqs[2] = q;
+    }
+    if (step == 11) {  // and a seventh joins
+      bspa_seq *q = nullptr;
+      BSPA_OK_OR_DIE(bspa_seq_create(&q, pool, nullptr));
+      append_unique(q, 64);
+      seqs.push_back(q);
+    }
+    std::vector<int32_t> ql;
+    int64_t total = 0;
+    for (bspa_seq *q : seqs) {
+      SeqInfo i = info_of(q);
+      if (i.tokens == i.computed) append_unique(q, step % 4 == 0 ? 3 : 1), i = info_of(q);
+      ql.push_back(static_cast<int32_t>(i.tokens - i.computed));
+      total += ql.back();
+    }
+    const int n = static_cast<int>(seqs.size());
+    t.fill(total, 1000 + step);
+    BSPA_OK_OR_DIE(bspa_batch_plan(batch, seqs.data(), ql.data(), n, s));
+    if (step == 1) {
+      // One eager launch first (as a runtime warms up), then capture every layer.
+      launch_layers(pool, batch, layers, layout, t, s);
+      CUDA_OK(cudaStreamSynchronize(s));
+      cudaGraph_t g;
+      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      launch_layers(pool, batch, layers, layout, t, s);
+      // Planning while capturing is refused and keeps the plan.
+      const bspa_status st = bspa_batch_plan(batch, seqs.data(), ql.data(), n, s);
+      expect(st == BSPA_ERR_INVALID_STATE, "bspa_batch_plan while capturing is not BSPA_ERR_INVALID_STATE", step);
+      CUDA_OK(cudaStreamEndCapture(s, &g));
+      CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+      CUDA_OK(cudaGraphDestroy(g));
+      allocs_after_capture = allocations_now();
+    }
+    CUDA_OK(cudaMemsetAsync(t.out, 0xff, t.rows * kHq * kD * 2, s));  // poison: NaN bf16
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    const std::vector<uint16_t> replay = t.read_out(total);
+    const std::vector<float> replay_lse = t.read_lse();
+    CUDA_OK(cudaMemsetAsync(t.out, 0xff, t.rows * kHq * kD * 2, s));
+    launch_layers(pool, batch, layers, layout, t, s);
+    CUDA_OK(cudaStreamSynchronize(s));
+    const std::vector<uint16_t> eager = t.read_out(total);
+    const std::vector<float> eager_lse = t.read_lse();
+    expect(replay == eager, "graph replay differs from the eager launch of the same plan", step);
+    bool lse_same = true;
+    for (int h = 0; h < kHq; ++h)
+      for (int64_t r = 0; r < total; ++r)
+        lse_same = lse_same && std::memcmp(&replay_lse[h * t.rows + r], &eager_lse[h * t.rows + r], 4) == 0;
+    expect(lse_same, "graph replay's lse differs from the eager launch's", step);
+    // A one-step batch of the same step (its own launch shapes): the same function within rounding.
+    {
+      bspa_batch *one = nullptr;
+      BSPA_OK_OR_DIE(bspa_batch_create(&one, pool, seqs.data(), ql.data(), n, s));
+      StepTensors u(total);
+      CUDA_OK(cudaMemcpy(u.q, t.q, total * kHq * kD * 2, cudaMemcpyDeviceToDevice));
+      CUDA_OK(cudaMemcpy(u.k, t.k, total * kHkv * kD * 2, cudaMemcpyDeviceToDevice));
+      CUDA_OK(cudaMemcpy(u.v, t.v, total * kHkv * kD * 2, cudaMemcpyDeviceToDevice));
+      launch_layers(pool, one, layers, layout, u, s);
+      CUDA_OK(cudaStreamSynchronize(s));
+      const std::vector<uint16_t> ref = u.read_out(total);
+      bspa_batch_destroy(one);
+      double err = 0;
+      bool finite = true;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const float a = gpu::bf16_to_f32(replay[i]), b = gpu::bf16_to_f32(ref[i]);
+        finite = finite && std::isfinite(a);
+        err = std::max(err, static_cast<double>(std::fabs(a - b)));
+      }
+      max_err = std::max(max_err, err);
+      expect(finite, "graph replay left a row unwritten (NaN poison) or produced a non-finite value", step);
+      expect(err <= 1.6e-2, "graph replay differs from a one-step batch by more than bf16 rounding", step);
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const SeqInfo in = info_of(seqs[i]);
+      BSPA_OK_OR_DIE(bspa_seq_commit(seqs[i], in.computed + ql[i]));
+    }
+    std::printf("step %2d: %d sequences, %4lld rows: replay == eager %s, vs one-step batch max |diff| %.3g\n", step, n,
+                static_cast<long long>(total), replay == eager ? "yes" : "NO", max_err);
+  }
+  // One-step batches allocate; the reusable batch's steps (plans, replays, eager launches) did
+  // not: count only across a loop without them.
+  const uint64_t before = allocations_now();
+  for (int step = 0; step < 5; ++step) {
+    std::vector<int32_t> ql;
+    for (bspa_seq *q : seqs) {
+      append_unique(q, 1);
+      ql.push_back(1);
+    }
+    BSPA_OK_OR_DIE(bspa_batch_plan(batch, seqs.data(), ql.data(), static_cast<int>(seqs.size()), s));
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    launch_layers(pool, batch, layers, layout, t, s);
+    for (bspa_seq *q : seqs) BSPA_OK_OR_DIE(bspa_seq_commit(q, info_of(q).tokens));
+  }
+  CUDA_OK(cudaStreamSynchronize(s));
+  expect(allocations_now() == before, "device allocations or frees during re-planned steps", 0);
+  (void)allocs_after_capture;
+  // Refusal past a limit: 9 sequences in a bucket of 8; the previous plan stays usable.
+  {
+    std::vector<bspa_seq *> more = seqs;
+    while (more.size() < 9) {
+      bspa_seq *q = nullptr;
+      BSPA_OK_OR_DIE(bspa_seq_create(&q, pool, nullptr));
+      append_unique(q, 1);
+      more.push_back(q);
+    }
+    std::vector<int32_t> ql(more.size(), 0);
+    for (size_t i = 0; i < more.size(); ++i) {
+      const SeqInfo in = info_of(more[i]);
+      if (in.tokens == in.computed) append_unique(more[i], 1);
+      ql[i] = static_cast<int32_t>(info_of(more[i]).tokens - info_of(more[i]).computed);
+    }
+    const bspa_status st = bspa_batch_plan(batch, more.data(), ql.data(), 9, s);
+    expect(st == BSPA_ERR_OUT_OF_RANGE, "a plan of 9 sequences in a bucket of 8 is not BSPA_ERR_OUT_OF_RANGE", 0);
+    std::printf("refusal: %s: %s\n", bspa_status_string(st), bspa_last_error());
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    for (size_t i = seqs.size(); i < more.size(); ++i) bspa_seq_destroy(more[i]);
+  }
+  BSPA_OK_OR_DIE(bspa_pool_check(pool));
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  bspa_batch_destroy(batch);
+  for (bspa_seq *q : seqs) bspa_seq_destroy(q);
+  bspa_layout_destroy(layout);
+  bspa_pool_destroy(pool);
+  CUDA_OK(cudaStreamDestroy(s));
+  std::printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+  return failures ? 1 : 0;
+}
+
+using Clock = std::chrono::steady_clock;
+struct Stat {
+  double median, p90;
+};
+// Host microseconds of `call`, the GPU idle before each one.
+template <class F>
+Stat host_time(int reps, F &&call) {
+  std::vector<double> us;
+  for (int i = 0; i < reps + 3; ++i) {
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto t0 = Clock::now();
+    call();
+    const double x = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (i >= 3) us.push_back(x);
+  }
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us[us.size() * 9 / 10]};
+}
+
+int run_bench(const std::string &json, const std::string &commit, int reps) {
+  cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  const int decode_seqs = 64, ctx = 8191;
+  bspa_pool *pool = make_pool(1, (decode_seqs * 8256 + 33000) / kPage + 64);
+  bspa_layout *layout = phi3_layout();
+  std::vector<bspa_seq *> seqs(decode_seqs);
+  for (auto &q : seqs) {
+    BSPA_OK_OR_DIE(bspa_seq_create(&q, pool, nullptr));
+    append_unique(q, ctx);
+    BSPA_OK_OR_DIE(bspa_seq_commit(q, ctx));
+    append_unique(q, 1);
+  }
+  std::vector<int32_t> ql(decode_seqs, 1);
+  struct Row {
+    std::string name;
+    Stat s;
+  };
+  std::vector<Row> rows;
+  auto add = [&](const char *name, Stat s) {
+    rows.push_back({name, s});
+    std::printf("%-44s %9.1f %9.1f\n", name, s.median, s.p90);
+    std::fflush(stdout);
+  };
+  std::printf("%s, host time per call (GPU idle before each), %d calls\n", prop.name, reps);
+  std::printf("%-44s %9s %9s\n", "call (64 decode sequences at 8k)", "median us", "p90 us");
+  bspa_batch *one = nullptr;
+  add("bspa_batch_create (one step)", host_time(reps, [&] {
+        bspa_batch_destroy(one);
+        BSPA_OK_OR_DIE(bspa_batch_create(&one, pool, seqs.data(), ql.data(), decode_seqs, nullptr));
+      }));
+  std::vector<bspa_batch *> many(static_cast<size_t>(reps) + 3, nullptr);
+  for (auto &b : many) BSPA_OK_OR_DIE(bspa_batch_create(&b, pool, seqs.data(), ql.data(), decode_seqs, nullptr));
+  size_t next = 0;
+  add("bspa_batch_destroy (one step)", host_time(reps, [&] { bspa_batch_destroy(many[next++]); }));
+  bspa_batch_destroy(one);
+  bspa_batch *reuse = nullptr, *fixed = nullptr;
+  bspa_batch_options bo;
+  bspa_batch_options_init(&bo);
+  bo.max_seqs = 256, bo.max_tokens = 4096, bo.max_seq_tokens = 33000;
+  BSPA_OK_OR_DIE(bspa_batch_create_reusable(&reuse, pool, &bo));
+  bo.fixed_launch_shape = 1;
+  BSPA_OK_OR_DIE(bspa_batch_create_reusable(&fixed, pool, &bo));
+  const uint64_t a0 = allocations_now();
+  add("bspa_batch_plan (reusable)",
+      host_time(reps, [&] { BSPA_OK_OR_DIE(bspa_batch_plan(reuse, seqs.data(), ql.data(), decode_seqs, nullptr)); }));
+  add("bspa_batch_plan (reusable, fixed shapes)",
+      host_time(reps, [&] { BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, nullptr)); }));
+  StepTensors t(decode_seqs), tf(4096);
+  t.fill(decode_seqs, 1), tf.fill(decode_seqs, 1);
+  add("bspa_kv_write (reusable)", host_time(reps, [&] {
+        BSPA_OK_OR_DIE(bspa_kv_write(pool, reuse, 0, t.tk.dl(), t.tv.dl(), nullptr));
+      }));
+  add("bspa_prefill (reusable, decode rows)", host_time(reps, [&] {
+        BSPA_OK_OR_DIE(bspa_prefill(pool, reuse, 0, layout, t.tq.dl(), t.to.dl(), 1.0f / 128, nullptr, nullptr));
+      }));
+  add("bspa_prefill (fixed shapes, decode rows)", host_time(reps, [&] {
+        BSPA_OK_OR_DIE(bspa_prefill(pool, fixed, 0, layout, tf.tq.dl(), tf.to.dl(), 1.0f / 128, nullptr, nullptr));
+      }));
+  const uint64_t steady_allocs = allocations_now() - a0;
+  std::printf("device allocations + frees across the reusable plans and launches above: %llu\n",
+              static_cast<unsigned long long>(steady_allocs));
+  // One 32k prefill.
+  bspa_seq *big = nullptr;
+  BSPA_OK_OR_DIE(bspa_seq_create(&big, pool, nullptr));
+  append_unique(big, 32768);
+  const int32_t q32 = 32768;
+  bspa_batch *b32 = nullptr;
+  bspa_batch_options_init(&bo);
+  bo.max_seqs = 1, bo.max_tokens = 32768, bo.max_seq_tokens = 32768;
+  BSPA_OK_OR_DIE(bspa_batch_create_reusable(&b32, pool, &bo));
+  add("bspa_batch_plan (one 32k prefill)", host_time(reps, [&] { BSPA_OK_OR_DIE(bspa_batch_plan(b32, &big, &q32, 1, nullptr)); }));
+  {
+    StepTensors t32(32768);
+    add("bspa_prefill (one 32k prefill)", host_time(reps, [&] {
+          BSPA_OK_OR_DIE(
+              bspa_prefill(pool, b32, 0, layout, t32.tq.dl(), t32.to.dl(), 1.0f / 128, nullptr, nullptr));
+        }));
+  }
+  bspa_batch_destroy(b32);
+  bspa_seq_destroy(big);
+  bspa_batch_destroy(reuse);
+  bspa_batch_destroy(fixed);
+  for (auto &q : seqs) bspa_seq_destroy(q);
+  bspa_pool_destroy(pool);
+
+  // A 32-layer decode step (64 sequences at 1k context): eager launches against a graph
+  // replay, both after a plan; wall time per step with the GPU idle before it.
+  const int layers = 32, sctx = 1023;
+  pool = make_pool(layers, decode_seqs * (sctx + 64) / kPage + 2 * decode_seqs);
+  seqs.assign(decode_seqs, nullptr);
+  for (auto &q : seqs) {
+    BSPA_OK_OR_DIE(bspa_seq_create(&q, pool, nullptr));
+    append_unique(q, sctx);
+    BSPA_OK_OR_DIE(bspa_seq_commit(q, sctx));
+    append_unique(q, 1);
+  }
+  bspa_batch_options_init(&bo);
+  bo.max_seqs = decode_seqs, bo.max_tokens = decode_seqs, bo.max_seq_tokens = 2048, bo.fixed_launch_shape = 1;
+  BSPA_OK_OR_DIE(bspa_batch_create_reusable(&fixed, pool, &bo));
+  StepTensors ts(decode_seqs);
+  ts.fill(decode_seqs, 3);
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, s));
+  launch_layers(pool, fixed, layers, layout, ts, s);
+  cudaGraph_t g;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  launch_layers(pool, fixed, layers, layout, ts, s);
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+  auto step_time = [&](bool graph) {
+    return host_time(reps, [&] {
+      BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, s));
+      if (graph)
+        CUDA_OK(cudaGraphLaunch(exec, s));
+      else
+        launch_layers(pool, fixed, layers, layout, ts, s);
+      CUDA_OK(cudaStreamSynchronize(s));
+    });
+  };
+  std::printf("\n%-44s %9s %9s\n", "32-layer decode step, 64 x 1k (plan + run)", "median us", "p90 us");
+  add("eager: plan + 32 x (kv_write + prefill)", step_time(false));
+  add("graph: plan + cudaGraphLaunch", step_time(true));
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(g));
+  bspa_batch_destroy(fixed);
+  for (auto &q : seqs) bspa_seq_destroy(q);
+  bspa_layout_destroy(layout);
+  bspa_pool_destroy(pool);
+
+  if (!json.empty()) {
+    std::ofstream f(json);
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    f << "{\"gpu\": \"" << prop.name << "\", \"commit\": \"" << commit << "\", \"date\": \"" << date
+      << "\", \"reps\": " << reps << ", \"steady_state_allocations\": " << steady_allocs << ", \"rows\": [";
+    for (size_t i = 0; i < rows.size(); ++i)
+      f << (i ? ", " : "") << "{\"call\": \"" << rows[i].name << "\", \"median_us\": " << rows[i].s.median
+        << ", \"p90_us\": " << rows[i].s.p90 << "}";
+    f << "]}\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  CLI::App app{"bspa engine-step host costs and CUDA-graph replay check"};
+  bool check = false;
+  std::string json, commit = "unknown";
+  int reps = 200;
+  app.add_flag("--check", check, "graph replay across steps against eager launches (exit 1 on failure)");
+  app.add_option("--json", json, "write the timings as JSON");
+  app.add_option("--commit", commit, "commit recorded in the JSON");
+  app.add_option("--reps", reps, "calls per timing")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  int32_t n = 0;
+  if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  return check ? run_check() : run_bench(json, commit, reps);
+}
+#endif
