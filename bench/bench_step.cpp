@@ -393,9 +393,8 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
       host_time(reps, [&] { BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, nullptr)); }));
   StepTensors t(decode_seqs), tf(4096);
   t.fill(decode_seqs, 1), tf.fill(decode_seqs, 1);
-  add("bspa_kv_write (reusable)", host_time(reps, [&] {
-        BSPA_OK_OR_DIE(bspa_kv_write(pool, reuse, 0, t.tk.dl(), t.tv.dl(), nullptr));
-      }));
+  add("bspa_kv_write (reusable)",
+      host_time(reps, [&] { BSPA_OK_OR_DIE(bspa_kv_write(pool, reuse, 0, t.tk.dl(), t.tv.dl(), nullptr)); }));
   add("bspa_prefill (reusable, decode rows)", host_time(reps, [&] {
         BSPA_OK_OR_DIE(bspa_prefill(pool, reuse, 0, layout, t.tq.dl(), t.to.dl(), 1.0f / 128, nullptr, nullptr));
       }));
@@ -414,12 +413,12 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
   bspa_batch_options_init(&bo);
   bo.max_seqs = 1, bo.max_tokens = 32768, bo.max_seq_tokens = 32768;
   BSPA_OK_OR_DIE(bspa_batch_create_reusable(&b32, pool, &bo));
-  add("bspa_batch_plan (one 32k prefill)", host_time(reps, [&] { BSPA_OK_OR_DIE(bspa_batch_plan(b32, &big, &q32, 1, nullptr)); }));
+  add("bspa_batch_plan (one 32k prefill)",
+      host_time(reps, [&] { BSPA_OK_OR_DIE(bspa_batch_plan(b32, &big, &q32, 1, nullptr)); }));
   {
     StepTensors t32(32768);
     add("bspa_prefill (one 32k prefill)", host_time(reps, [&] {
-          BSPA_OK_OR_DIE(
-              bspa_prefill(pool, b32, 0, layout, t32.tq.dl(), t32.to.dl(), 1.0f / 128, nullptr, nullptr));
+          BSPA_OK_OR_DIE(bspa_prefill(pool, b32, 0, layout, t32.tq.dl(), t32.to.dl(), 1.0f / 128, nullptr, nullptr));
         }));
   }
   bspa_batch_destroy(b32);

@@ -11,6 +11,7 @@
 namespace bspa::cache {
 
 class Pool;
+class Sequence;
 
 class PageHold {
  public:
@@ -24,6 +25,21 @@ class PageHold {
   PageHold() = default;
   std::vector<int32_t> pages_;
   size_t registry_slot_ = 0;  // its place in the pool's list of holds
+};
+
+// A batch's reference to the sequences it planned (Pool::hold_sequences_locked): cheaper
+// than a PageHold of their pages (one count per sequence, not per page) and as safe, since
+// a sequence's page list only grows: a destroyed sequence that a batch still holds keeps
+// all its pages, a superset of the batch's snapshot, until the batch releases it.
+class SequenceHold {
+ public:
+  SequenceHold(const SequenceHold &) = delete;
+  SequenceHold &operator=(const SequenceHold &) = delete;
+
+ private:
+  friend class Pool;
+  SequenceHold() = default;
+  std::vector<Sequence *> seqs_;
 };
 
 }  // namespace bspa::cache

@@ -105,6 +105,7 @@ Pool::Pool(const PoolConfig &config)
 
 Pool::~Pool() {
   for (Sequence *s : sequences_) delete s;
+  for (Sequence *s : retired_) delete s;
 }
 
 void *Pool::k_data(int32_t layer) const {
@@ -131,12 +132,42 @@ Sequence *Pool::create_sequence(const void *salt, size_t salt_len, uint64_t extr
 void Pool::destroy_sequence(Sequence *seq) noexcept {
   if (!seq) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto it = seq->pages_.rbegin(); it != seq->pages_.rend(); ++it) release(*it);
   const size_t slot = seq->registry_slot_;
   sequences_[slot] = sequences_.back();
   sequences_[slot]->registry_slot_ = slot;
   sequences_.pop_back();
+  if (seq->batch_refs_ > 0) {  // a batch still reads its pages: retire it with them
+    seq->retired_ = true;
+    seq->registry_slot_ = retired_.size();
+    retired_.push_back(seq);  // reserved by hold_sequences_locked: never allocates
+    return;
+  }
+  for (auto it = seq->pages_.rbegin(); it != seq->pages_.rend(); ++it) release(*it);
   delete seq;
+}
+
+SequenceHold *Pool::hold_sequences_locked(const std::vector<Sequence *> &seqs) {
+  auto hold = std::unique_ptr<SequenceHold>(new SequenceHold);
+  hold->seqs_ = seqs;
+  // Room to retire every sequence a hold has, so destroy_sequence (noexcept) cannot fail.
+  retired_.reserve(retired_.size() + seqs.size());
+  for (Sequence *s : hold->seqs_) ++s->batch_refs_;
+  return hold.release();
+}
+
+void Pool::release_sequences(SequenceHold *hold) noexcept {
+  if (!hold) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Sequence *s : hold->seqs_) {
+    if (--s->batch_refs_ > 0 || !s->retired_) continue;
+    for (auto it = s->pages_.rbegin(); it != s->pages_.rend(); ++it) release(*it);
+    const size_t slot = s->registry_slot_;
+    retired_[slot] = retired_.back();
+    retired_[slot]->registry_slot_ = slot;
+    retired_.pop_back();
+    delete s;
+  }
+  delete hold;
 }
 
 PoolStats Pool::stats() const {

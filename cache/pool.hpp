@@ -11,8 +11,10 @@
 //   pool.create_sequence(...)          the pool owns its sequences; destroy_sequence(seq)
 //   pool.stats(), pool.check()         counters; invariant check (Error(Internal) names it)
 //   pool.mutex()                       guards everything in the pool and its sequences
+//   pool.hold_sequences_locked(seqs) / release_sequences(hold)
+//                                      a batch's references to its sequences (page_hold.hpp)
 //   pool.hold_pages_locked(pages) / release_hold(hold)
-//                                      extra references for a batch (cache/page_hold.hpp)
+//                                      extra page references (cache/page_hold.hpp)
 //   Sequence (cache/sequence.hpp)      match / append / commit / info / copy_pages, and
 //                                      lock-free views for callers holding pool.mutex()
 //   pool.fingerprint()                 what must match for pages to move between pools
@@ -134,6 +136,13 @@ class Pool {
   // Live sequences; call with mutex() held (bspa_batch_create bounds its count by it).
   size_t num_sequences_locked() const { return sequences_.size(); }
 
+  // A reference to each of `seqs` (live sequences of this pool, distinct, the caller holding
+  // mutex()), kept until release_sequences(hold) (which takes the lock itself and accepts
+  // nullptr): a sequence destroyed meanwhile is retired with its pages still referenced,
+  // and freed by the release. O(sequences). Throws only std::bad_alloc, before any change.
+  SequenceHold *hold_sequences_locked(const std::vector<Sequence *> &seqs);
+  void release_sequences(SequenceHold *hold) noexcept;
+
   // One more reference to each of `pages` (ids of pages in use by sequences the caller
   // holds mutex() for), kept until release_hold(hold), which takes the lock itself and
   // accepts nullptr. Throws only std::bad_alloc, before any reference is taken.
@@ -237,6 +246,7 @@ class Pool {
   PrefixIndex index_;
   PageHasher hasher_;
   std::vector<Sequence *> sequences_;  // each knows its slot here
+  std::vector<Sequence *> retired_;    // destroyed but held by batches; each knows its slot
   std::vector<PageHold *> holds_;      // likewise (owned by their batches)
   PoolStats counters_;
   std::unique_ptr<EventQueue> events_;

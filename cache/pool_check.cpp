@@ -24,6 +24,16 @@ void Pool::check() const {
 
   // Reference counts equal the occurrences in live sequences' page lists and page holds.
   std::vector<int64_t> refs(n, 0);
+  // Retired sequences (destroyed, still held by batches) keep their pages referenced.
+  for (size_t i = 0; i < retired_.size(); ++i) {
+    const Sequence *s = retired_[i];
+    expect(s->registry_slot_ == i && s->retired_ && s->batch_refs_ > 0, "retired sequence at ", i, ": slot ",
+           s->registry_slot_, ", batch references ", s->batch_refs_);
+    for (int32_t p : s->pages_) {
+      expect(p >= 0 && p < num_pages_, "retired sequence page id ", p, " out of [0, ", num_pages_, ")");
+      ++refs[static_cast<size_t>(p)];
+    }
+  }
   for (size_t i = 0; i < sequences_.size(); ++i) {
     const Sequence *s = sequences_[i];
     expect(s->registry_slot_ == i, "sequence registry slot ", s->registry_slot_, " stored at ", i);

@@ -70,8 +70,13 @@ class Sequence {
   int64_t keyed_pages_ = 0;
   Key chain_key_;
   int32_t chain_page_ = -1;
-  uint32_t chain_gen_ = 0;  // chain_page_'s generation then: it may be evicted since
-  size_t registry_slot_ = 0;
+  uint32_t chain_gen_ = 0;    // chain_page_'s generation then: it may be evicted since
+  size_t registry_slot_ = 0;  // its place in the pool's sequences_ (retired_ once retired)
+  // Batches planned over this sequence and not released (Pool::hold_sequences_locked). A
+  // sequence destroyed while some hold it is retired instead: its pages stay referenced
+  // until the last such batch lets go (Pool::release_sequences).
+  int32_t batch_refs_ = 0;
+  bool retired_ = false;
 };
 
 }  // namespace bspa::cache

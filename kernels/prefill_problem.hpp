@@ -41,6 +41,9 @@ struct SplitWorkspace {
 };
 
 struct PrefillProblem {
+  // CUDA: the device that owns the data when the caller knows it (a pool's), else -1 (found
+  // from q's address).
+  int32_t device = -1;
   DType dtype = DType::BF16;
   int32_t num_q_heads = 0;   // Hq, equal to layout->num_heads
   int32_t num_kv_heads = 0;  // Hkv, divides Hq
@@ -89,6 +92,7 @@ struct PrefillProblem {
 // Writes new tokens' K/V ([total_q, Hkv, head_dim], token/head strides in elements)
 // into the pages the block table names, at positions ctx .. ctx + q_i of each sequence.
 struct KvWriteProblem {
+  int32_t device = -1;                                 // CUDA: as PrefillProblem::device (from k_pages when -1)
   DType dtype = DType::BF16;                           // of k_new / v_new
   DType kv_dtype = DType::BF16;                        // FP8_E4M3: the pages are e4m3, quantized on write (round to
                                                        // nearest even of value / scale[h], saturated to +-448); any

@@ -23,17 +23,18 @@ using bspa::capi::require;
 
 namespace {
 
-// The sequences' state at planning time and a reference to every page they hold.
+// The sequences' state at planning time and a reference to each of them.
 struct Snapshot {
   std::vector<int32_t> contexts;
-  std::vector<int64_t> offsets;  // pages of sequence i: hold->pages()[offsets[i], offsets[i + 1])
+  std::vector<int32_t> pages;    // their page ids, concatenated
+  std::vector<int64_t> offsets;  // pages of sequence i: pages[offsets[i], offsets[i + 1])
   bspa::cache::Pool *owner = nullptr;
-  bspa::cache::PageHold *hold = nullptr;  // released by the destructor unless taken
+  bspa::cache::SequenceHold *hold = nullptr;  // released by the destructor unless taken
   Snapshot() = default;
   Snapshot(const Snapshot &) = delete;
   Snapshot &operator=(const Snapshot &) = delete;
   ~Snapshot() {
-    if (owner) owner->release_hold(hold);
+    if (owner) owner->release_sequences(hold);
   }
 };
 
@@ -42,20 +43,21 @@ void snapshot(Snapshot &s, bspa::cache::Pool &p, bspa_seq *const *seqs, const in
   require(query_lens, "query_lens");
   check(n >= 1, Errc::InvalidArgument, "n = ", n, " must be at least 1");
   check(p.num_layers() > 0, Errc::InvalidState, "the pool has num_layers = 0 and keeps no KV storage");
-  std::vector<int32_t> pages;
+  std::vector<bspa::cache::Sequence *> held;
   std::lock_guard<std::mutex> lock(p.mutex());
   // Each sequence at most once, so n is bounded by the live sequences: checked before
   // anything of size n is allocated (n = INT32_MAX zero-filled 8 GB, then n + 1 overflowed).
   const size_t live = p.num_sequences_locked();
   check(static_cast<size_t>(n) <= live, Errc::InvalidArgument, "n = ", n, " is more than the pool's ", live,
         " live sequences (a batch holds each sequence at most once)");
+  held.reserve(static_cast<size_t>(n));
   s.contexts.resize(static_cast<size_t>(n));
   s.offsets.assign(static_cast<size_t>(n) + 1, 0);
   std::unordered_set<const bspa_seq *> seen;
   seen.reserve(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) {
     check(seqs[i] != nullptr, Errc::NullPointer, "seqs[", i, "] is NULL");
-    const bspa::cache::Sequence &q = *bspa::capi::seq_of(seqs[i]);
+    bspa::cache::Sequence &q = *bspa::capi::seq_of(seqs[i]);
     check(&q.pool() == &p, Errc::InvalidArgument, "seqs[", i, "] belongs to another pool");
     check(seen.insert(seqs[i]).second, Errc::InvalidArgument, "seqs[", i, "] appears twice in the batch");
     check(query_lens[i] >= 0, Errc::InvalidArgument, "query_lens[", i, "] = ", query_lens[i], " is negative");
@@ -65,11 +67,12 @@ void snapshot(Snapshot &s, bspa::cache::Pool &p, bspa_seq *const *seqs, const in
     check(end <= std::numeric_limits<int32_t>::max(), Errc::OutOfRange, "seqs[", i, "]: ", end,
           " tokens exceed INT32_MAX");
     s.contexts[static_cast<size_t>(i)] = static_cast<int32_t>(q.num_computed());
-    pages.insert(pages.end(), q.page_ids().begin(), q.page_ids().end());
-    s.offsets[static_cast<size_t>(i) + 1] = static_cast<int64_t>(pages.size());
+    s.pages.insert(s.pages.end(), q.page_ids().begin(), q.page_ids().end());
+    s.offsets[static_cast<size_t>(i) + 1] = static_cast<int64_t>(s.pages.size());
+    held.push_back(&q);
   }
   // Under the same lock as the snapshot: no sequence can release these pages between.
-  s.hold = p.hold_pages_locked(std::move(pages));
+  s.hold = p.hold_sequences_locked(held);
   s.owner = &p;
 }
 
@@ -80,7 +83,7 @@ bspa::kernels::BatchPlanInput plan_input(const bspa::cache::Pool &p, const Snaps
   in.num_seqs = n;
   in.query_lens = query_lens;
   in.context_lens = s.contexts.data();
-  in.pages = s.hold->pages().data();
+  in.pages = s.pages.data();
   in.page_offsets = s.offsets.data();
   in.page_size = p.page_size();
   in.tile_rows = cuda ? bspa::kernels::kCudaTileRows : bspa::kernels::kCpuTileRows;
@@ -126,7 +129,7 @@ BSPA_API bspa_status bspa_batch_create(bspa_batch **batch, bspa_pool *pool, bspa
     snapshot(s, p, seqs, query_lens, n);
     b->plan = bspa::kernels::plan_batch(plan_input(p, s, query_lens, n));
     b->owner = s.owner;
-    b->pages = s.hold;
+    b->seqs = s.hold;
     s.owner = nullptr;  // the batch releases them now
     b->pool = pool;
     if (p.device() == bspa::cache::DeviceKind::Cuda)
@@ -178,7 +181,7 @@ BSPA_API bspa_status bspa_batch_plan(bspa_batch *batch, bspa_seq *const *seqs, c
     bspa::kernels::BatchPlan plan = bspa::kernels::plan_batch(in);
     if (batch->step) batch->step->upload(plan, stream);
     // Nothing below throws: the batch takes the new plan and its pages, the old pages go back.
-    std::swap(batch->pages, s.hold);
+    std::swap(batch->seqs, s.hold);
     batch->owner = &p;
     batch->plan = std::move(plan);
     batch->planned = true;

@@ -1,5 +1,6 @@
 // The bspa_batch handle: the host plan of one step and, for a CUDA pool, its device copy,
-// plus a reference to every page it snapshotted (so they outlive a destroyed sequence).
+// plus a reference to every sequence it snapshotted (so their pages outlive a destroyed
+// sequence: cache/page_hold.hpp, SequenceHold).
 // A one-step batch (bspa_batch_create) is planned once, its device copy sized to that plan;
 // a reusable one (bspa_batch_create_reusable) owns buffers sized from its limits and is
 // re-planned step after step (bspa_batch_plan) into the same device addresses.
@@ -15,8 +16,8 @@
 
 struct bspa_batch {
   const bspa_pool *pool = nullptr;
-  bspa::cache::Pool *owner = nullptr;      // the same pool, for releasing `pages`
-  bspa::cache::PageHold *pages = nullptr;  // the snapshotted pages' references
+  bspa::cache::Pool *owner = nullptr;         // the same pool, for releasing `seqs`
+  bspa::cache::SequenceHold *seqs = nullptr;  // the snapshotted sequences' references
   bspa::kernels::BatchPlan plan;
   std::unique_ptr<bspa::kernels::DeviceBatchMetadata> device;  // one-step batches of CUDA pools
   // Reusable batches only.
@@ -30,7 +31,7 @@ struct bspa_batch {
   bspa_batch &operator=(const bspa_batch &) = delete;
   // Also on a failed bspa_batch_create: the references go back with the batch.
   ~bspa_batch() {
-    if (owner) owner->release_hold(pages);
+    if (owner) owner->release_sequences(seqs);
   }
   // The device arrays the launches read (CUDA pools).
   const bspa::kernels::DeviceBatchMetadata &device_metadata() const { return step ? step->metadata() : *device; }

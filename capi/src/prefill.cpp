@@ -185,6 +185,7 @@ void describe_batch(Problem &p, const bspa_batch &b, bool cuda) {
   p.block_table_stride = plan.block_table_stride;
   if (cuda) {
     const bspa::kernels::DeviceBatchMetadata &d = b.device_metadata();
+    p.device = d.device;
     p.num_seqs = plan.shape.num_seqs;
     p.total_q = plan.shape.total_q;
     p.query_starts = d.query_starts;

@@ -599,8 +599,7 @@ template <class T, class KV, int D, int WR>
 void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, const Split &split,
                  bool programmatic, cudaStream_t stream) {
   constexpr int smem = Config<D, WR, KV>::kSmemBytes;
-  cuda::check_cuda(cudaFuncSetAttribute(decode_kernel<T, KV, D, WR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                   "cudaFuncSetAttribute(decode_kernel)");
+  cuda::allow_dynamic_smem<decode_kernel<T, KV, D, WR>>(smem, "cudaFuncSetAttribute(decode_kernel)");
   decode_kernel<T, KV, D, WR><<<dim3(split.splits, num_kv_heads, num_seqs), 128, smem, stream>>>(p, split);
   cuda::check_launch("decode_kernel", stream);
   if (split.splits > 1) {

@@ -43,8 +43,11 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 // BSPA_CUDA_TMA=0 turns TMA off (every tile by cp.async gathers): to time or test them.
 bool tma_allowed() {
-  const char *e = std::getenv("BSPA_CUDA_TMA");
-  return e == nullptr || std::strcmp(e, "0") != 0;
+  static const bool allowed = [] {  // read once per process
+    const char *e = std::getenv("BSPA_CUDA_TMA");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return allowed;
 }
 
 }  // namespace

@@ -98,6 +98,12 @@ __device__ inline void quantize_vec(const char *src, char *dst, float scale) {
   uint8_t q[G];
 #pragma unroll
   for (int j = 0; j < G; ++j) {
+    // An f16 NaN is stored from its own bits: cvt.f32.f16 returns the canonical (positive)
+    // NaN, which lost the sign of negative NaNs (bench_fp8_check: 16 rows of 0x7f for 0xff).
+    if (!kBf16 && (h[j] & 0x7fffu) > 0x7c00u) {
+      q[j] = static_cast<uint8_t>(0x7fu | ((h[j] >> 8) & 0x80u));
+      continue;
+    }
     const float x = kBf16 ? __uint_as_float(static_cast<uint32_t>(h[j]) << 16) : __half2float(__ushort_as_half(h[j]));
     q[j] = quantize_e4m3(x, scale);  // IEEE division, as the CPU backend's
   }
@@ -186,7 +192,7 @@ void kv_write_cuda(const KvWriteProblem &p, void *stream_ptr) {
   check(p.page_size >= 1 && p.num_kv_heads >= 1 && p.head_dim >= 1, Errc::InvalidArgument,
         "kv write: page_size = ", p.page_size, ", num_kv_heads = ", p.num_kv_heads, ", head_dim = ", p.head_dim);
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  cuda::PointerDeviceGuard device(p.k_pages);
+  cuda::PointerDeviceGuard device(p.k_pages, p.device);
   const int64_t es = dtype_bytes(p.dtype);
   KvParams k{};
   k.k_new = static_cast<const char *>(p.k_new);

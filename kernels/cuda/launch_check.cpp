@@ -69,5 +69,7 @@ int device_of_pointer(const void *ptr) {
 }  // namespace
 
 PointerDeviceGuard::PointerDeviceGuard(const void *ptr) : device_(device_of_pointer(ptr)), guard_(device_) {}
+PointerDeviceGuard::PointerDeviceGuard(const void *ptr, int known_device)
+    : device_(known_device >= 0 ? known_device : device_of_pointer(ptr)), guard_(device_) {}
 
 }  // namespace bspa::kernels::cuda

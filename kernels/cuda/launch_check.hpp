@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 
 #include "common/device.hpp"
@@ -36,11 +37,29 @@ int max_shared_bytes_per_block(int device = -1);
 class PointerDeviceGuard {
  public:
   explicit PointerDeviceGuard(const void *ptr);
+  // `known_device` >= 0: the caller knows the owner (a pool's launches), so no
+  // cudaPointerGetAttributes (a driver call on every launch otherwise); < 0: as above.
+  PointerDeviceGuard(const void *ptr, int known_device);
   int device() const { return device_; }
 
  private:
   int device_;  // before guard_: it is initialised first
   DeviceGuard guard_;
 };
+
+// Opts `Kernel` in to `bytes` of dynamic shared memory on the current device once per device
+// (cudaFuncSetAttribute is a driver call: per launch it was a measurable part of a launch's
+// host time). The attribute belongs to the kernel in the device's context, so it holds for
+// every later launch there, captured graphs included.
+template <auto Kernel>
+void allow_dynamic_smem(int bytes, const char *what) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> allowed[kMaxDevices];  // bytes already allowed per device (0: none)
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (device >= 0 && device < kMaxDevices && allowed[device].load(std::memory_order_relaxed) >= bytes) return;
+  check_cuda(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what);
+  if (device >= 0 && device < kMaxDevices) allowed[device].store(bytes, std::memory_order_relaxed);
+}
 
 }  // namespace bspa::kernels::cuda

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
@@ -70,12 +71,43 @@ void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, const Split
 // on every bench/ case there (bench/NOTES.md, "CUDA prefill (sm90a path)").
 enum class Path { Auto, Sm80, Sm90 };
 
-Path requested_path() {
+Path parse_path() {
   const char *e = std::getenv("BSPA_CUDA_PATH");
   if (e == nullptr || *e == '\0' || std::strcmp(e, "auto") == 0) return Path::Auto;
   if (std::strcmp(e, "sm80") == 0) return Path::Sm80;
   if (std::strcmp(e, "sm90") == 0) return Path::Sm90;
   fail(Errc::NotSupported, "BSPA_CUDA_PATH = \"", e, "\": expected sm80, sm90 or auto");
+}
+
+// Read once per process (a getenv per launch is host time a launch should not spend); an
+// unknown value is reported by every launch.
+Path requested_path() {
+  static const struct Cached {
+    Path path = Path::Auto;
+    bool bad = false;
+    std::string value;
+  } cached = [] {
+    Cached c;
+    try {
+      c.path = parse_path();
+    } catch (const Error &) {
+      c.bad = true;
+      c.value = std::getenv("BSPA_CUDA_PATH");
+    }
+    return c;
+  }();
+  if (cached.bad) fail(Errc::NotSupported, "BSPA_CUDA_PATH = \"", cached.value, "\": expected sm80, sm90 or auto");
+  return cached.path;
+}
+
+// BSPA_DECODE_SPLITS=N (a diagnostic), read once per process: 0 when unset or out of range.
+int32_t forced_decode_splits() {
+  static const int32_t n = [] {
+    const char *e = std::getenv("BSPA_DECODE_SPLITS");
+    const long v = e ? std::strtol(e, nullptr, 10) : 0;
+    return v >= 1 && v <= 1024 ? static_cast<int32_t>(v) : 0;
+  }();
+  return n;
 }
 
 bool built_with_sm90a() { return std::strstr(BSPA_CUDA_ARCHS_STRING, "90a") != nullptr; }
@@ -211,7 +243,7 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   if (p.num_seqs <= 0 || p.total_q <= 0 || p.num_q_heads <= 0) return;
 
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  cuda::PointerDeviceGuard device(p.q);
+  cuda::PointerDeviceGuard device(p.q, p.device);
 
   sm80::Params prm{};
   prm.q = p.q;
@@ -289,10 +321,7 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     split.splits = decode::plan_splits(items, p.decode_max_keys, cuda::multiprocessor_count(device.device()), room);
     // BSPA_DECODE_SPLITS=N forces N splits where the workspace has room (a diagnostic, to
     // time the split planner's choice against others).
-    if (const char *e = std::getenv("BSPA_DECODE_SPLITS")) {
-      const long n = std::strtol(e, nullptr, 10);
-      if (n >= 1 && n <= 1024 && n * indexed <= capacity) split.splits = static_cast<int32_t>(n);
-    }
+    if (const int32_t n = forced_decode_splits(); n > 0 && n * indexed <= capacity) split.splits = n;
     split.partials = static_cast<float *>(p.split.data);
   }
   if (any_prefill) launch_prefill(prefill, prm, stream, device.device());

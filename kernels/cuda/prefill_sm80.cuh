@@ -393,10 +393,8 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(co
 template <class T, class KV, int D, int BM>
 void launch(const Params &p, dim3 grid, cudaStream_t stream) {
   constexpr int smem = Config<D, BM, KV>::kSmemBytes;
-  // The opt-in above 48 KiB is per device; setting it again is cheap and capturable.
-  cuda::check_cuda(
-      cudaFuncSetAttribute(prefill_sm80_kernel<T, KV, D, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-      "cudaFuncSetAttribute(prefill_sm80_kernel)");
+  // The opt-in above 48 KiB is per device: once per device.
+  cuda::allow_dynamic_smem<prefill_sm80_kernel<T, KV, D, BM>>(smem, "cudaFuncSetAttribute(prefill_sm80_kernel)");
   prefill_sm80_kernel<T, KV, D, BM><<<grid, Config<D, BM, KV>::kThreads, smem, stream>>>(p);
   cuda::check_launch("prefill_sm80_kernel", stream);
 }

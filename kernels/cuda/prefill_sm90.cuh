@@ -748,8 +748,7 @@ __global__ void __launch_bounds__(384, 1)
 template <class T, int D>
 void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStream_t stream) {
   constexpr int smem = Config<D>::kSmemBytes;
-  cuda::check_cuda(cudaFuncSetAttribute(prefill_sm90_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                   "cudaFuncSetAttribute(prefill_sm90_kernel)");
+  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D>>(smem, "cudaFuncSetAttribute(prefill_sm90_kernel)");
   // Persistent: one CTA per SM (the kernel's registers and shared memory allow one) walks
   // the logical grid.
   const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;

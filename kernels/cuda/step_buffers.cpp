@@ -18,9 +18,9 @@
 namespace bspa::kernels {
 
 struct StepBuffers::Staging {
-  char *host = nullptr;           // pinned, bytes_ long
-  cudaEvent_t copied = nullptr;   // recorded after the copy from `host`
-  bool pending = false;           // `copied` was recorded since the last wait
+  char *host = nullptr;          // pinned, bytes_ long
+  cudaEvent_t copied = nullptr;  // recorded after the copy from `host`
+  bool pending = false;          // `copied` was recorded since the last wait
 };
 
 namespace {
@@ -121,8 +121,8 @@ void StepBuffers::upload(const BatchPlan &plan, void *stream_ptr) {
   check(capture == cudaStreamCaptureStatusNone, Errc::InvalidState,
         "the stream is capturing a CUDA graph: plan a batch before capturing its launches (a captured copy would "
         "replay this plan forever)");
-  cuda::check_cuda(
-      cudaMemcpyAsync(meta_->allocation, s.host, bytes, cudaMemcpyHostToDevice, stream), "uploading the batch's plan");
+  cuda::check_cuda(cudaMemcpyAsync(meta_->allocation, s.host, bytes, cudaMemcpyHostToDevice, stream),
+                   "uploading the batch's plan");
   cuda::check_cuda(cudaEventRecord(s.copied, stream), "cudaEventRecord");
   s.pending = true;
   meta_->num_work = plan.shape.num_work;

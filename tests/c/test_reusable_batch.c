@@ -200,7 +200,7 @@ Test(reusable_batch, refusals_keep_the_previous_plan) {
   float first[8 * HQ * D];
   memcpy(first, out, sizeof first);
   bspa_seq *wide = new_seq(pool), *big = new_seq(pool);
-  append_random(wide, 100); /* 100 new tokens: past max_query_len (64) and max_tokens (96) */
+  append_random(wide, 100);                            /* 100 new tokens: past max_query_len (64) and max_tokens (96) */
   for (int r = 0; r < 4; ++r) append_random(big, 100); /* 400 computed tokens: 25 pages = max_seq_tokens */
   EXPECT_OK(bspa_seq_commit(big, 400));
   append_random(big, 1);

@@ -554,10 +554,11 @@ typedef struct bspa_batch bspa_batch;
  * num_computed; they must already be appended. Token rows of q/k_new/v_new/out are the
  * sequences' new tokens concatenated in order (T_new = sum of query_lens). A
  * query_len of 0 is allowed; 1 is a decode row. The batch snapshots the sequences'
- * page tables and holds a reference to every page in them until bspa_batch_destroy: a
- * sequence destroyed while a batch of it lives keeps its pages out of reuse (they count
- * as in use), so launches through the batch touch only those pages, never another
- * sequence's. Snapshot means snapshot: a later append, commit or match of a sequence is
+ * page tables and holds a reference to each sequence until bspa_batch_destroy: a
+ * sequence destroyed while a batch of it lives keeps all its pages out of reuse (they
+ * count as in use; they are released with the last batch that holds it), so launches
+ * through the batch touch only those pages, never another sequence's. The reference costs
+ * one count per sequence, not per page. Snapshot means snapshot: a later append, commit or match of a sequence is
  * not seen by the batch. n is at most the pool's live sequences. For a CUDA pool it
  * uploads its metadata on `stream`; later launches neither allocate nor synchronise,
  * except the first use of a CSR layout on a device (see bspa_prefill). Where a launch
