@@ -118,12 +118,28 @@ struct StepTensors {
   }
 };
 
+void kv_write(bspa_pool *pool, const bspa_batch *batch, int layer, StepTensors &t, cudaStream_t s) {
+  bspa_kv_write_args a;
+  bspa_kv_write_args_init(&a);
+  a.layer = layer, a.k_new = t.tk.dl(), a.v_new = t.tv.dl();
+  BSPA_OK_OR_DIE(bspa_kv_write(pool, batch, &a, s));
+}
+
+void prefill(bspa_pool *pool, const bspa_batch *batch, int layer, const bspa_layout *layout, StepTensors &t,
+             bool with_lse, cudaStream_t s) {
+  bspa_prefill_args a;
+  bspa_prefill_args_init(&a);
+  a.layer = layer, a.layout = layout, a.q = t.tq.dl(), a.out = t.to.dl(), a.lse = with_lse ? t.tl.dl() : nullptr;
+  a.scale = 1.0f / 128;
+  BSPA_OK_OR_DIE(bspa_prefill(pool, batch, &a, s));
+}
+
 // kv_write + prefill of every layer through `batch` (what a step's graph holds).
 void launch_layers(bspa_pool *pool, const bspa_batch *batch, int layers, const bspa_layout *layout, StepTensors &t,
                    cudaStream_t s) {
   for (int l = 0; l < layers; ++l) {
-    BSPA_OK_OR_DIE(bspa_kv_write(pool, batch, l, t.tk.dl(), t.tv.dl(), s));
-    BSPA_OK_OR_DIE(bspa_prefill(pool, batch, l, layout, t.tq.dl(), t.to.dl(), 1.0f / 128, t.tl.dl(), s));
+    kv_write(pool, batch, l, t, s);
+    prefill(pool, batch, l, layout, t, true, s);
   }
 }
 
@@ -177,7 +193,7 @@ int run_check() {
     BSPA_OK_OR_DIE(bspa_batch_create(&fill, pool, seqs.data(), ql.data(), 6, s));
     StepTensors ctx(total);
     ctx.fill(total, 99);
-    for (int l = 0; l < layers; ++l) BSPA_OK_OR_DIE(bspa_kv_write(pool, fill, l, ctx.tk.dl(), ctx.tv.dl(), s));
+    for (int l = 0; l < layers; ++l) kv_write(pool, fill, l, ctx, s);
     CUDA_OK(cudaStreamSynchronize(s));
     bspa_batch_destroy(fill);
     for (int i = 0; i < 6; ++i) BSPA_OK_OR_DIE(bspa_seq_commit(seqs[i], contexts[i]));
@@ -393,14 +409,11 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
       host_time(reps, [&] { BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, nullptr)); }));
   StepTensors t(decode_seqs), tf(4096);
   t.fill(decode_seqs, 1), tf.fill(decode_seqs, 1);
-  add("bspa_kv_write (reusable)",
-      host_time(reps, [&] { BSPA_OK_OR_DIE(bspa_kv_write(pool, reuse, 0, t.tk.dl(), t.tv.dl(), nullptr)); }));
-  add("bspa_prefill (reusable, decode rows)", host_time(reps, [&] {
-        BSPA_OK_OR_DIE(bspa_prefill(pool, reuse, 0, layout, t.tq.dl(), t.to.dl(), 1.0f / 128, nullptr, nullptr));
-      }));
-  add("bspa_prefill (fixed shapes, decode rows)", host_time(reps, [&] {
-        BSPA_OK_OR_DIE(bspa_prefill(pool, fixed, 0, layout, tf.tq.dl(), tf.to.dl(), 1.0f / 128, nullptr, nullptr));
-      }));
+  add("bspa_kv_write (reusable)", host_time(reps, [&] { kv_write(pool, reuse, 0, t, nullptr); }));
+  add("bspa_prefill (reusable, decode rows)",
+      host_time(reps, [&] { prefill(pool, reuse, 0, layout, t, false, nullptr); }));
+  add("bspa_prefill (fixed shapes, decode rows)",
+      host_time(reps, [&] { prefill(pool, fixed, 0, layout, tf, false, nullptr); }));
   const uint64_t steady_allocs = allocations_now() - a0;
   std::printf("device allocations + frees across the reusable plans and launches above: %llu\n",
               static_cast<unsigned long long>(steady_allocs));
@@ -417,9 +430,7 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
       host_time(reps, [&] { BSPA_OK_OR_DIE(bspa_batch_plan(b32, &big, &q32, 1, nullptr)); }));
   {
     StepTensors t32(32768);
-    add("bspa_prefill (one 32k prefill)", host_time(reps, [&] {
-          BSPA_OK_OR_DIE(bspa_prefill(pool, b32, 0, layout, t32.tq.dl(), t32.to.dl(), 1.0f / 128, nullptr, nullptr));
-        }));
+    add("bspa_prefill (one 32k prefill)", host_time(reps, [&] { prefill(pool, b32, 0, layout, t32, false, nullptr); }));
   }
   bspa_batch_destroy(b32);
   bspa_seq_destroy(big);

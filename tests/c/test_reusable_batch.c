@@ -50,6 +50,21 @@ static void fill_normal(float *x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = (float)test_rng_normal(&g_rng);
 }
 
+static bspa_status kv_write(bspa_pool *pool, const bspa_batch *b, const DLTensor *k, const DLTensor *v) {
+  bspa_kv_write_args a;
+  bspa_kv_write_args_init(&a);
+  a.k_new = k, a.v_new = v;
+  return bspa_kv_write(pool, b, &a, NULL);
+}
+
+static bspa_status prefill(bspa_pool *pool, const bspa_batch *b, const bspa_layout *layout, const DLTensor *q,
+                           DLTensor *out, DLTensor *lse) {
+  bspa_prefill_args a;
+  bspa_prefill_args_init(&a);
+  a.layout = layout, a.q = q, a.out = out, a.lse = lse, a.scale = 0.125f;
+  return bspa_prefill(pool, b, &a, NULL);
+}
+
 /* kv_write then prefill of one step through `batch`, tensors of `rows` rows. */
 static void launch(bspa_pool *pool, const bspa_batch *batch, const bspa_layout *layout, int64_t rows, float *q,
                    float *k, float *v, float *out, float *lse) {
@@ -60,8 +75,8 @@ static void launch(bspa_pool *pool, const bspa_batch *batch, const bspa_layout *
   test_tensor_init(&tv, v, BSPA_DTYPE_F32, 3, kshape);
   test_tensor_init(&to, out, BSPA_DTYPE_F32, 3, qshape);
   test_tensor_init(&tl, lse, BSPA_DTYPE_F32, 2, lshape);
-  EXPECT_OK(bspa_kv_write(pool, batch, 0, &tk.t, &tv.t, NULL));
-  EXPECT_OK(bspa_prefill(pool, batch, 0, layout, &tq.t, &to.t, 0.125f, &tl.t, NULL));
+  EXPECT_OK(kv_write(pool, batch, &tk.t, &tv.t));
+  EXPECT_OK(prefill(pool, batch, layout, &tq.t, &to.t, &tl.t));
 }
 
 /* One step: the one-step batch's output against the reusable batch's, bitwise; for fixed
@@ -185,8 +200,8 @@ Test(reusable_batch, refusals_keep_the_previous_plan) {
   test_tensor_init(&to, out, BSPA_DTYPE_F32, 3, qs);
   test_tensor_init(&tk, k, BSPA_DTYPE_F32, 3, ks);
   test_tensor_init(&tv, v, BSPA_DTYPE_F32, 3, ks);
-  EXPECT_STATUS(bspa_prefill(pool, b, 0, layout, &tq.t, &to.t, 0.125f, NULL, NULL), BSPA_ERR_INVALID_STATE);
-  EXPECT_STATUS(bspa_kv_write(pool, b, 0, &tk.t, &tv.t, NULL), BSPA_ERR_INVALID_STATE);
+  EXPECT_STATUS(prefill(pool, b, layout, &tq.t, &to.t, NULL), BSPA_ERR_INVALID_STATE);
+  EXPECT_STATUS(kv_write(pool, b, &tk.t, &tv.t), BSPA_ERR_INVALID_STATE);
 
   bspa_seq *s[MAXSEQ + 1];
   for (int i = 0; i <= MAXSEQ; ++i) {
@@ -238,7 +253,7 @@ Test(reusable_batch, refusals_keep_the_previous_plan) {
   test_tensor tq8, to8;
   test_tensor_init(&tq8, q, BSPA_DTYPE_F32, 3, q8);
   test_tensor_init(&to8, out, BSPA_DTYPE_F32, 3, q8);
-  EXPECT_STATUS(bspa_prefill(pool, b, 0, layout, &tq8.t, &to8.t, 0.125f, NULL, NULL), BSPA_ERR_SHAPE_MISMATCH);
+  EXPECT_STATUS(prefill(pool, b, layout, &tq8.t, &to8.t, NULL), BSPA_ERR_SHAPE_MISMATCH);
 
   bspa_batch_destroy(b);
   bspa_seq_destroy(big);
