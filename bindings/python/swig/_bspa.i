@@ -51,6 +51,8 @@ BSPA_HANDLE_OUT(bspa_kv_import)
 %apply size_t *OUTPUT { size_t *bytes };
 %apply unsigned long long *OUTPUT { uint64_t *address };
 %apply int64_t *OUTPUT { int64_t *published };
+/* bspa_device_allocation_counts: `status, allocations, frees = ...()`. */
+%apply unsigned long long *OUTPUT { uint64_t *allocations, uint64_t *frees };
 
 /* ---- host arrays through the buffer protocol (numpy arrays, array.array, bytes) -- */
 %{

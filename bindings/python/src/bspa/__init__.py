@@ -18,8 +18,9 @@ stream (torch's current stream unless ``stream=`` says otherwise).
 from __future__ import annotations
 
 from . import _bspa
-from ._core import (DEFAULT_MEMORY_BYTES, Batch, KVTensor, Layout, Pool, PoolInfo, PoolStats, Sequence, SeqInfo,
-                    fp8_e4m3_to_float32, kv_write, prefill, prefill_paged, prefill_workspace_bytes)
+from ._core import (DEFAULT_MEMORY_BYTES, Batch, DeviceAllocationCounts, KVTensor, Layout, Pool, PoolInfo, PoolStats,
+                    ReusableBatch, Sequence, SeqInfo, device_allocation_counts, fp8_e4m3_to_float32, kv_write,
+                    prefill, prefill_paged, prefill_workspace_bytes)
 from ._errors import (BspaError, BufferTooSmallError, CudaError, DeviceMismatchError,
                       DtypeMismatchError, InternalError, InvalidArgumentError, InvalidStateError,
                       NoDeviceError, NotSupportedError, NullPointerError, OutOfMemoryError,
@@ -64,10 +65,11 @@ def device_count(device: str = "cuda") -> int:
 
 
 __all__ = [
-    "ABI_VERSION", "DEFAULT_MEMORY_BYTES", "Batch", "BspaError", "BufferTooSmallError", "CudaError", "DeviceMismatchError",
+    "ABI_VERSION", "DEFAULT_MEMORY_BYTES", "Batch", "BspaError", "BufferTooSmallError", "CudaError",
+    "DeviceAllocationCounts", "DeviceMismatchError",
     "DtypeMismatchError", "InternalError", "InvalidArgumentError", "InvalidStateError", "KV_K", "KV_V", "KVTensor", "KvExport", "KvImport", "Layout",
     "NoDeviceError", "NotSupportedError", "NullPointerError", "OutOfMemoryError", "OutOfPagesError",
-    "OutOfRangeError", "Pool", "PoolInfo", "PoolMemory", "PoolStats", "ResourceError", "SeqInfo", "Sequence", "ShapeMismatchError",
-    "VersionError", "build_info", "device_count", "error_for", "fp8_e4m3_to_float32", "kDLCPU", "kDLCUDA", "kv_write", "prefill",
+    "OutOfRangeError", "Pool", "PoolInfo", "PoolMemory", "PoolStats", "ResourceError", "ReusableBatch", "SeqInfo", "Sequence", "ShapeMismatchError",
+    "VersionError", "build_info", "device_allocation_counts", "device_count", "error_for", "fp8_e4m3_to_float32", "kDLCPU", "kDLCUDA", "kv_write", "prefill",
     "prefill_paged", "prefill_workspace_bytes", "version",
 ]

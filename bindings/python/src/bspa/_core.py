@@ -1,4 +1,4 @@
-"""Pool, Sequence, Layout, Batch and the launches over the SWIG module."""
+"""Pool, Sequence, Layout, Batch, ReusableBatch and the launches over the SWIG module."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ctypes
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence as Seq, TypeVar, Union
+from typing import Iterable, NamedTuple, Optional, Sequence as Seq, TypeVar, Union
 
 import numpy as np
 
@@ -120,16 +120,28 @@ class _PoolStorage:
     closed *and* the last view is gone: a view read after ``close()`` reads live memory,
     never freed memory (docs/design.md, "Lifetimes in the bindings")."""
 
-    __slots__ = ("raw", "__weakref__")
+    __slots__ = ("raw", "batches", "__weakref__")
 
     def __init__(self, raw) -> None:
         self.raw = raw
+        # The pool's live C batches by address. The C pool must outlive them, and garbage
+        # collection of a cycle holding a pool and its batch finalizes the objects in any
+        # order (the pool's weak set of batches is cleared first): so every batch is
+        # destroyed through here, and the storage destroys those left before the pool.
+        self.batches: dict = {}
 
-    # The default argument keeps the function reachable at interpreter shutdown, when
+    def destroy_batch(self, handle, _destroy=_bspa.bspa_batch_destroy) -> None:
+        """Destroys a batch of this pool unless it is gone already (with the pool)."""
+        if self.batches.pop(int(handle), None) is not None:
+            _destroy(handle)
+
+    # The default arguments keep the functions reachable at interpreter shutdown, when
     # module globals may already be gone.
-    def __del__(self, _destroy=_bspa.bspa_pool_destroy) -> None:
+    def __del__(self, _destroy=_bspa.bspa_pool_destroy, _destroy_batch=_bspa.bspa_batch_destroy) -> None:
         raw, self.raw = self.raw, None
         if raw is not None:
+            while self.batches:
+                _destroy_batch(self.batches.popitem()[1])
             _destroy(raw)
 
 
@@ -254,14 +266,7 @@ class Pool(_Handle):
     def batch(self, sequences: Seq["Sequence"], query_lens: Iterable[int], stream: StreamLike = None) -> "Batch":
         """Plans one engine step: sequence i computes query_lens[i] new tokens after its
         computed ones. Token rows of q/k/v/out are the new tokens concatenated in order."""
-        seqs = list(sequences)
-        lens = np.ascontiguousarray(np.asarray(list(query_lens), dtype=np.int32))
-        if len(lens) != len(seqs):
-            raise ValueError(f"{len(seqs)} sequences but {len(lens)} query lengths")
-        for s in seqs:
-            if s._pool is not self:
-                raise ValueError("a sequence of another pool")
-        handles = np.array([int(s._h()) for s in seqs], dtype=np.uintp)
+        seqs, lens, handles = self._step_args(sequences, query_lens)
         status, handle = _bspa.bspa_batch_create(self._h(), handles, lens, len(seqs),
                                                  self._stream(stream) or None)
         check(status)
@@ -269,6 +274,33 @@ class Pool(_Handle):
         self._batches.add(batch)
         for s in seqs:
             s._batches.add(batch)
+        return batch
+
+    def reusable_batch(self, *, max_seqs: int, max_tokens: int, max_seq_tokens: int, max_query_len: int = 0,
+                       fixed_launch_shape: bool = False) -> "ReusableBatch":
+        """A batch sized once from limits and re-planned every step with
+        :meth:`ReusableBatch.plan` (bspa_batch_create_reusable): a CUDA pool allocates its
+        device metadata, staging buffers and split workspace here, so later plans and
+        launches allocate nothing. Limits: ``max_seqs`` sequences a plan may hold,
+        ``max_tokens`` new tokens of a step, ``max_seq_tokens`` tokens (computed + new) of one
+        sequence, ``max_query_len`` new tokens of one sequence (0: ``max_tokens``).
+        ``fixed_launch_shape=True`` sizes every launch from the limits (a CUDA graph captured
+        once replays after any later plan): q, out, k and v then have exactly ``max_tokens``
+        rows (lse ``max_tokens`` columns), of which the step's tokens are the first
+        ``num_tokens``; the rest are neither read nor written. InvalidArgumentError names a
+        limit out of its range."""
+        options = _bspa.bspa_batch_options()
+        check(_bspa.bspa_batch_options_init(options))
+        options.max_seqs = max_seqs
+        options.max_tokens = max_tokens
+        options.max_seq_tokens = max_seq_tokens
+        options.max_query_len = max_query_len
+        options.fixed_launch_shape = int(bool(fixed_launch_shape))
+        status, handle = _bspa.bspa_batch_create_reusable(self._h(), options)
+        check(status)
+        batch = ReusableBatch(self, handle, int(max_seqs), int(max_tokens), int(max_seq_tokens),
+                              int(max_query_len) or int(max_tokens), bool(fixed_launch_shape))
+        self._batches.add(batch)  # closed with the pool, before it
         return batch
 
     # -- KV transfer between pools (bspa._transfer) ---------------------------------
@@ -292,6 +324,18 @@ class Pool(_Handle):
         from ._transfer import KvImport
         return KvImport(self, tokens, peer_fingerprint=peer_fingerprint, peer_keys=peer_keys, salt=salt,
                         extra_key=extra_key)
+
+    def _step_args(self, sequences: Seq["Sequence"], query_lens: Iterable[int]) -> tuple:
+        """A step's sequences, their query lengths as int32 and their C handles, checked."""
+        seqs = list(sequences)
+        lens = np.ascontiguousarray(np.asarray(list(query_lens), dtype=np.int32))
+        if len(lens) != len(seqs):
+            raise ValueError(f"{len(seqs)} sequences but {len(lens)} query lengths")
+        for s in seqs:
+            if s._pool is not self:
+                raise ValueError("a sequence of another pool")
+        handles = np.array([int(s._h()) for s in seqs], dtype=np.uintp)
+        return seqs, lens, handles
 
     def _stream(self, stream: StreamLike) -> int:
         cuda_device = self.device[1] if self.device[0] == kDLCUDA else None
@@ -593,6 +637,10 @@ class Batch(_Handle):
 
     def __init__(self, pool: Pool, handle, sequences: list, query_lens: np.ndarray) -> None:
         self._pool = pool
+        # The storage, not only the pool object, so the C pool outlives the C batch
+        # whatever order garbage collection finalizes them in (_PoolStorage.batches).
+        self._storage = pool._storage
+        self._storage.batches[int(handle)] = handle
         self._handle = handle
         self.sequences = tuple(sequences)
         self.query_lens = tuple(int(x) for x in query_lens)
@@ -600,7 +648,56 @@ class Batch(_Handle):
 
     def _release(self) -> None:
         """Destroys the plan. The caller makes sure no launch using it still runs on a device."""
-        _bspa.bspa_batch_destroy(self._handle)
+        storage, self._storage = self._storage, None  # a closed batch holds no storage
+        storage.destroy_batch(self._handle)
+
+
+class ReusableBatch(Batch):
+    """A batch re-planned every step (:meth:`Pool.reusable_batch`): :meth:`plan` replaces
+    its plan, and :meth:`Pool.kv_write` / :meth:`Pool.prefill` take it like a :class:`Batch`.
+    Launches before the first plan raise InvalidStateError. A plan holds references to its
+    sequences: closing one of them does not close the batch (its pages stay out of reuse
+    until the next plan or :meth:`close`). Closing the pool closes the batch first. One
+    thread (one stream) at a time; plan and launch on the same stream."""
+
+    def __init__(self, pool: Pool, handle, max_seqs: int, max_tokens: int, max_seq_tokens: int,
+                 max_query_len: int, fixed_launch_shape: bool) -> None:
+        super().__init__(pool, handle, [], np.zeros(0, dtype=np.int32))
+        self.max_seqs, self.max_tokens, self.max_seq_tokens = max_seqs, max_tokens, max_seq_tokens
+        self.max_query_len = max_query_len
+        self.fixed_launch_shape = fixed_launch_shape
+        self.planned = False
+
+    def plan(self, sequences: Seq["Sequence"], query_lens: Iterable[int], stream: StreamLike = None) -> None:
+        """Plans a step (bspa_batch_plan), with :meth:`Pool.batch`'s meaning of the
+        arguments. A step past a limit raises OutOfRangeError naming it; a failed plan keeps
+        the previous one (and these attributes) as they were."""
+        seqs, lens, handles = self._pool._step_args(sequences, query_lens)
+        check(_bspa.bspa_batch_plan(self._h(), handles, lens, len(seqs), self._pool._stream(stream) or None))
+        self.sequences = tuple(seqs)
+        self.query_lens = tuple(int(x) for x in lens)
+        self.num_tokens = sum(self.query_lens)
+        self.planned = True
+
+    @property
+    def rows(self) -> int:
+        """Rows the launch tensors must have: ``max_tokens`` with fixed launch shapes,
+        else the step's ``num_tokens``."""
+        return self.max_tokens if self.fixed_launch_shape else self.num_tokens
+
+
+class DeviceAllocationCounts(NamedTuple):
+    allocations: int
+    frees: int
+
+
+def device_allocation_counts() -> DeviceAllocationCounts:
+    """Process-wide counts of the device and pinned-host allocations bspa has made and
+    freed (bspa_device_allocation_counts): equal before and after a steady-state step
+    that allocates nothing."""
+    status, allocations, frees = _bspa.bspa_device_allocation_counts()
+    check(status)
+    return DeviceAllocationCounts(int(allocations), int(frees))
 
 
 def kv_write(pool: Pool, batch: Batch, layer: int, k: TensorLike, v: TensorLike, stream: StreamLike = None) -> None:
