@@ -13,6 +13,11 @@
 //! pages, a block table and per-sequence lengths; [`prefill_workspace_bytes`] sizes their
 //! optional workspace.
 //!
+//! Steady state: [`Pool::reusable_batch`] sizes one [`ReusableBatch`] from
+//! [`BatchOptions`] limits and [`ReusableBatch::plan`] re-plans it every step (nothing is
+//! allocated per step; [`device_allocation_counts`] shows it); it derefs to a [`Batch`] for
+//! the launches.
+//!
 //! KV cache events for a prefix-aware router: a pool made with
 //! [`PoolOptions::events_capacity`] > 0 records pages entering and leaving its prefix
 //! index; [`Pool::drain_events`] returns them as [`KvEvent`]s and
@@ -51,6 +56,7 @@ mod events;
 mod layout;
 mod paged;
 mod pool;
+mod reusable;
 mod tensor;
 mod transfer;
 
@@ -60,6 +66,7 @@ pub use half::{bf16, f16};
 pub use layout::{Layout, StridedOptions};
 pub use paged::{prefill_paged, prefill_paged_host, prefill_workspace_bytes, HostPagedArgs, PagedArgs};
 pub use pool::{Batch, Device, Pool, PoolInfo, PoolOptions, PoolStats, SeqInfo, Sequence, DEFAULT_MEMORY_BYTES};
+pub use reusable::{device_allocation_counts, BatchOptions, DeviceAllocationCounts, ReusableBatch};
 pub use tensor::{DType, Element};
 pub use transfer::{ImportInfo, ImportOptions, Kv, KvExport, KvImport, PoolMemory};
 

@@ -280,10 +280,12 @@ impl Pool {
             n,
             stream,
         ))?;
+        let num_tokens = query_lens.iter().map(|&q| q.max(0) as usize).sum();
         Ok(Batch {
             raw: NonNull::new(batch).expect("bspa returned BSPA_OK and a NULL batch"),
             pool: self,
-            num_tokens: query_lens.iter().map(|&q| q.max(0) as usize).sum(),
+            num_tokens,
+            rows: num_tokens,
             _seqs: PhantomData,
             _not_sync: PhantomData,
         })
@@ -328,11 +330,11 @@ impl Pool {
         Ok(())
     }
 
-    /// Writes the batch's new K and V (`[T_new, num_kv_heads, head_dim]`, row-major) of a
-    /// CPU pool into their pages of `layer`.
+    /// Writes the batch's new K and V (`[T_new, num_kv_heads, head_dim]`, row-major; `T_new` =
+    /// [`Batch::rows`]) of a CPU pool into their pages of `layer`.
     pub fn kv_write_host<T: Element>(&self, batch: &Batch<'_>, layer: i32, k: &[T], v: &[T]) -> Result<()> {
         self.host_launch_checks::<T>("kv_write_host")?;
-        let (rows, heads, dim) = (batch.num_tokens, self.options.num_kv_heads as usize, self.options.head_dim as usize);
+        let (rows, heads, dim) = (batch.rows, self.options.num_kv_heads as usize, self.options.head_dim as usize);
         Pool::check_len("k", k.len(), rows, heads, dim)?;
         Pool::check_len("v", v.len(), rows, heads, dim)?;
         let mut shape_k = [rows as i64, heads as i64, dim as i64];
@@ -358,7 +360,7 @@ impl Pool {
         lse: Option<&mut [f32]>,
     ) -> Result<()> {
         self.host_launch_checks::<T>("prefill_host")?;
-        let (rows, heads, dim) = (batch.num_tokens, layout.num_heads().max(0) as usize, self.options.head_dim as usize);
+        let (rows, heads, dim) = (batch.rows, layout.num_heads().max(0) as usize, self.options.head_dim as usize);
         Pool::check_len("q", q.len(), rows, heads, dim)?;
         Pool::check_len("out", out.len(), rows, heads, dim)?;
         let mut shape_q = [rows as i64, heads as i64, dim as i64];
@@ -613,19 +615,28 @@ impl Drop for Sequence<'_> {
 /// ```
 #[derive(Debug)]
 pub struct Batch<'a> {
-    raw: NonNull<sys::bspa_batch>,
-    pool: &'a Pool,
-    num_tokens: usize,
-    _seqs: PhantomData<&'a Sequence<'a>>,
-    _not_sync: PhantomData<std::cell::Cell<()>>,
+    pub(crate) raw: NonNull<sys::bspa_batch>,
+    pub(crate) pool: &'a Pool,
+    pub(crate) num_tokens: usize,
+    /// Rows of the launch tensors: num_tokens, or a fixed-shape reusable batch's max_tokens.
+    pub(crate) rows: usize,
+    pub(crate) _seqs: PhantomData<&'a Sequence<'a>>,
+    pub(crate) _not_sync: PhantomData<std::cell::Cell<()>>,
 }
 
 unsafe impl Send for Batch<'_> {}
 
 impl<'a> Batch<'a> {
-    /// Rows of q/k/v/out: the sum of the query lengths.
+    /// The step's new tokens: the sum of the query lengths.
     pub fn num_tokens(&self) -> usize {
         self.num_tokens
+    }
+
+    /// Rows of q/k/v/out: [`Batch::num_tokens`], except for a reusable batch with fixed
+    /// launch shapes, whose tensors have `max_tokens` rows (the step's are the first
+    /// `num_tokens`).
+    pub fn rows(&self) -> usize {
+        self.rows
     }
 
     pub fn pool(&self) -> &'a Pool {
