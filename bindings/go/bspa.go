@@ -9,6 +9,9 @@
 // Thread safety follows the C header: a Pool and its Sequences may be used from any
 // goroutine; a Layout is immutable; a Batch is used by one goroutine at a time.
 //
+// Steady state: Pool.NewReusableBatch sizes one Batch from BatchOptions limits and
+// Batch.Plan re-plans it every step, allocating nothing per step (DeviceAllocationCounts).
+//
 // Bring-your-own cache: PrefillPaged (Tensors) and PrefillPagedF32 (host slices) run the
 // same attention over caller-owned pages; PrefillWorkspaceBytes sizes their optional
 // workspace.

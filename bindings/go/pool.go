@@ -432,6 +432,8 @@ type Batch struct {
 	seqs      []*Sequence // keeps them alive as long as the batch
 	b         *C.bspa_batch
 	numTokens int
+	rows      int           // rows of the launch tensors: numTokens, or MaxTokens of a fixed shape
+	reusable  *BatchOptions // nil for a one-step batch (NewBatch)
 }
 
 // NewBatch plans one step: seqs[i] computes queryLens[i] new tokens after its computed
@@ -476,13 +478,17 @@ func (p *Pool) NewBatch(seqs []*Sequence, queryLens []int32, stream Stream) (*Ba
 	members := make([]*C.bspa_seq, len(seqs))
 	copy(members, raw)
 	p.batches[b] = members
-	batch := &Batch{pool: p, seqs: append([]*Sequence(nil), seqs...), b: b, numTokens: numTokens}
+	batch := &Batch{pool: p, seqs: append([]*Sequence(nil), seqs...), b: b, numTokens: numTokens, rows: numTokens}
 	runtime.SetFinalizer(batch, (*Batch).Close)
 	return batch, nil
 }
 
-// NumTokens is the number of rows of q/k/v/out: the sum of the query lengths.
+// NumTokens is the number of the step's new tokens: the sum of the query lengths.
 func (b *Batch) NumTokens() int { return b.numTokens }
+
+// Rows is the number of rows of q/k/v/out: NumTokens, except for a reusable batch with
+// FixedLaunchShape, whose tensors have MaxTokens rows (the step's are the first NumTokens).
+func (b *Batch) Rows() int { return b.rows }
 
 // Close destroys the plan; no launch using it may still run on a device. Idempotent.
 func (b *Batch) Close() error {

@@ -248,12 +248,12 @@ func checkRows(what string, n, rows, heads, dim int) error {
 }
 
 // KVWriteF32 is KVWrite for a float32 CPU pool, from row-major slices
-// [T_new, num_kv_heads, head_dim].
+// [T_new, num_kv_heads, head_dim] (T_new = b.Rows()).
 func (p *Pool) KVWriteF32(b *Batch, layer int, k, v []float32) error {
 	if err := p.checkHostF32("KVWriteF32"); err != nil {
 		return err
 	}
-	rows, heads, dim := b.numTokens, p.opts.NumKVHeads, p.opts.HeadDim
+	rows, heads, dim := b.rows, p.opts.NumKVHeads, p.opts.HeadDim
 	if err := checkRows("k", len(k), rows, heads, dim); err != nil {
 		return err
 	}
@@ -270,7 +270,7 @@ func (p *Pool) PrefillF32(b *Batch, layer int, l *Layout, q, out []float32, scal
 	if err := p.checkHostF32("PrefillF32"); err != nil {
 		return err
 	}
-	rows, heads, dim := b.numTokens, l.NumHeads(), p.opts.HeadDim
+	rows, heads, dim := b.rows, l.NumHeads(), p.opts.HeadDim
 	if err := checkRows("q", len(q), rows, heads, dim); err != nil {
 		return err
 	}
