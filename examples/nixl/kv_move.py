@@ -43,11 +43,19 @@ import bspa
 HQ, HKV, D = 4, 2, 64
 
 
-def kv_rows(start: int, n: int, heads: int, layer: int, which: int) -> np.ndarray:
+DEVICE = "cpu"
+
+
+def kv_rows(start: int, n: int, heads: int, layer: int, which: int):
     """Stand-in for a model's projections: deterministic per (position, layer, K/V/q), so
-    every engine computes the same KV for the same prompt."""
+    every engine computes the same KV for the same prompt. float32 numpy arrays for a CPU
+    pool; bf16 torch tensors on the device for a CUDA pool (not yet run on a GPU)."""
     i = np.arange(start * heads * D, (start + n) * heads * D, dtype=np.float64)
-    return np.sin(i * 0.618 + 10 * layer + which).astype(np.float32).reshape(n, heads, D)
+    rows = np.sin(i * 0.618 + 10 * layer + which).astype(np.float32).reshape(n, heads, D)
+    if DEVICE == "cpu":
+        return rows
+    import torch
+    return torch.from_numpy(rows).to(DEVICE, torch.bfloat16)
 
 
 def prompt_tokens(n: int) -> np.ndarray:
@@ -66,7 +74,8 @@ def compute_turn(pool: bspa.Pool, layout: bspa.Layout, tokens: np.ndarray, layer
         with pool.batch([seq], [n]) as batch:
             for layer in range(layers):
                 pool.kv_write(batch, layer, kv_rows(cached, n, HKV, layer, 1), kv_rows(cached, n, HKV, layer, 2))
-                outs.append(pool.prefill(batch, layer, layout, kv_rows(cached, n, HQ, layer, 3), scale=1 / 8))
+                out = pool.prefill(batch, layer, layout, kv_rows(cached, n, HQ, layer, 3), scale=1 / 8)
+                outs.append(out if isinstance(out, np.ndarray) else out.float().cpu().numpy())
         seq.commit(len(tokens))
     return cached, np.stack(outs)
 
@@ -124,7 +133,7 @@ class Peer:
 
 def make_pool(args, num_pages: int) -> bspa.Pool:
     return bspa.Pool(num_kv_heads=HKV, head_dim=args.head_dim, num_layers=args.layers, page_size=args.page_size,
-                     num_pages=num_pages, dtype="f32", device=args.device)
+                     num_pages=num_pages, dtype="f32" if args.device == "cpu" else "bf16", device=args.device)
 
 
 def stats_dict(pool: bspa.Pool) -> dict:
@@ -224,7 +233,7 @@ def run_import(args, nixl_api) -> dict:
 
 
 def main() -> int:
-    global D
+    global D, DEVICE
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("role", choices=("export", "import"))
     ap.add_argument("--name", required=True)
@@ -238,12 +247,12 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--head-dim", type=int, default=D)
     ap.add_argument("--page-size", type=int, default=64)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda[:N] (bf16 pools, torch inputs, NIXL VRAM)")
     ap.add_argument("--have-tokens", type=int, default=0, help="importer: prompt tokens it computed itself")
     ap.add_argument("--register-layers", type=int, default=None,
                     help="exporter: register only this many layers with NIXL (makes the importer's READ fail)")
     args = ap.parse_args()
-    D = args.head_dim  # kv_rows' head dim
+    D, DEVICE = args.head_dim, args.device  # what kv_rows makes
     try:
         from nixl import _api as nixl_api
     except ImportError as e:
