@@ -28,8 +28,9 @@ std::vector<WorkItem> plan_work(int32_t num_seqs, const int32_t *query_starts, c
 }
 
 int64_t max_work_items(const BatchLimits &limits, int32_t tile_rows) {
-  // Each item but a sequence's first holds tile_rows of its rows; the first may hold fewer.
-  return limits.max_tokens / tile_rows + limits.max_seqs;
+  // A sequence of q rows whose first tile starts up to tile_rows - 1 rows early spans at most
+  // floor(q / tile_rows) + 2 tiles; summed over sequences that is within the bound below.
+  return limits.max_tokens / tile_rows + 2 * int64_t{limits.max_seqs};
 }
 
 namespace {

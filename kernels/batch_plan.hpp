@@ -33,9 +33,10 @@ struct BatchLimits {
   bool fixed_launch_shape = false;
 };
 
-// Work items a plan within `limits` can have (the fixed-shape work list's length): a
-// sequence of q > decode rows makes at most ceil(q / tile_rows) + 1 items (its first tile
-// may start up to tile_rows - 1 rows before its first token to align on a layout block).
+// Work items a plan within `limits` can have (the fixed-shape work list's length, the size
+// of a reusable batch's device work list): a sequence of q rows makes at most
+// floor(q / tile_rows) + 2 items (its first tile may start up to tile_rows - 1 rows before
+// its first token to align on a layout block).
 int64_t max_work_items(const BatchLimits &limits, int32_t tile_rows);
 
 // What sizes a launch's grids; the plan's own values unless it is planned for fixed shapes.

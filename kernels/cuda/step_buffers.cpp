@@ -100,6 +100,9 @@ void StepBuffers::upload(const BatchPlan &plan, void *stream_ptr) {
   const bool fixed = limits_.fixed_launch_shape;
   const int32_t n = plan.num_seqs;
   const int32_t seqs = fixed ? limits_.max_seqs : n;
+  // The work region was sized by max_work_items: a longer list would overrun the table.
+  check(static_cast<int64_t>(plan.work.size()) <= max_work_items(limits_, plan.tile_rows), Errc::Internal,
+        "the plan has ", plan.work.size(), " work items, more than the batch's buffers hold");
   int32_t *qs = reinterpret_cast<int32_t *>(s.host);
   int32_t *ctx = reinterpret_cast<int32_t *>(s.host + off_context_);
   WorkItem *work = reinterpret_cast<WorkItem *>(s.host + off_work_);
