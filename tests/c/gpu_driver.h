@@ -20,6 +20,7 @@ typedef int (*cu_htod_t)(unsigned long long, const void *, size_t);
 typedef int (*cu_dtoh_t)(void *, unsigned long long, size_t);
 typedef int (*cu_memset_t)(unsigned long long, unsigned char, size_t);
 typedef int (*cu_sync_t)(void);
+typedef int (*cu_attr_t)(int *, int, int);
 
 static struct {
   cu_alloc_t alloc;
@@ -28,6 +29,7 @@ static struct {
   cu_dtoh_t dtoh;
   cu_memset_t memset8;
   cu_sync_t sync;
+  int compute_capability; /* of device 0: 10 * major + minor, e.g. 90 */
 } cu;
 
 /* Skips the test unless bspa sees a GPU and the driver API is loadable. */
@@ -47,13 +49,19 @@ static inline void need_gpu(void) {
   cu.dtoh = (cu_dtoh_t)dlsym(lib, "cuMemcpyDtoH_v2");
   cu.memset8 = (cu_memset_t)dlsym(lib, "cuMemsetD8_v2");
   cu.sync = (cu_sync_t)dlsym(lib, "cuCtxSynchronize");
-  cr_assert(init && dev_get && retain && set && cu.alloc && cu.free && cu.htod && cu.dtoh && cu.memset8 && cu.sync);
+  cu_attr_t attr = (cu_attr_t)dlsym(lib, "cuDeviceGetAttribute");
+  cr_assert(init && dev_get && retain && set && cu.alloc && cu.free && cu.htod && cu.dtoh && cu.memset8 && cu.sync &&
+            attr);
   int dev = 0;
   void *ctx = NULL;
   cr_assert_eq(init(0), 0);
   cr_assert_eq(dev_get(&dev, 0), 0);
   cr_assert_eq(retain(&ctx, dev), 0); /* the runtime inside bspa uses the primary context too */
   cr_assert_eq(set(ctx), 0);
+  int major = 0, minor = 0; /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR */
+  cr_assert_eq(attr(&major, 75, dev), 0);
+  cr_assert_eq(attr(&minor, 76, dev), 0);
+  cu.compute_capability = 10 * major + minor;
 }
 
 static inline void *to_device(const void *host, size_t bytes) {

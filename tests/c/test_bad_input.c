@@ -7,7 +7,7 @@
  * Use after the parent was destroyed is not tested: the header makes such handles invalid
  * (bspa_pool_destroy invalidates its sequences; batches must go before their sequences),
  * so there is nothing the library could check. The closest checkable misuse, a handle of
- * another pool, is covered. Each family's number of cases is printed (281 in all). */
+ * another pool, is covered. Each function's number of cases is printed (291 in all). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -234,7 +234,7 @@ static void library_cases(env *e) {
   BAD(e, BSPA_ERR_NOT_SUPPORTED, "device_type", bspa_device_count(-1, &count));
 }
 
-static void pool_cases(env *e) {
+static void pool_create_cases(env *e) {
   bspa_pool_options o;
   BAD(e, BSPA_ERR_NULL_POINTER, "options", bspa_pool_options_init(NULL));
   EXPECT_OK(bspa_pool_options_init(&o));
@@ -308,8 +308,9 @@ static void pool_cases(env *e) {
     }
   }
 #undef POOL_FIELD
+}
 
-  NOOP(e, bspa_pool_destroy(NULL));
+static void pool_kv_cases(env *e) {
   DLTensor k, v;
   memset(&k, 0x5a, sizeof k);
   memset(&v, 0x5a, sizeof v);
@@ -319,14 +320,17 @@ static void pool_cases(env *e) {
   BAD(e, BSPA_ERR_OUT_OF_RANGE, "layer", bspa_pool_kv(e->P, INT32_MIN, &k, NULL));
   BAD(e, BSPA_ERR_INVALID_STATE, "num_layers", bspa_pool_kv(e->Z, 0, &k, &v));
   cr_expect(k.ndim == 0x5a5a5a5a && v.ndim == 0x5a5a5a5a, "a failed bspa_pool_kv wrote a view");
+}
 
+static void pool_stats_cases(env *e) {
   struct bspa_pool_stats st;
   BAD(e, BSPA_ERR_NULL_POINTER, "pool", bspa_pool_stats(NULL, &st));
   BAD(e, BSPA_ERR_NULL_POINTER, "stats", bspa_pool_stats(e->P, NULL));
   BAD(e, BSPA_ERR_NULL_POINTER, "pool", bspa_pool_check(NULL));
+  NOOP(e, bspa_pool_destroy(NULL));
 }
 
-static void seq_cases(env *e) {
+static void seq_create_cases(env *e) {
   bspa_seq_options so;
   BAD(e, BSPA_ERR_NULL_POINTER, "options", bspa_seq_options_init(NULL));
   EXPECT_OK(bspa_seq_options_init(&so));
@@ -340,7 +344,9 @@ static void seq_cases(env *e) {
   so.salt = NULL;
   so.salt_len = 8;
   BAD_OUT(e, bspa_seq, BSPA_ERR_INVALID_ARGUMENT, "salt", bspa_seq_create(&out_, e->P, &so));
+}
 
+static void seq_match_cases(env *e) {
   int32_t tokens[128];
   for (int i = 0; i < 128; ++i) tokens[i] = 1000 + i;
   int64_t cached = -5;
@@ -351,7 +357,11 @@ static void seq_cases(env *e) {
   BAD(e, BSPA_ERR_INVALID_ARGUMENT, "n", bspa_seq_match(e->S2, tokens, INT64_MIN, &cached));
   BAD(e, BSPA_ERR_INVALID_STATE, "sequence", bspa_seq_match(e->S, tokens, 20, &cached));
   cr_expect_eq(cached, -5, "a failed bspa_seq_match wrote *cached");
+}
 
+static void seq_append_cases(env *e) {
+  int32_t tokens[128];
+  for (int i = 0; i < 128; ++i) tokens[i] = 1000 + i;
   BAD(e, BSPA_ERR_NULL_POINTER, "seq", bspa_seq_append(NULL, tokens, 1));
   BAD(e, BSPA_ERR_NULL_POINTER, "tokens", bspa_seq_append(e->S2, NULL, 1));
   BAD(e, BSPA_ERR_INVALID_ARGUMENT, "n", bspa_seq_append(e->S2, tokens, -1));
@@ -359,14 +369,18 @@ static void seq_cases(env *e) {
   BAD(e, BSPA_ERR_OUT_OF_PAGES, "pages", bspa_seq_append(e->SE, tokens, 1));          /* exhausted pool */
   BAD(e, BSPA_ERR_OUT_OF_PAGES, "pages", bspa_seq_append(e->S2, tokens, 3 * PS + 1)); /* 4 pages, 2 left */
   BAD(e, BSPA_ERR_OUT_OF_PAGES, "pages", bspa_seq_append(e->S, tokens, 3 * PS));      /* 20 -> 68 tokens: 5 pages */
+}
 
+static void seq_commit_cases(env *e) {
   BAD(e, BSPA_ERR_NULL_POINTER, "seq", bspa_seq_commit(NULL, 0));
   BAD(e, BSPA_ERR_INVALID_ARGUMENT, "computed", bspa_seq_commit(e->S, PS - 1));
   BAD(e, BSPA_ERR_INVALID_ARGUMENT, "computed", bspa_seq_commit(e->S, -1));
   BAD(e, BSPA_ERR_INVALID_ARGUMENT, "computed", bspa_seq_commit(e->S, PS + T + 1));
   BAD(e, BSPA_ERR_INVALID_ARGUMENT, "computed", bspa_seq_commit(e->S2, 1));
   BAD(e, BSPA_ERR_INVALID_ARGUMENT, "computed", bspa_seq_commit(e->S, INT64_MAX));
+}
 
+static void seq_pages_cases(env *e) {
   int32_t pages[4] = {-7, -7, -7, -7};
   int64_t n = -3;
   BAD(e, BSPA_ERR_NULL_POINTER, "seq", bspa_seq_pages(NULL, pages, 4, &n));
@@ -376,14 +390,16 @@ static void seq_cases(env *e) {
   BAD(e, BSPA_ERR_BUFFER_TOO_SMALL, "capacity", bspa_seq_pages(e->S, pages, 1, &n));
   cr_expect(n == 2 && pages[0] == -7, "BUFFER_TOO_SMALL must report the count (%lld) and leave pages alone",
             (long long)n);
+}
 
+static void seq_info_cases(env *e) {
   struct bspa_seq_info info;
   BAD(e, BSPA_ERR_NULL_POINTER, "seq", bspa_seq_info(NULL, &info));
   BAD(e, BSPA_ERR_NULL_POINTER, "info", bspa_seq_info(e->S, NULL));
   NOOP(e, bspa_seq_destroy(NULL));
 }
 
-static void layout_cases(env *e) {
+static void layout_strided_cases(env *e) {
   bspa_layout_strided_options lo;
   BAD(e, BSPA_ERR_NULL_POINTER, "options", bspa_layout_strided_options_init(NULL));
   EXPECT_OK(bspa_layout_strided_options_init(&lo));
@@ -412,11 +428,15 @@ static void layout_cases(env *e) {
   STRIDED(head_begin, 1, BSPA_ERR_INVALID_ARGUMENT, "num_heads_total"); /* 1 + 32 > 32 */
   STRIDED(head_begin, INT32_MAX, BSPA_ERR_INVALID_ARGUMENT, "num_heads_total");
 #undef STRIDED
+}
 
+static void layout_dense_cases(env *e) {
   BAD(e, BSPA_ERR_NULL_POINTER, "layout", bspa_layout_create_dense(NULL, 4));
   BAD_OUT(e, bspa_layout, BSPA_ERR_INVALID_ARGUMENT, "num_heads", bspa_layout_create_dense(&out_, 0));
   BAD_OUT(e, bspa_layout, BSPA_ERR_INVALID_ARGUMENT, "num_heads", bspa_layout_create_dense(&out_, -4));
+}
 
+static void layout_csr_cases(env *e) {
   /* CSR over 2 heads, 2 rows: head h row r holds {0..r}. */
   const int32_t crow[6] = {0, 1, 3, 3, 4, 6}, col[6] = {0, 0, 1, 0, 0, 1};
   int32_t c2[6], k2[6];
@@ -444,7 +464,9 @@ static void layout_cases(env *e) {
   }
 #undef CSR
 #undef SPOIL
+}
 
+static void layout_allowed_cases(env *e) {
   int32_t allowed = -3;
   BAD(e, BSPA_ERR_NULL_POINTER, "layout", bspa_layout_allowed(NULL, 0, 0, 0, &allowed));
   BAD(e, BSPA_ERR_NULL_POINTER, "allowed", bspa_layout_allowed(e->dense4, 0, 0, 0, NULL));
@@ -752,9 +774,9 @@ static void paged_cases(env *e) {
   reset_tensors(e);
 }
 
-/* One Test per function family, each over a fresh environment, so one failing case hides
- * no other family's. Each family has a floor on its case count: the table cannot shrink
- * unnoticed. */
+/* One Test per public function (a constructor with its options' init; a destroy with the
+ * last queries of its type), each over a fresh environment, so one failing case hides no
+ * other function's. Each has a floor on its case count: the table cannot shrink unnoticed. */
 static void run_cases(void (*cases)(env *), const char *family, int at_least) {
   static env e;
   g_cases = 0;
@@ -765,11 +787,21 @@ static void run_cases(void (*cases)(env *), const char *family, int at_least) {
   cr_expect_geq(g_cases, at_least, "the %s table shrank to %d cases", family, g_cases);
 }
 
-Test(bad_input, library) { run_cases(library_cases, "library", 3); }
-Test(bad_input, pool) { run_cases(pool_cases, "pool", 40); }
-Test(bad_input, seq) { run_cases(seq_cases, "seq", 33); }
-Test(bad_input, layout) { run_cases(layout_cases, "layout", 47); }
-Test(bad_input, batch) { run_cases(batch_cases, "batch", 16); }
-Test(bad_input, kv_write) { run_cases(kv_write_cases, "kv_write", 34); }
-Test(bad_input, prefill) { run_cases(prefill_cases, "prefill", 41); }
+Test(bad_input, device_count) { run_cases(library_cases, "device_count", 3); }
+Test(bad_input, pool_create) { run_cases(pool_create_cases, "pool_create", 31); }
+Test(bad_input, pool_kv) { run_cases(pool_kv_cases, "pool_kv", 5); }
+Test(bad_input, pool_stats_check_destroy) { run_cases(pool_stats_cases, "pool_stats_check_destroy", 4); }
+Test(bad_input, seq_create) { run_cases(seq_create_cases, "seq_create", 6); }
+Test(bad_input, seq_match) { run_cases(seq_match_cases, "seq_match", 6); }
+Test(bad_input, seq_append) { run_cases(seq_append_cases, "seq_append", 7); }
+Test(bad_input, seq_commit) { run_cases(seq_commit_cases, "seq_commit", 6); }
+Test(bad_input, seq_pages) { run_cases(seq_pages_cases, "seq_pages", 5); }
+Test(bad_input, seq_info_destroy) { run_cases(seq_info_cases, "seq_info_destroy", 3); }
+Test(bad_input, layout_strided) { run_cases(layout_strided_cases, "layout_strided", 19); }
+Test(bad_input, layout_dense) { run_cases(layout_dense_cases, "layout_dense", 3); }
+Test(bad_input, layout_csr) { run_cases(layout_csr_cases, "layout_csr", 16); }
+Test(bad_input, layout_allowed_destroy) { run_cases(layout_allowed_cases, "layout_allowed_destroy", 9); }
+Test(bad_input, batch_create_destroy) { run_cases(batch_cases, "batch_create_destroy", 16); }
+Test(bad_input, kv_write) { run_cases(kv_write_cases, "kv_write", 39); }
+Test(bad_input, prefill) { run_cases(prefill_cases, "prefill", 46); }
 Test(bad_input, prefill_paged) { run_cases(paged_cases, "prefill_paged", 67); }

@@ -21,8 +21,22 @@ typedef struct gcase {
   int d, hq, hkv, ps, layout; /* layout: 0 dense, 1 strided, 2 CSR */
   int ns;
   int ctx[8], q[8];
-  int workspace; /* bspa_paged_args.workspace on the GPU: 0 none, 1 full size, 2 a quarter */
+  int workspace;  /* bspa_paged_args.workspace on the GPU: 0 none, 1 full size, 2 a quarter */
+  int must_split; /* 1: the launch must have split (written its poisoned workspace) */
 } gcase;
+
+/* Whether the launch wrote any of the first `bytes` of its workspace, which was poisoned
+ * with 0x7f: the kernels touch it only when they split (the counters of the Hopper
+ * prefill's tail split come first; a decode split's partials do, where it runs alone). */
+static int workspace_written(const void *dws, size_t bytes) {
+  unsigned char *h = malloc(bytes);
+  cr_assert(h != NULL);
+  from_device(h, dws, bytes);
+  int written = 0;
+  for (size_t i = 0; i < bytes && !written; ++i) written = h[i] != 0x7f;
+  free(h);
+  return written;
+}
 
 static uint16_t half_of(bspa_dtype dt, float f) {
   return dt == BSPA_DTYPE_BF16 ? test_f32_to_bf16(f) : test_f32_to_f16(f);
@@ -128,6 +142,9 @@ static void run_case(const gcase *c, test_rng *rng) {
     EXPECT_OK(bspa_prefill_paged(&a, NULL));
     if (gpu) {
       cr_assert_eq(cu.sync(), 0);
+      if (c->must_split)
+        cr_assert(dws && workspace_written(dws, ws_bytes < 65536 ? ws_bytes : 65536),
+                  "the launch did not split (its workspace is untouched)");
       cr_assert_eq(cu.dtoh(gout, (unsigned long long)(uintptr_t)dout, q_elems * 2), 0);
       cr_assert_eq(cu.dtoh(glse, (unsigned long long)(uintptr_t)dlse, (size_t)c->hq * T * 4), 0);
       void *ptrs[] = {dk, dv, dq, dout, dlse, dbt, dqs, dcl};
@@ -170,7 +187,8 @@ Test(gpu_prefill, unaligned_contexts_match_cpu) {
                1,
                {1024 + mods[i] - 64 * (i % 3)},
                {64 - mods[i] + (i % 2 ? 70 : 0)},
-               i % 2};
+               i % 2,
+               0};
     run_case(&c, &rng);
   }
 }
@@ -188,18 +206,34 @@ Test(gpu_prefill, mixed_batch_with_decode_rows) {
                6,
                {0, 1000, 63, 2047, 500, 0},
                {300, 1, 200, 1, 129, 1},
-               layout != 1};
+               layout != 1,
+               0};
     run_case(&c, &rng);
   }
 }
 
 /* Few query tiles over a long context: the last round splits, with units that list their
- * key tiles in two passes (over 512 tiles of 64), from a full and a quarter workspace. */
+ * key tiles in two passes (over 512 tiles of 64), from a full and a quarter workspace. The
+ * split is the Hopper prefill's (compute capability 9.0, unless BSPA_CUDA_PATH=sm80);
+ * elsewhere only the result is checked. */
 Test(gpu_prefill, split_tail_over_a_long_context) {
   need_gpu();
   test_rng rng = {test_seed()};
+  const char *path = getenv("BSPA_CUDA_PATH"); /* sm80 forces the other family */
+  const int hopper_prefill = cu.compute_capability == 90 && !(path && strcmp(path, "sm80") == 0);
   for (int ws = 1; ws <= 2; ++ws) {
-    gcase c = {BSPA_DTYPE_BF16, 128, 4, 1, 64, 1, 1, {33000}, {300}, ws};
+    gcase c = {BSPA_DTYPE_BF16, 128, 4, 1, 64, 1, 1, {33000}, {300}, ws, hopper_prefill};
+    run_case(&c, &rng);
+  }
+}
+
+/* One decode row over a long context: its (sequence, KV head) items are far fewer than
+ * the SMs, so the decode kernel splits the key range and merges the parts (any device). */
+Test(gpu_prefill, decode_split_over_a_long_context) {
+  need_gpu();
+  test_rng rng = {test_seed()};
+  for (int ws = 1; ws <= 2; ++ws) {
+    gcase c = {BSPA_DTYPE_BF16, 128, 8, 2, 64, 1, 1, {32767 - 64 * ws}, {1}, ws, 1};
     run_case(&c, &rng);
   }
 }
