@@ -82,6 +82,21 @@ void define(CLI::App &app, Options &o, std::string &user_tokens, std::string &ge
   app.add_option("--max-seqs", o.max_seqs, "sequences in flight at most (vLLM's max_num_seqs)")
       ->check(CLI::Range(1, 1 << 20))
       ->group(g);
+  auto *launch = app.add_option("--launch", o.launch,
+                                "how a step's launches are issued: batch = a one-step batch per step "
+                                "(bspa_batch_create/destroy); plan = one reusable batch re-planned every step "
+                                "(bspa_batch_plan); fixed = fixed-shape reusable batches, one per bucket of step sizes "
+                                "(max_tokens 1, 2, 4, ... up to --step-tokens); all eager")
+                     ->check(CLI::IsMember({"batch", "plan", "fixed"}))
+                     ->group(g);
+  app.add_flag("--graphs", o.graphs,
+               "CUDA only: the fixed buckets, and each bucket's kv_write + prefill of every layer captured "
+               "once in a CUDA graph (after one eager launch), replayed for its later steps after "
+               "re-planning (only the plan changes between replays: sequences, lengths, page tables, "
+               "decode vs prefill rows, within the bucket's limits); replays on checked steps compared "
+               "bitwise with an eager launch of the same plan")
+      ->excludes(launch)
+      ->group(g);
   app.add_option("--verify-every", o.verify_every,
                  "compare every row the engine computed for every N-th turn with a full recompute")
       ->check(CLI::Range(1, 1 << 20))
@@ -175,6 +190,9 @@ bool parse_options(int argc, char **argv, Options &o, bool *help) {
     if (o.model.head_dim % 2 != 0)
       throw CLI::ValidationError("--head-dim = " + std::to_string(o.model.head_dim) + " must be even (rotary pairs)");
     if (o.workload.user_min < 1) throw CLI::ValidationError("--user-tokens: each turn needs at least one new token");
+    if (!o.trace.empty() && (o.graphs || app.count("--launch") > 0))
+      throw CLI::ValidationError(std::string(o.graphs ? "--graphs" : "--launch") +
+                                 ": the synthetic workload's engine loop only (--trace replays without it)");
   } catch (const CLI::CallForHelp &) {
     *help = true;
   } catch (const CLI::ParseError &e) {

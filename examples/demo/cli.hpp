@@ -25,6 +25,9 @@ struct Options {
   int32_t step_tokens = 512;  // token budget of a step (decode rows + prefill chunks)
   int32_t max_seqs = 16;      // sequences in flight at most
   int32_t verify_every = 1;   // every N-th turn's rows are compared with a full recompute
+  // How a step's launches are issued (step_runner.hpp): batch | plan | fixed.
+  std::string launch = "plan";
+  bool graphs = false;  // CUDA graphs per bucket of step sizes (implies fixed; CUDA only)
 
   std::string trace;                    // Mooncake JSONL file: replay it instead of the synthetic workload
   int64_t max_requests = 0;             // trace: replay only the first N requests (0 = all)

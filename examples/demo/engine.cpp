@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 
 #include "clock.hpp"
@@ -11,6 +12,40 @@
 
 namespace demo {
 
+namespace {
+
+// The runner's limits from the demo's options: the step budget, the sequences in flight and
+// the workload's longest sequence (its prompt and generated tokens; at most the pool's pages).
+RunnerOptions runner_options(const Options &o, const Workload &w, bspa_pool *pool) {
+  RunnerOptions r;
+  r.mode = o.launch == "batch"               ? LaunchMode::Batch
+           : o.launch == "fixed" || o.graphs ? LaunchMode::Fixed
+                                             : LaunchMode::Plan;
+  r.graphs = o.graphs;
+  r.max_seqs = o.max_seqs;
+  r.max_tokens = o.step_tokens;
+  int64_t longest = 1;
+  for (const Turn &t : w.turns) longest = std::max<int64_t>(longest, t.prompt_tokens + t.generate);
+  struct bspa_pool_stats st;
+  DEMO_OK(bspa_pool_stats(pool, &st));
+  r.max_seq_tokens = std::max<int64_t>(1, std::min<int64_t>(longest, st.pages_total * o.page_size));
+  return r;
+}
+
+const char *launch_name(const Options &o) { return o.graphs ? "graphs" : o.launch.c_str(); }
+
+// FNV-1a, 64 bits, over a token id's 4 bytes (little-endian).
+uint64_t fnv1a(uint64_t h, int32_t token) {
+  const uint32_t u = static_cast<uint32_t>(token);
+  for (int i = 0; i < 4; ++i) {
+    h ^= (u >> (8 * i)) & 0xffu;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+}  // namespace
+
 Engine::Engine(const Options &o, const Workload &w, bspa_pool *pool, const AttentionSetup &setup, Report &report)
     : o_(o),
       w_(w),
@@ -18,7 +53,7 @@ Engine::Engine(const Options &o, const Workload &w, bspa_pool *pool, const Atten
       setup_(setup),
       report_(report),
       buffers_(setup.device, setup.dtype, setup.model->shape(), o.step_tokens),
-      runner_(make_eager_runner(pool, setup, buffers_)),
+      runner_(make_runner(pool, setup, buffers_, runner_options(o, w, pool))),
       oracle_(o.page_size),
       progress_(static_cast<int64_t>(w.turns.size()), "turns", o.progress),
       conversations_(static_cast<size_t>(o.workload.conversations)),
@@ -26,6 +61,7 @@ Engine::Engine(const Options &o, const Workload &w, bspa_pool *pool, const Atten
   for (Conversation &c : conversations_) c.history = w.system;
   report_.engine.step_tokens = o.step_tokens;
   report_.engine.max_seqs = o.max_seqs;
+  report_.engine.launch = launch_name(o);
 }
 
 void Engine::fail(const std::string &what) {
@@ -169,6 +205,30 @@ void Engine::step(const std::vector<Row> &rows) {
   const double t2 = now_s();
   LayerOutputs out;
   for (int32_t layer = 0; layer < m.num_layers; ++layer) out.push_back(buffers_.download_out(layer));
+  // A replayed graph against an eager launch of the same plan into the same buffers, on the
+  // steps with rows of a checked turn: bitwise (untimed).
+  bool sampled = false;
+  for (const Row &row : rows) sampled = sampled || row.request->check;
+  if (runner_->replayed() && sampled) {
+    for (int32_t layer = 0; layer < m.num_layers; ++layer) buffers_.poison_out(layer);
+    synchronize(setup_.device);
+    runner_->launch_eager();
+    synchronize(setup_.device);
+    int32_t differ = -1;
+    for (int32_t layer = 0; layer < m.num_layers && differ < 0; ++layer) {
+      const std::vector<float> eager = buffers_.download_out(layer);
+      const std::vector<float> &replay = out[static_cast<size_t>(layer)];
+      if (eager.size() != replay.size() ||
+          (!eager.empty() && std::memcmp(eager.data(), replay.data(), eager.size() * sizeof(float)) != 0))
+        differ = layer;
+    }
+    e.graph_checks += 1;
+    if (differ >= 0) {
+      e.graph_mismatches += 1;
+      fail("step " + std::to_string(e.steps + 1) + " (" + std::to_string(total) + " rows): layer " +
+           std::to_string(differ) + ": the CUDA graph's outputs differ from an eager launch of the same plan");
+    }
+  }
   runner_->release();
   const double t3 = now_s();
   for (const Row &row : rows) {
@@ -178,11 +238,13 @@ void Engine::step(const std::vector<Row> &rows) {
   const double commit_s = now_s() - t3;
   const StepCallTimes &calls = runner_->times();
   e.steps += 1;
-  e.step_times.push_back(t2 - t0 + calls.release_s + commit_s);
+  e.step_times.push_back(t2 - t0 - calls.capture_s + calls.release_s + commit_s);
   e.host_times.push_back(calls.total() + commit_s);
   e.step_s += e.step_times.back();
+  e.capture_s += calls.capture_s;
   report_.with_cache.kv_write_s += calls.kv_write_s;
-  report_.with_cache.prefill_s += calls.prefill_s + (t2 - t1);  // the wait for the device: the launches' work
+  // The wait for the device: the launches' work (a replay's too).
+  report_.with_cache.prefill_s += calls.prefill_s + calls.replay_s + (t2 - t1);
 
   // Per row: keep the outputs to check, advance, and sample the next token where the
   // row ends a prompt or is a decode row.
@@ -209,6 +271,7 @@ void Engine::step(const std::vector<Row> &rows) {
       std::vector<const float *> last;
       for (const auto &layer : out) last.push_back(layer.data() + (first - 1) * row_len);
       r.generated.push_back(next_token(last, row_len, o_.workload.vocab));
+      e.token_digest = fnv1a(e.token_digest, r.generated.back());
     }
     if (static_cast<int32_t>(r.generated.size()) >= turn.generate) {
       ended.push_back(&r);
@@ -219,6 +282,11 @@ void Engine::step(const std::vector<Row> &rows) {
     r.tokens.push_back(r.generated.back());
   }
   e.mixed_steps += prefill && decode;
+  // Reusable batches keep their last plan's sequences: let go of them before the ended
+  // turns' sequences are destroyed, so their pages are freed or cached now (as after a
+  // one-step batch), not at the next plan; admission and eviction then see the same pool
+  // whatever the launch mode.
+  if (!ended.empty()) runner_->drop_sequences();
   for (Request *r : ended) finish(*r);
   running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto &r) { return !r->seq; }),
                  running_.end());
@@ -307,6 +375,7 @@ void Engine::run() {
         std::max<int64_t>(report_.engine.max_in_flight, static_cast<int64_t>(running_.size()));
     step(rows);
   }
+  report_.engine.runner = runner_->stats();
   progress_.finish();
 }
 

@@ -3,8 +3,9 @@
 // has a token budget, running sequences come first (a decode row takes one token, a
 // prefill takes a chunk of its prompt) and waiting turns are admitted, prefix cache
 // matched first, with what is left. Every row of a step goes through one plan and one
-// kv write and attention launch per layer (StepRunner); the step commits; a prompt's
-// last row and every decode row yield the next token (next_token). When a turn ends,
+// kv write and attention launch per layer (StepRunner: how, --launch and --graphs say);
+// the step commits; a prompt's last row and every decode row yield the next token
+// (next_token, also hashed into the run's token digest). When a turn ends,
 // every row the engine computed for it is compared with a full recompute without the
 // cache over the same tokens.
 #pragma once

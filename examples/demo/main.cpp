@@ -54,6 +54,18 @@ int main(int argc, char **argv) {
   try {
     demo::Device device;
     if (!choose_device(options, device, report.device)) return 3;
+    // CUDA graphs need the CUDA device (and a demo built with the CUDA runtime): a bad flag.
+    bool graphs_ok = device.cuda();
+#ifndef BSPA_HAVE_CUDA
+    graphs_ok = false;
+#endif
+    if (options.graphs && !graphs_ok) {
+      std::fprintf(stderr,
+                   "bspa-demo: --graphs replays CUDA graphs and needs the CUDA device, but this run is on %s%s\n"
+                   "(use --launch plan or --launch fixed for the same steps launched eagerly; see --help)\n",
+                   report.device.c_str(), device.cuda() ? " in a bspa-demo built without the CUDA runtime" : "");
+      return 2;
+    }
     const bspa_dtype dtype = choose_dtype(options, device);
     report.dtype = demo::dtype_name(dtype);
     report.page_size = options.page_size;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +34,19 @@ double quantile(std::vector<double> xs, double q) {
 }
 
 double per_s(int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; }
+
+std::string hex64(uint64_t x) {
+  char buf[19];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(x));
+  return buf;
+}
+
+// "1, 2, 4 .. 37": the buckets' max_tokens.
+std::string bucket_list(const RunnerStats &s) {
+  std::string out;
+  for (size_t i = 0; i < s.bucket_rows.size(); ++i) out += (i ? ", " : "") + std::to_string(s.bucket_rows[i]);
+  return out;
+}
 
 }  // namespace
 
@@ -70,6 +84,24 @@ void print_summary(const Report &r, bool attention_skipped) {
         "host time per step  median %.3f ms, p90 %.3f ms (the bspa calls as the host sees them; on the\n"
         "                    CPU backend the attention runs inside them)\n",
         1e3 * quantile(e.host_times, 0.5), 1e3 * quantile(e.host_times, 0.9));
+    const RunnerStats &rs = e.runner;
+    if (e.launch == "batch")
+      std::printf("launches            batch: a one-step batch per step (bspa_batch_create/destroy), eager\n");
+    else if (e.launch == "plan")
+      std::printf("launches            plan: one reusable batch re-planned every step (bspa_batch_plan), eager\n");
+    else
+      std::printf(
+          "launches            %s: %lld fixed-shape reusable batches (max_tokens %s), %s;\n"
+          "                    %lld steps no bucket held, launched through a one-step batch\n",
+          e.launch.c_str(), ll(rs.buckets), bucket_list(rs).c_str(),
+          e.launch == "graphs" ? "a CUDA graph per bucket" : "eager", ll(rs.eager_fallbacks));
+    if (e.launch == "graphs")
+      std::printf(
+          "graphs              %lld captured (%.3f s, not in the step times), %lld steps replayed; %lld replays\n"
+          "                    compared bitwise with an eager launch of the same plan: %lld differ\n",
+          ll(rs.graph_captures), e.capture_s, ll(rs.graph_replays), ll(e.graph_checks), ll(e.graph_mismatches));
+    std::printf("token digest        %s (FNV-1a 64 over the %lld generated token ids, in order)\n",
+                hex64(e.token_digest).c_str(), ll(e.generated));
   }
   if (attention_skipped) {
     std::printf("attention           skipped (--no-attention)\n");
@@ -165,7 +197,22 @@ bool write_json(const Report &r, const std::string &path) {
                    {"step_ms_median", number(1e3 * quantile(e.step_times, 0.5))},
                    {"step_ms_p90", number(1e3 * quantile(e.step_times, 0.9))},
                    {"host_ms_per_step_median", number(1e3 * quantile(e.host_times, 0.5))},
-                   {"host_ms_per_step_p90", number(1e3 * quantile(e.host_times, 0.9))}};
+                   {"host_ms_per_step_p90", number(1e3 * quantile(e.host_times, 0.9))},
+                   {"launch", e.launch},
+                   {"token_digest", hex64(e.token_digest)}};
+    if (e.launch == "fixed" || e.launch == "graphs") {
+      Json buckets = Json::array();
+      for (size_t i = 0; i < e.runner.bucket_rows.size(); ++i)
+        buckets.push_back({{"max_tokens", e.runner.bucket_rows[i]}, {"steps", e.runner.bucket_steps[i]}});
+      j["engine"]["buckets"] = buckets;
+      j["engine"]["eager_fallback_steps"] = e.runner.eager_fallbacks;
+    }
+    if (e.launch == "graphs")
+      j["engine"]["graphs"] = {{"captured", e.runner.graph_captures},
+                               {"capture_s", number(e.capture_s)},
+                               {"replayed_steps", e.runner.graph_replays},
+                               {"checked_against_eager", e.graph_checks},
+                               {"mismatches", e.graph_mismatches}};
   }
   j["cache_checks"] = r.cache_checks;
   j["isolation_probes"] = r.isolation_probes;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention.hpp"
+#include "step_runner.hpp"
 
 namespace demo {
 
@@ -24,6 +25,14 @@ struct EngineStats {
   int64_t checked_rows = 0;                    // rows compared with a full recompute
   double step_s = 0;                           // sum of the step times
   std::vector<double> step_times, host_times;  // per step, seconds
+  std::string launch;                          // batch | plan | fixed | graphs (--launch, --graphs)
+  RunnerStats runner;
+  double capture_s = 0;          // --graphs: stream capture and instantiation (not in the step times)
+  int64_t graph_checks = 0;      // replayed steps compared bitwise with an eager launch of the plan
+  int64_t graph_mismatches = 0;  // of those, steps whose outputs differed (each a failed check)
+  // FNV-1a (64 bits) over every generated token id in the order generated: the same for the
+  // same workload, seed and outputs, so runs of different launch modes can be compared.
+  uint64_t token_digest = 0xcbf29ce484222325ull;
 };
 
 struct Report {
