@@ -291,7 +291,7 @@ func (p *Pool) PrefillF32(b *Batch, layer int, l *Layout, q, out []float32, scal
 
 // PrefillWorkspaceBytes is the size of PagedArgs.Workspace for launches on dev with
 // headDim: 0 where no launch uses one (the CPU; a GPU, build or head_dim without the
-// Hopper kernel), about 18 MB for head_dim 128 on an H200. Safe for concurrent use; the
+// Hopper kernel), about 27 MB for head_dim 128 on an H200. Safe for concurrent use; the
 // answer is fixed per device and head_dim. Errors: ErrInvalidArgument (headDim <= 0),
 // ErrNoDevice (no such CUDA device), ErrNotSupported (other device types), ErrCUDA.
 func PrefillWorkspaceBytes(dev Device, headDim int) (int, error) {

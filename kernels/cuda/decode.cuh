@@ -78,9 +78,9 @@ struct Config {
   static_assert(kRowsPerPass % 8 == 0, "a pass covers whole swizzle groups");
 };
 
+// One CTA's (sequence, KV head, key split) item; returns early for CTAs with no rows.
 template <class T, class KV, int D, int WR>
-__global__ void __launch_bounds__(128, 2)
-    decode_kernel(const __grid_constant__ cuda::AttentionParams p, const Split split) {
+__device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, const Split &split) {
   using C = Config<D, WR, KV>;
   constexpr int S = C::kStages, KW = C::kWarpKeys, RB = C::kRowBytes, SB = C::kStageBytes;
   extern __shared__ __align__(128) char smem_raw[];
@@ -531,6 +531,19 @@ __global__ void __launch_bounds__(128, 2)
   }
 }
 
+template <class T, class KV, int D, int WR>
+__global__ void __launch_bounds__(128, 2)
+    decode_kernel(const __grid_constant__ cuda::AttentionParams p, const Split split) {
+  decode_item<T, KV, D, WR>(p, split);
+#if __CUDA_ARCH__ >= 900
+  // A mixed launch starts this grid while its prefill grid runs its last CTAs
+  // (Overlap::previous): a CTA leaves only once that grid has completed, so the merge and
+  // everything after this launch on the stream still follow both grids. Launched any other
+  // way, the grid has no prerequisite and this returns at once.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Combines the split units of item (KV head blockIdx.x, sequence blockIdx.y) and stores
 // the rows and their lse. Latency bound (an item's units are a few KB), so the row
 // statistics are reduced once per row by a warp striding the units, and the outputs loop
@@ -597,11 +610,23 @@ __global__ void __launch_bounds__(128)
 
 template <class T, class KV, int D, int WR>
 void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, const Split &split,
-                 bool programmatic, cudaStream_t stream) {
+                 const Overlap &overlap, cudaStream_t stream) {
   constexpr int smem = Config<D, WR, KV>::kSmemBytes;
   cuda::allow_dynamic_smem<decode_kernel<T, KV, D, WR>>(smem, "cudaFuncSetAttribute(decode_kernel)");
-  decode_kernel<T, KV, D, WR><<<dim3(split.splits, num_kv_heads, num_seqs), 128, smem, stream>>>(p, split);
-  cuda::check_launch("decode_kernel", stream);
+  {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(split.splits, num_kv_heads, num_seqs);
+    cfg.blockDim = dim3(128);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = overlap.previous ? 1 : 0;
+    cuda::check_cuda(cudaLaunchKernelEx(&cfg, decode_kernel<T, KV, D, WR>, p, split), "launching decode_kernel");
+    cuda::check_launch("decode_kernel", stream);
+  }
   if (split.splits > 1) {
     // Programmatic dependent launch (sm90+): the merge's launch overlaps the decode grid
     // instead of following its completion (it waits in the kernel).
@@ -613,7 +638,7 @@ void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_k
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = &attr;
-    cfg.numAttrs = programmatic ? 1 : 0;
+    cfg.numAttrs = overlap.merge ? 1 : 0;
     cuda::check_cuda(cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, D>, p, split), "launching decode_merge_kernel");
     cuda::check_launch("decode_merge_kernel", stream);
   }
@@ -621,13 +646,13 @@ void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_k
 
 template <class T, class KV, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
-            const Split &split, bool programmatic, cudaStream_t stream) {
+            const Split &split, const Overlap &overlap, cudaStream_t stream) {
   if (max_rows <= 16)
-    launch_rows<T, KV, D, 1>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+    launch_rows<T, KV, D, 1>(p, num_seqs, num_kv_heads, split, overlap, stream);
   else if (max_rows <= 32)
-    launch_rows<T, KV, D, 2>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+    launch_rows<T, KV, D, 2>(p, num_seqs, num_kv_heads, split, overlap, stream);
   else
-    launch_rows<T, KV, D, 4>(p, num_seqs, num_kv_heads, split, programmatic, stream);
+    launch_rows<T, KV, D, 4>(p, num_seqs, num_kv_heads, split, overlap, stream);
 }
 
 template <int D, class KV>

@@ -41,11 +41,22 @@ size_t workspace_bytes(int32_t head_dim, int32_t sms);
 // the items alone fill half the CTA slots or there is no room.
 int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int64_t capacity_units);
 
+// What a decode launch overlaps through programmatic dependent launch (compute capability
+// 9.0+; both false elsewhere).
+struct Overlap {
+  // The merge kernel launches while the decode grid runs and waits for it in the kernel.
+  bool merge = false;
+  // The decode grid launches while the grid before it on the stream (the same call's
+  // prefill, which lets it start from its first instruction) runs its last CTAs, on the SMs
+  // that grid leaves idle. The two must touch disjoint memory (other rows of out and lse,
+  // their own parts of the split workspace); each decode CTA waits for that grid before it
+  // exits, so what follows on the stream still follows both.
+  bool previous = false;
+};
+
 // Launches the decode kernel over grid (splits, num_kv_heads, num_seqs) and, when split,
 // the merge. max_rows: the largest q x group of the launch (<= kMaxRows); CTAs of sequences
-// outside 1..p.decode_max_query_len new tokens exit at once. programmatic: the device
-// supports programmatic dependent launch (compute capability 9.0+), so the merge is
-// launched to overlap the decode grid's end.
+// outside 1..p.decode_max_query_len new tokens exit at once.
 // Dynamic shared memory of the instantiation that a launch of `max_rows` rows uses (the
 // same for both 16-bit element types; e4m3 pages stage bytes and widen them, so theirs
 // differs); 0 for a head_dim the kernel lacks.
@@ -55,6 +66,6 @@ size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages);
 // with p.k_scale / p.v_scale per KV head).
 template <class T, class KV, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
-            const Split &split, bool programmatic, cudaStream_t stream);
+            const Split &split, const Overlap &overlap, cudaStream_t stream);
 
 }  // namespace bspa::kernels::decode

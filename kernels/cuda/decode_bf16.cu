@@ -15,8 +15,8 @@ size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages) {
 }
 
 template void launch<__nv_bfloat16, __nv_bfloat16, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t,
-                                                       const Split &, bool, cudaStream_t);
+                                                       const Split &, const Overlap &, cudaStream_t);
 template void launch<__nv_bfloat16, __nv_bfloat16, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t,
-                                                        const Split &, bool, cudaStream_t);
+                                                        const Split &, const Overlap &, cudaStream_t);
 
 }  // namespace bspa::kernels::decode

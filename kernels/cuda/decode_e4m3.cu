@@ -4,12 +4,12 @@
 namespace bspa::kernels::decode {
 
 template void launch<__nv_bfloat16, uint8_t, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t,
-                                                 const Split &, bool, cudaStream_t);
+                                                 const Split &, const Overlap &, cudaStream_t);
 template void launch<__nv_bfloat16, uint8_t, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t,
-                                                  const Split &, bool, cudaStream_t);
-template void launch<__half, uint8_t, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool,
-                                          cudaStream_t);
+                                                  const Split &, const Overlap &, cudaStream_t);
+template void launch<__half, uint8_t, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &,
+                                          const Overlap &, cudaStream_t);
 template void launch<__half, uint8_t, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &,
-                                           bool, cudaStream_t);
+                                           const Overlap &, cudaStream_t);
 
 }  // namespace bspa::kernels::decode

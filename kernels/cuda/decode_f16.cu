@@ -3,9 +3,9 @@
 
 namespace bspa::kernels::decode {
 
-template void launch<__half, __half, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool,
-                                         cudaStream_t);
-template void launch<__half, __half, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &, bool,
-                                          cudaStream_t);
+template void launch<__half, __half, 64>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &,
+                                         const Overlap &, cudaStream_t);
+template void launch<__half, __half, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &,
+                                          const Overlap &, cudaStream_t);
 
 }  // namespace bspa::kernels::decode

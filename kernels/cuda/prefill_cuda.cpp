@@ -110,6 +110,17 @@ int32_t forced_decode_splits() {
   return n;
 }
 
+// BSPA_CUDA_OVERLAP=0 (a diagnostic, read once) launches a mixed call's decode grid after
+// its prefill grid has completed instead of overlapping the prefill's last CTAs: to time
+// the overlap against the serial launch in one process.
+bool mixed_overlap_enabled() {
+  static const bool on = [] {
+    const char *e = std::getenv("BSPA_CUDA_OVERLAP");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
 bool built_with_sm90a() { return std::strstr(BSPA_CUDA_ARCHS_STRING, "90a") != nullptr; }
 
 // Compute capability 9.0 (sm_90a code runs on nothing else), cached per device.
@@ -130,8 +141,9 @@ bool device_is_sm90(int device) {
   return yes;
 }
 
-void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t stream, int device) {
-  if (p.work && p.num_work <= 0) return;
+// Returns whether it launched a grid (none for an empty work list or no query tiles).
+bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t stream, int device) {
+  if (p.work && p.num_work <= 0) return false;
   const bool e4m3 = p.kv.kv_dtype == DType::FP8_E4M3;
 
   // 128-row query tiles halve the K/V traffic per row; short queries (decode, small
@@ -156,7 +168,7 @@ void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
     grid = dim3(p.num_q_heads, static_cast<unsigned>(y), 1);
   } else {
     const int64_t tiles = (static_cast<int64_t>(p.max_query_len) + bm - 1) / bm;
-    if (tiles == 0) return;
+    if (tiles == 0) return false;
     check(tiles <= 65535 && p.num_seqs <= 65535, Errc::NotSupported,
           "the CUDA prefill launches at most 65535 query tiles per sequence and 65535 sequences");
     grid = dim3(p.num_q_heads, static_cast<unsigned>(tiles), p.num_seqs);
@@ -171,24 +183,32 @@ void launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
   } else {
     dispatch_kv<__half>(prm, e4m3, p.head_dim, bm, grid, stream);
   }
+  return true;
 }
 
 template <class T, class KV>
 void dispatch_decode(const sm80::Params &prm, int head_dim, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
-                     const decode::Split &split, bool programmatic, cudaStream_t stream) {
+                     const decode::Split &split, const decode::Overlap &overlap, cudaStream_t stream) {
   if (head_dim == 64)
-    decode::launch<T, KV, 64>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+    decode::launch<T, KV, 64>(prm, num_seqs, num_kv_heads, max_rows, split, overlap, stream);
   else
-    decode::launch<T, KV, 128>(prm, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+    decode::launch<T, KV, 128>(prm, num_seqs, num_kv_heads, max_rows, split, overlap, stream);
 }
 
 template <class T>
 void dispatch_decode_kv(const sm80::Params &prm, bool e4m3, int head_dim, int32_t num_seqs, int32_t num_kv_heads,
-                        int32_t max_rows, const decode::Split &split, bool programmatic, cudaStream_t stream) {
+                        int32_t max_rows, const decode::Split &split, const decode::Overlap &overlap,
+                        cudaStream_t stream) {
   if (e4m3)
-    dispatch_decode<T, uint8_t>(prm, head_dim, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+    dispatch_decode<T, uint8_t>(prm, head_dim, num_seqs, num_kv_heads, max_rows, split, overlap, stream);
   else
-    dispatch_decode<T, T>(prm, head_dim, num_seqs, num_kv_heads, max_rows, split, programmatic, stream);
+    dispatch_decode<T, T>(prm, head_dim, num_seqs, num_kv_heads, max_rows, split, overlap, stream);
+}
+
+// The sm90a prefill's share of the split workspace on `device` (0 where it does not run).
+size_t prefill_split_bytes(int32_t device, int32_t head_dim) {
+  if (!built_with_sm90a() || !device_is_sm90(device)) return 0;
+  return cuda::align_to_256(sm90::split_workspace_bytes(head_dim, cuda::multiprocessor_count(device)));
 }
 
 }  // namespace
@@ -203,9 +223,9 @@ int32_t cuda_decode_max_query_len() {
 
 size_t prefill_workspace_bytes_cuda(int32_t device, int32_t head_dim) {
   if (head_dim != 64 && head_dim != 128) return 0;
-  const int sms = cuda::multiprocessor_count(device);
-  const size_t prefill = built_with_sm90a() && device_is_sm90(device) ? sm90::split_workspace_bytes(head_dim, sms) : 0;
-  return std::max(prefill, decode::workspace_bytes(head_dim, sms));
+  // The prefill's part first, then the decode kernel's: a mixed launch runs both grids at
+  // once on compute capability 9.0 (decode::Overlap::previous), each in its own part.
+  return prefill_split_bytes(device, head_dim) + decode::workspace_bytes(head_dim, cuda::multiprocessor_count(device));
 }
 
 void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
@@ -277,7 +297,7 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
 
   // Routing: sequences with 1..decode_max new tokens go to the decode kernel, the others to
   // a prefill kernel, both launched here on the stream (the decode kernel after the
-  // prefill kernel: they may share the split workspace). decode_max is the planned bound,
+  // prefill kernel, overlapping its last CTAs on compute capability 9.0; below). decode_max is the planned bound,
   // lowered where the decode kernel cannot take the rows: q x group must fit its 64-row
   // tile (GQA groups over 8, MQA) and its shared memory must fit the device (GPUs with
   // under 120 KB a block: sm86/sm89). Which sequences are short is known on the host for
@@ -302,6 +322,20 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   PrefillProblem prefill = p;
   if (prefill.work && prm.decode_max_query_len != p.work_excludes_up_to) prefill.work = nullptr;
   const bool any_prefill = p.max_query_len > prm.decode_max_query_len;
+  // Both kernels on compute capability 9.0: the decode grid starts on the SMs the
+  // prefill's last CTAs leave idle (decode::Overlap::previous), so each takes its own part
+  // of the split workspace (bspa_prefill_workspace_bytes sizes both; a smaller caller
+  // workspace gives the prefill its part first and the decode what is left, or none).
+  decode::Overlap overlap;
+  overlap.merge = device_is_sm90(device.device());
+  overlap.previous = overlap.merge && any_prefill && route_decode && mixed_overlap_enabled();
+  SplitWorkspace decode_workspace = p.split;
+  if (overlap.previous && p.split.data) {
+    const size_t first = std::min(p.split.bytes, prefill_split_bytes(device.device(), p.head_dim));
+    prefill.split.bytes = first;
+    decode_workspace.bytes = p.split.bytes - first;
+    decode_workspace.data = decode_workspace.bytes ? static_cast<char *>(p.split.data) + first : nullptr;
+  }
   decode::Split split;
   if (route_decode) {
     // Rows: the launch's largest decode q (known for pool batches) times the group.
@@ -315,24 +349,25 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     const int64_t items = static_cast<int64_t>(known ? p.decode_seqs : p.num_seqs) * p.num_kv_heads;
     const int64_t indexed = static_cast<int64_t>(p.num_seqs) * p.num_kv_heads;
     const int64_t unit_bytes = decode::unit_floats(split.rows, p.head_dim) * static_cast<int64_t>(sizeof(float));
-    const int64_t capacity = p.split.data ? static_cast<int64_t>(p.split.bytes) / unit_bytes : 0;
+    const int64_t capacity = decode_workspace.data ? static_cast<int64_t>(decode_workspace.bytes) / unit_bytes : 0;
     // plan_splits bounds splits by capacity / items; pass what keeps splits * indexed within it.
     const int64_t room = indexed > 0 ? capacity / indexed * items : 0;
     split.splits = decode::plan_splits(items, p.decode_max_keys, cuda::multiprocessor_count(device.device()), room);
     // BSPA_DECODE_SPLITS=N forces N splits where the workspace has room (a diagnostic, to
     // time the split planner's choice against others).
     if (const int32_t n = forced_decode_splits(); n > 0 && n * indexed <= capacity) split.splits = n;
-    split.partials = static_cast<float *>(p.split.data);
+    split.partials = static_cast<float *>(decode_workspace.data);
   }
-  if (any_prefill) launch_prefill(prefill, prm, stream, device.device());
+  // The decode grid overlaps only a prefill grid this call launched (never a caller's
+  // kernel before it on the stream, whose results it may read).
+  const bool prefill_launched = any_prefill && launch_prefill(prefill, prm, stream, device.device());
+  overlap.previous = overlap.previous && prefill_launched;
   if (route_decode) {
-    const bool programmatic = device_is_sm90(device.device());
     if (p.dtype == DType::BF16)
-      dispatch_decode_kv<__nv_bfloat16>(prm, e4m3, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split,
-                                        programmatic, stream);
+      dispatch_decode_kv<__nv_bfloat16>(prm, e4m3, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, overlap,
+                                        stream);
     else
-      dispatch_decode_kv<__half>(prm, e4m3, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, programmatic,
-                                 stream);
+      dispatch_decode_kv<__half>(prm, e4m3, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, overlap, stream);
   }
 }
 

@@ -62,6 +62,10 @@ struct Config {
 template <class T, class KV, int D, int BM>
 __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(const __grid_constant__ Params p) {
   using C = Config<D, BM, KV>;
+#if __CUDA_ARCH__ >= 900
+  // As in prefill_sm90_kernel: a mixed launch's decode grid may start on idle SMs.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   constexpr int SB = C::kStageBytes;
   extern __shared__ __align__(128) char smem_raw[];
   char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);

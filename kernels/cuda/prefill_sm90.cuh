@@ -103,6 +103,9 @@ __global__ void __launch_bounds__(384, 1)
   // without static shared memory starts 1 KiB-aligned (swizzle atoms need it); checked.
   extern __shared__ __align__(1024) char smem[];
   if (smem_addr(smem) & 1023) __trap();
+  // A mixed launch's decode grid may start on the SMs this grid leaves idle (decode.hpp,
+  // Overlap::previous); without a dependent launch this does nothing.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   char *sQ = smem;
   char *sK = sQ + C::kQBytes;
   char *sV = sK + S * C::kTileBytes;

@@ -565,7 +565,7 @@ typedef struct bspa_batch bspa_batch;
  * of the batch may split work across SMs (see bspa_prefill_workspace_bytes: the Hopper
  * prefill's last round when fewer than 8 rounds of (128-row query tile, KV head) items
  * fill the SMs, or the decode rows' key ranges when their (sequence, KV head) items do
- * not fill the GPU), the batch also allocates that workspace (about 18 MB for head_dim
+ * not fill the GPU), the batch also allocates that workspace (about 27 MB for head_dim
  * 128 on an H200; left out, and the launches do not split, when the device has no room).
  * That is one reason its launches must not overlap (one stream at a time).
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT (n < 1 or more than the
@@ -748,7 +748,7 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
 
 /* Bytes of the optional bspa_paged_args.workspace for launches on a device of
  * `device_type` (kDLCPU or kDLCUDA) and `device_id` with `head_dim`: 0 where no launch
- * uses one (CPU; a head_dim the CUDA kernels lack), about 18 MB for head_dim 128 on an
+ * uses one (CPU; a head_dim the CUDA kernels lack), about 27 MB for head_dim 128 on an
  * H200. With it, a CUDA launch splits key ranges across SMs where its work would leave
  * SMs idle, and merges the parts: the Hopper prefill's last round of (query tile, head)
  * items (e.g. a short query over a long prefix), and decode rows whose (sequence, KV
@@ -756,7 +756,10 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
  * bench/NOTES.md). Results agree within rounding either way. A Hopper prefill launch that
  * splits first clears its counters (under 1 KB of the workspace) with cudaMemsetAsync
  * on its stream, which a CUDA graph captures like the kernel; a decode split adds a
- * second, merging kernel. Replays of graphs that share a workspace must not overlap. Any
+ * second, merging kernel. A launch with both decode rows and longer queries runs its
+ * decode kernel alongside the prefill's last CTAs on compute capability 9.0 (programmatic
+ * dependent launch; everything after the call on the stream still follows both), each in
+ * its own part of the workspace. Replays of graphs that share a workspace must not overlap. Any
  * thread; the answer is fixed per device and head_dim.
  * Errors: BSPA_ERR_NULL_POINTER (bytes), BSPA_ERR_INVALID_ARGUMENT (head_dim <= 0),
  * BSPA_ERR_NO_DEVICE (no such CUDA device), BSPA_ERR_NOT_SUPPORTED (other device types),

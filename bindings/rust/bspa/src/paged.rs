@@ -11,7 +11,7 @@ use crate::tensor::{host_tensor, Element, DL_INT32, DL_UINT8};
 
 /// Bytes of the optional workspace of [`prefill_paged`] for launches on `device` with
 /// `head_dim`: 0 where no launch uses one (the CPU; a GPU, build or head_dim without the
-/// Hopper kernel), about 18 MB for head_dim 128 on an H200. Any thread; the answer is
+/// Hopper kernel), about 27 MB for head_dim 128 on an H200. Any thread; the answer is
 /// fixed per device and head_dim.
 ///
 /// Errors: `InvalidArgument` (head_dim <= 0), `NoDevice` (no such CUDA device), `Cuda`.
