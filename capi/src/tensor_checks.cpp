@@ -1,8 +1,8 @@
 #include "capi/src/tensor_checks.hpp"
 
 #include <cstdint>
-#include <sstream>
-#include <string>
+#include <initializer_list>
+#include <ostream>
 
 #include <bspa/bspa.h>
 
@@ -13,33 +13,64 @@ namespace bspa::capi {
 
 namespace {
 
-std::string shape_string(const int64_t *shape, int ndim) {
-  std::ostringstream s;
+// Message parts that format themselves only when streamed into a failure's message.
+// check() evaluates its arguments before it tests the condition, and these strings, built
+// for every dimension of every tensor of a launch that then passed, were most of a launch's
+// host time (about 10 of 15 us per bspa_kv_write on the H200 host; bench/NOTES.md, "Engine
+// step").
+struct ShapeText {  // [2, 3, 4]
+  const int64_t *dims;
+  int ndim;
+};
+std::ostream &operator<<(std::ostream &s, const ShapeText &t) {
   s << '[';
-  for (int i = 0; i < ndim; ++i) s << (i ? ", " : "") << shape[i];
-  s << ']';
-  return s.str();
+  for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.dims[i];
+  return s << ']';
 }
+ShapeText shape_text(const int64_t *dims, int ndim) { return {dims, ndim}; }
 
-std::string expected_string(std::initializer_list<int64_t> shape) {
-  std::ostringstream s;
+struct ExpectedShapeText {  // [*, 4, 8]: -1 is any extent
+  std::initializer_list<int64_t> dims;
+};
+std::ostream &operator<<(std::ostream &s, const ExpectedShapeText &t) {
   s << '[';
   int i = 0;
-  for (int64_t d : shape) s << (i++ ? ", " : "") << (d < 0 ? std::string("*") : std::to_string(d));
-  s << ']';
-  return s.str();
+  for (int64_t d : t.dims) {
+    s << (i++ ? ", " : "");
+    if (d < 0)
+      s << '*';
+    else
+      s << d;
+  }
+  return s << ']';
 }
+ExpectedShapeText expected_text(std::initializer_list<int64_t> dims) { return {dims}; }
 
-std::string dtype_string(DLDataType d) {
-  if (d.code == BSPA_DL_FLOAT8_E4M3FN && d.bits == 8)
-    return cat("float8_e4m3fn", d.lanes != 1 ? cat("x", d.lanes) : std::string());
-  const char *code = d.code == kDLFloat    ? "float"
-                     : d.code == kDLBfloat ? "bfloat"
-                     : d.code == kDLInt    ? "int"
-                     : d.code == kDLUInt   ? "uint"
-                                           : "code";
-  return cat(code, static_cast<int>(d.bits), d.lanes != 1 ? cat("x", d.lanes) : std::string());
+struct DtypeText {  // float16, bfloat16, float8_e4m3fn, int32x4, ...
+  DLDataType d;
+};
+std::ostream &operator<<(std::ostream &s, const DtypeText &t) {
+  const DLDataType d = t.d;
+  if (d.code == BSPA_DL_FLOAT8_E4M3FN && d.bits == 8) {
+    s << "float8_e4m3fn";
+  } else {
+    const char *code = d.code == kDLFloat    ? "float"
+                       : d.code == kDLBfloat ? "bfloat"
+                       : d.code == kDLInt    ? "int"
+                       : d.code == kDLUInt   ? "uint"
+                                             : "code";
+    s << code << static_cast<int>(d.bits);
+  }
+  if (d.lanes != 1) s << 'x' << d.lanes;
+  return s;
 }
+DtypeText dtype_text(DLDataType d) { return {d}; }
+
+struct SpanText {  // [0x..., 0x...)
+  const void *begin, *end;
+};
+std::ostream &operator<<(std::ostream &s, const SpanText &t) { return s << '[' << t.begin << ", " << t.end << ')'; }
+SpanText span_text(const char *begin, const char *end) { return {begin, end}; }
 
 // Bytes of one element of any dtype (lanes included), at least 1: spans are bounded before
 // the dtype is checked, so a wrong dtype is still reported as a dtype.
@@ -52,7 +83,7 @@ TensorView view(const DLTensor *t, const char *name, std::initializer_list<int64
   check(t != nullptr, Errc::NullPointer, name, " is NULL");
   const int ndim = static_cast<int>(shape.size());
   check(t->ndim == ndim, Errc::ShapeMismatch, name, ".ndim = ", t->ndim, " but expected ", ndim, " (",
-        expected_string(shape), ")");
+        expected_text(shape), ")");
   check(t->shape != nullptr, Errc::NullPointer, name, ".shape is NULL");
   int i = 0;
   int64_t numel = 1;
@@ -61,9 +92,9 @@ TensorView view(const DLTensor *t, const char *name, std::initializer_list<int64
   uint64_t bound = 1;
   for (int64_t want : shape) {
     check(t->shape[i] >= 0 && (want < 0 || t->shape[i] == want), Errc::ShapeMismatch, name,
-          ".shape = ", shape_string(t->shape, ndim), " but expected ", expected_string(shape), " (dimension ", i, ")");
+          ".shape = ", shape_text(t->shape, ndim), " but expected ", expected_text(shape), " (dimension ", i, ")");
     check(mul_within(bound, static_cast<uint64_t>(t->shape[i] > 1 ? t->shape[i] : 1), INT64_MAX, &bound),
-          Errc::ShapeMismatch, name, ".shape = ", shape_string(t->shape, ndim),
+          Errc::ShapeMismatch, name, ".shape = ", shape_text(t->shape, ndim),
           " has more elements than int64 can count");
     numel *= t->shape[i];
     ++i;
@@ -101,7 +132,7 @@ TensorView view(const DLTensor *t, const char *name, std::initializer_list<int64
   if (numel > 0)
     check(mul_within(static_cast<uint64_t>(extent) + 1, elem, kMaxBytes, &span_bytes), Errc::ShapeMismatch, name,
           t->strides ? ".strides = " : ".shape = ",
-          t->strides ? shape_string(t->strides, ndim) : shape_string(t->shape, ndim), ": its elements span ",
+          t->strides ? shape_text(t->strides, ndim) : shape_text(t->shape, ndim), ": its elements span ",
           static_cast<uint64_t>(extent) + 1, " x ", elem, " bytes, more than the ", kMaxBytes,
           " bytes an offset may reach");
   check(add_within(t->byte_offset, span_bytes, kMaxBytes, &end_offset), Errc::InvalidArgument, name,
@@ -125,10 +156,6 @@ void check_aligned(const DLTensor *t, uint64_t elem, const char *name) {
         " is not a multiple of its ", elem, "-byte element size");
 }
 
-std::string span_string(const char *begin, const char *end) {
-  return cat("[", static_cast<const void *>(begin), ", ", static_cast<const void *>(end), ")");
-}
-
 }  // namespace
 
 TensorView view_tensor(const DLTensor *t, const char *name, std::initializer_list<int64_t> shape) {
@@ -150,11 +177,11 @@ kernels::DType attention_dtype(const DLTensor *t, const char *name) {
     else if (d.code == kDLBfloat && d.bits == 16)
       r = kernels::DType::BF16;
     else
-      fail(Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d), " is none of float32, float16, bfloat16");
+      fail(Errc::DtypeMismatch, name, ".dtype = ", dtype_text(d), " is none of float32, float16, bfloat16");
     check_aligned(t, static_cast<uint64_t>(kernels::dtype_bytes(r)), name);
     return r;
   }
-  fail(Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d), " is none of float32, float16, bfloat16");
+  fail(Errc::DtypeMismatch, name, ".dtype = ", dtype_text(d), " is none of float32, float16, bfloat16");
 }
 
 void check_dtype(const DLTensor *t, kernels::DType want, const char *name) {
@@ -162,7 +189,7 @@ void check_dtype(const DLTensor *t, kernels::DType want, const char *name) {
   const bool ok = d.lanes == 1 && ((want == kernels::DType::F32 && d.code == kDLFloat && d.bits == 32) ||
                                    (want == kernels::DType::F16 && d.code == kDLFloat && d.bits == 16) ||
                                    (want == kernels::DType::BF16 && d.code == kDLBfloat && d.bits == 16));
-  check(ok, Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d), " but expected ", kernels::dtype_name(want));
+  check(ok, Errc::DtypeMismatch, name, ".dtype = ", dtype_text(d), " but expected ", kernels::dtype_name(want));
   check_aligned(t, static_cast<uint64_t>(kernels::dtype_bytes(want)), name);
 }
 
@@ -173,28 +200,28 @@ bool is_fp8_e4m3(DLDataType d) {
 kernels::DType fp8_companion_dtype(const DLTensor *t, const char *name, const char *with) {
   const DLDataType d = t->dtype;
   const bool ok = d.lanes == 1 && d.bits == 16 && (d.code == kDLFloat || d.code == kDLBfloat);
-  check(ok, Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d), " but ", with,
+  check(ok, Errc::DtypeMismatch, name, ".dtype = ", dtype_text(d), " but ", with,
         " takes bfloat16 or float16 (only the pages are fp8_e4m3)");
   return attention_dtype(t, name);
 }
 
 void check_float32(const DLTensor *t, const char *name) {
   const DLDataType d = t->dtype;
-  check(d.lanes == 1 && d.code == kDLFloat && d.bits == 32, Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d),
+  check(d.lanes == 1 && d.code == kDLFloat && d.bits == 32, Errc::DtypeMismatch, name, ".dtype = ", dtype_text(d),
         " but expected float32");
   check_aligned(t, 4, name);
 }
 
 void check_int32(const DLTensor *t, const char *name) {
   const DLDataType d = t->dtype;
-  check(d.lanes == 1 && d.code == kDLInt && d.bits == 32, Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d),
+  check(d.lanes == 1 && d.code == kDLInt && d.bits == 32, Errc::DtypeMismatch, name, ".dtype = ", dtype_text(d),
         " but expected int32");
   check_aligned(t, 4, name);
 }
 
 void check_uint8(const DLTensor *t, const char *name) {
   const DLDataType d = t->dtype;
-  check(d.lanes == 1 && d.code == kDLUInt && d.bits == 8, Errc::DtypeMismatch, name, ".dtype = ", dtype_string(d),
+  check(d.lanes == 1 && d.code == kDLUInt && d.bits == 8, Errc::DtypeMismatch, name, ".dtype = ", dtype_text(d),
         " but expected uint8");
 }
 
@@ -213,10 +240,9 @@ void check_elements_distinct(const TensorView &v, const char *name) {
   int64_t span = 1;  // elements covered by the dimensions so far
   for (int i = 0; i < n; ++i) {
     const int d = dims[i];
-    check(v.stride[d] >= span, Errc::ShapeMismatch, name, ".strides = ", shape_string(t->strides, t->ndim),
-          " with shape ", shape_string(t->shape, t->ndim), ": dimension ", d, "'s stride ", v.stride[d],
-          " is below the ", span, " elements the smaller strides span, so its rows overlap (an output's ",
-          "elements must be distinct)");
+    check(v.stride[d] >= span, Errc::ShapeMismatch, name, ".strides = ", shape_text(t->strides, t->ndim),
+          " with shape ", shape_text(t->shape, t->ndim), ": dimension ", d, "'s stride ", v.stride[d], " is below the ",
+          span, " elements the smaller strides span, so its rows overlap (an output's ", "elements must be distinct)");
     span += (t->shape[d] - 1) * v.stride[d];  // bounded by view()'s extent check
   }
 }
@@ -224,8 +250,8 @@ void check_elements_distinct(const TensorView &v, const char *name) {
 void check_disjoint(const TensorView &a, const char *a_name, const char *begin, const char *end,
                     const char *other_name) {
   const bool overlap = a.begin < a.end && begin < end && a.begin < end && begin < a.end;
-  check(!overlap, Errc::InvalidArgument, a_name, " spans bytes ", span_string(a.begin, a.end), ", which overlap ",
-        other_name, " at ", span_string(begin, end), ": the call writes one while it reads the other");
+  check(!overlap, Errc::InvalidArgument, a_name, " spans bytes ", span_text(a.begin, a.end), ", which overlap ",
+        other_name, " at ", span_text(begin, end), ": the call writes one while it reads the other");
 }
 
 const char *device_name(int32_t device_type) {
