@@ -7,8 +7,9 @@
 //                                  exit 0 pass, 1 fail, 77 no GPU (the CTest test step_check)
 //   bench_step [--json FILE] [--commit SHA] [--reps N]
 //                                  host time per call (GPU idle before each call, median and
-//                                  p90), allocations per step, and a 32-layer decode step
-//                                  eager against its graph replay
+//                                  p90; the floor of one cudaMemsetAsync alike; the launches
+//                                  back to back as well), allocations per step, and a
+//                                  32-layer decode step eager against its graph replay
 //
 // Phi-3-small shapes: bf16, Hq 32, Hkv 8, head_dim 128, 64-token pages, the strided layout.
 #include <bspa/bspa.h>
@@ -359,6 +360,19 @@ Stat host_time(int reps, F &&call) {
   return {us[us.size() / 2], us[us.size() * 9 / 10]};
 }
 
+// Host microseconds per call of `call` issued `reps` times back to back (the GPU busy with
+// the earlier ones, no wait between calls): the host cost without an idle GPU's wake-up.
+template <class F>
+double back_to_back(int reps, F &&call) {
+  CUDA_OK(cudaDeviceSynchronize());
+  call();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) call();
+  const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / reps;
+  CUDA_OK(cudaDeviceSynchronize());
+  return us;
+}
+
 int run_bench(const std::string &json, const std::string &commit, int reps) {
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -385,6 +399,30 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
   };
   std::printf("%s, host time per call (GPU idle before each), %d calls\n", prop.name, reps);
   std::printf("%-44s %9s %9s\n", "call (64 decode sequences at 8k)", "median us", "p90 us");
+  // The floor under the same conditions: one asynchronous CUDA call that queues work, and
+  // the launch of an empty kernel (JIT-compiled from PTX) with no parameters and with a
+  // 512-byte one (bspa's kernels take their parameters by value, 200-500 bytes).
+  void *scratch = gpu::dmalloc(256);
+  add("floor: cudaMemsetAsync (4 bytes)", host_time(reps, [&] { CUDA_OK(cudaMemsetAsync(scratch, 0, 4, nullptr)); }));
+  static const char kEmptyPtx[] =
+      ".version 7.0\n.target sm_80\n.address_size 64\n"
+      ".visible .entry empty() { ret; }\n"
+      ".visible .entry empty512(.param .align 8 .b8 p[512]) { ret; }\n";
+  cudaLibrary_t empty_lib;
+  cudaKernel_t empty, empty512;
+  CUDA_OK(cudaLibraryLoadData(&empty_lib, kEmptyPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUDA_OK(cudaLibraryGetKernel(&empty, empty_lib, "empty"));
+  CUDA_OK(cudaLibraryGetKernel(&empty512, empty_lib, "empty512"));
+  struct alignas(8) Param512 {
+    char bytes[512];
+  } param{};
+  void *param_args[] = {&param};
+  add("floor: empty kernel launch", host_time(reps, [&] {
+        CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(empty), dim3(1), dim3(32), nullptr, 0, nullptr));
+      }));
+  add("floor: empty kernel launch, 512-byte parameter", host_time(reps, [&] {
+        CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(empty512), dim3(1), dim3(32), param_args, 0, nullptr));
+      }));
   bspa_batch *one = nullptr;
   add("bspa_batch_create (one step)", host_time(reps, [&] {
         bspa_batch_destroy(one);
@@ -414,7 +452,32 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
       host_time(reps, [&] { prefill(pool, reuse, 0, layout, t, false, nullptr); }));
   add("bspa_prefill (fixed shapes, decode rows)",
       host_time(reps, [&] { prefill(pool, fixed, 0, layout, tf, false, nullptr); }));
+  // The same launches back to back: what a step of many layers pays per call.
+  const double memset_b2b = back_to_back(reps, [&] { CUDA_OK(cudaMemsetAsync(scratch, 0, 4, nullptr)); });
+  const double empty_b2b = back_to_back(reps, [&] {
+    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(empty512), dim3(1), dim3(32), param_args, 0, nullptr));
+  });
+  add("back to back: empty kernel, 512-byte parameter", {empty_b2b, empty_b2b});
+  const double kv_b2b = back_to_back(reps, [&] { kv_write(pool, reuse, 0, t, nullptr); });
+  const double prefill_b2b = back_to_back(reps, [&] { prefill(pool, reuse, 0, layout, t, false, nullptr); });
+  add("back to back: cudaMemsetAsync (mean)", {memset_b2b, memset_b2b});
+  add("back to back: bspa_kv_write (mean)", {kv_b2b, kv_b2b});
+  add("back to back: bspa_prefill, decode rows (mean)", {prefill_b2b, prefill_b2b});
   const uint64_t steady_allocs = allocations_now() - a0;
+  {
+    // bspa_kv_write over a plan of no new tokens: every check, nothing launched (after the
+    // allocation count: the batch allocates).
+    bspa_batch *none = nullptr;
+    bspa_batch_options zo;
+    bspa_batch_options_init(&zo);
+    zo.max_seqs = decode_seqs, zo.max_tokens = decode_seqs, zo.max_seq_tokens = 33000;
+    BSPA_OK_OR_DIE(bspa_batch_create_reusable(&none, pool, &zo));
+    const std::vector<int32_t> zeros(decode_seqs, 0);
+    BSPA_OK_OR_DIE(bspa_batch_plan(none, seqs.data(), zeros.data(), decode_seqs, nullptr));
+    StepTensors t0(0);
+    add("bspa_kv_write, no new tokens (checks only)", host_time(reps, [&] { kv_write(pool, none, 0, t0, nullptr); }));
+    bspa_batch_destroy(none);
+  }
   std::printf("device allocations + frees across the reusable plans and launches above: %llu\n",
               static_cast<unsigned long long>(steady_allocs));
   // One 32k prefill.
@@ -433,6 +496,8 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
     add("bspa_prefill (one 32k prefill)", host_time(reps, [&] { prefill(pool, b32, 0, layout, t32, false, nullptr); }));
   }
   bspa_batch_destroy(b32);
+  CUDA_OK(cudaFree(scratch));
+  CUDA_OK(cudaLibraryUnload(empty_lib));
   bspa_seq_destroy(big);
   bspa_batch_destroy(reuse);
   bspa_batch_destroy(fixed);

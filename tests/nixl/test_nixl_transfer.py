@@ -16,6 +16,9 @@ both wrote:
      importer's READ cannot be prepared): the import aborts; the importer's stats and
      invariants are as before, nothing is published (its next turn hits nothing of it), and
      the exporter's stats are as before.
+With --device cuda[:N] (a GPU machine: bf16 CUDA pools registered as NIXL VRAM, torch inputs on
+the device) the same scenarios run between two processes on one GPU, plus a larger transfer
+(32 layers, head_dim 128) whose bandwidth is printed.
 Exit status 0 when every check holds, 1 otherwise.
 """
 
@@ -31,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "nixl" / "kv_move.py"
 PAGES, TOKENS, PAGE, LAYERS, HKV, D = 63, 63 * 64 + 17, 64, 4, 2, 64
-PAGE_BYTES = HKV * PAGE * D * 4  # one page of one region, float32
+DEVICE = "cpu"  # --device: cpu (float32 pools) or cuda[:N] (bf16 pools)
+PAGE_BYTES = HKV * PAGE * D * 4  # one page of one region: float32, or bf16 (set in main)
 failures: list[str] = []
 
 
@@ -43,7 +47,7 @@ def expect(ok: bool, what: str) -> None:
 
 def run_pair(name: str, port: int, export_args: list[str], import_args: list[str]) -> tuple[dict, dict]:
     tmp = Path(tempfile.mkdtemp(prefix=f"bspa-nixl-{name}-"))
-    common = ["--tokens", str(TOKENS), "--layers", str(LAYERS), "--page-size", str(PAGE)]
+    common = ["--tokens", str(TOKENS), "--layers", str(LAYERS), "--page-size", str(PAGE), "--device", DEVICE]
     exp_cmd = [sys.executable, str(EXAMPLE), "export", "--name", "prefill", "--port", str(port), "--peer", "decode",
                "--peer-port", str(port + 1), "--out", str(tmp / "export.json"), "--pages", "96", *common, *export_args]
     imp_cmd = [sys.executable, str(EXAMPLE), "import", "--name", "decode", "--port", str(port + 1), "--peer",
@@ -67,6 +71,11 @@ def run_pair(name: str, port: int, export_args: list[str], import_args: list[str
 
 
 def main() -> int:
+    global DEVICE, PAGE_BYTES
+    if "--device" in sys.argv:
+        DEVICE = sys.argv[sys.argv.index("--device") + 1]
+    if DEVICE != "cpu":
+        PAGE_BYTES = HKV * PAGE * D * 2  # bf16
     # 1. The whole prefix.
     e, i = run_pair("roundtrip", 5601, [], [])
     expect(e["exported_pages"] == PAGES, f"the exporter exported {e['exported_pages']} pages, expected {PAGES}")
@@ -106,6 +115,16 @@ def main() -> int:
     expect(i["next_cached"] == 0, "an aborted import published nothing")
     expect(e["stats_after_export"] == e["stats_before"], "the exporter's stats are as before")
 
+    if DEVICE != "cpu":
+        # 5. A larger prefix on the GPU: 63 pages x 32 layers x K/V, 2 KV heads x 128 dims (bf16, 126 MiB).
+        big = ["--layers", "32", "--head-dim", "128"]
+        e, i = run_pair("bandwidth", 5641, big, big)
+        expect(i["outcome"] == "committed" and e["next_digest"] == i["next_digest"],
+               "the larger prefix moved and its next turn is bitwise equal")
+        if i.get("gbytes_per_s"):
+            print(f"bandwidth: {i['moved_bytes'] / 2**20:.1f} MiB in {i['descriptors']} descriptors, "
+                  f"{i['transfer_seconds'] * 1e3:.2f} ms, {i['gbytes_per_s']:.2f} GB/s (fresh memory, first transfer)")
+
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1
@@ -114,5 +133,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("UCX_TLS", "tcp,self,sm")  # loopback only: no RDMA devices in the namespace
+    # Loopback only: no RDMA devices in the namespace; on a GPU, CUDA copies and IPC between
+    # the two processes' device memory as well.
+    cuda = "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1] != "cpu"
+    os.environ.setdefault("UCX_TLS", "tcp,self,sm,cuda_copy,cuda_ipc" if cuda else "tcp,self,sm")
     sys.exit(main())
