@@ -11,8 +11,8 @@
 // queued, each between its own pair of events, and the host waits once at the end, so an
 // event pair holds the GPU's time for one launch and not the host's argument checks.
 // --sync-each waits after every launch (the host's time from the first event to the
-// kernel's start is then inside the pair: bench/NOTES.md's method until its fourth-session
-// section); --idle-ms N also sleeps N ms after each (a cool GPU: power-cap diagnostic).
+// kernel's start is then inside the pair: the method of bench/NOTES.md's entries before
+// "v15–v19"); --idle-ms N also sleeps N ms after each (a cool GPU: power-cap diagnostic).
 // --graph replays launches captured in a CUDA graph (about 2 ms of them per replay, one
 // event pair per replay): the kernels' own time, without the per-launch gap that the
 // queued events hold (a diagnostic; the torch baselines are timed queued).

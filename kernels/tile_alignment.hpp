@@ -2,7 +2,7 @@
 // starts on a multiple of `align` (a layout block, or the smallest one), unless that takes
 // a tile more. A tile that starts on a block boundary touches fewer query blocks (two
 // 64-token blocks for 128 rows instead of three), so it lists and masks fewer key tiles
-// (bench/NOTES.md, sixth session). Shared by the batch planner (host) and the CUDA
+// (bench/NOTES.md, sm90a log, "aligned tiles"). Shared by the batch planner (host) and the CUDA
 // kernels, which place the tiles of a launch without a work list themselves.
 #pragma once
 

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(384, 1)
   // A consumer's ring position, kept as stage and phase rather than a stage count (n % S
   // and n / S cost five instructions each, several times per step). The producer keeps
   // its count: walking the ring with this measured 1% slower at 32k sparse (its divisions
-  // are off the consumers' chain; bench/NOTES.md, fifth session).
+  // are off the consumers' chain; bench/NOTES.md, sm90a log, v22 and its notes).
   struct Ring {
     int stage, phase;
     __device__ Ring advanced(int k) const {  // k <= S
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(384, 1)
       };
       const bool second = stage & 1;  // of its pair: the pair's barriers were waited for
       // K then V, written out twice: folding the two into one lambda over (ring, map,
-      // barrier, tensor) made ptxas spill (4 bytes at D64, more at D128; sixth session).
+      // barrier, tensor) made ptxas spill (4 bytes at D64, more at D128).
       if (filled >= S && !second) mbar_wait(pair_bar(empty_k, stage), parity);
       if (tma) {
         load_boxes(smem_addr(sK) + stage_off(stage), maps.k, pair_bar(full_k, stage));
@@ -566,7 +566,7 @@ __global__ void __launch_bounds__(384, 1)
   };
   // speculate: see softmax. Not for an item's first step (it always moves m) nor for masked
   // steps: their masked copy of S does not fit beside the speculation (272 bytes of spill in
-  // the key loop at v19, 200 with the sum test; bench/NOTES.md, v19 and fifth session).
+  // the key loop, 200 with the sum test; bench/NOTES.md, sm90a log, v19 and v21).
   auto run_softmax = [&](auto speculate, const Step &st, uint32_t(&P)[8][4], float(&alpha)[2]) {
     return any_masked(st.e0, st.e1) ? softmax(std::true_type{}, std::false_type{}, st.e0, st.e1, P, alpha)
                                     : softmax(std::false_type{}, speculate, st.e0, st.e1, P, alpha);
