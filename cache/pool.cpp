@@ -146,9 +146,9 @@ void Pool::destroy_sequence(Sequence *seq) noexcept {
   delete seq;
 }
 
-SequenceHold *Pool::hold_sequences_locked(const std::vector<Sequence *> &seqs) {
+SequenceHold *Pool::hold_sequences_locked(std::vector<Sequence *> seqs) {
   auto hold = std::unique_ptr<SequenceHold>(new SequenceHold);
-  hold->seqs_ = seqs;
+  hold->seqs_ = std::move(seqs);
   // Room to retire every sequence a hold has, so destroy_sequence (noexcept) cannot fail.
   retired_.reserve(retired_.size() + seqs.size());
   for (Sequence *s : hold->seqs_) ++s->batch_refs_;

@@ -140,7 +140,7 @@ class Pool {
   // mutex()), kept until release_sequences(hold) (which takes the lock itself and accepts
   // nullptr): a sequence destroyed meanwhile is retired with its pages still referenced,
   // and freed by the release. O(sequences). Throws only std::bad_alloc, before any change.
-  SequenceHold *hold_sequences_locked(const std::vector<Sequence *> &seqs);
+  SequenceHold *hold_sequences_locked(std::vector<Sequence *> seqs);
   void release_sequences(SequenceHold *hold) noexcept;
 
   // One more reference to each of `pages` (ids of pages in use by sequences the caller

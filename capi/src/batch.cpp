@@ -8,7 +8,6 @@
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <unordered_set>
 #include <vector>
 
 #include "capi/src/batch_handle.hpp"
@@ -43,23 +42,36 @@ void snapshot(Snapshot &s, bspa::cache::Pool &p, bspa_seq *const *seqs, const in
   require(query_lens, "query_lens");
   check(n >= 1, Errc::InvalidArgument, "n = ", n, " must be at least 1");
   check(p.num_layers() > 0, Errc::InvalidState, "the pool has num_layers = 0 and keeps no KV storage");
-  std::vector<bspa::cache::Sequence *> held;
-  std::lock_guard<std::mutex> lock(p.mutex());
   // Each sequence at most once, so n is bounded by the live sequences: checked before
   // anything of size n is allocated (n = INT32_MAX zero-filled 8 GB, then n + 1 overflowed).
+  // A step plans every few milliseconds: no allocation per sequence (a hash set of the
+  // handles was most of a plan's allocations); repeats are found by sorting a copy.
+  std::lock_guard<std::mutex> lock(p.mutex());
   const size_t live = p.num_sequences_locked();
   check(static_cast<size_t>(n) <= live, Errc::InvalidArgument, "n = ", n, " is more than the pool's ", live,
         " live sequences (a batch holds each sequence at most once)");
-  held.reserve(static_cast<size_t>(n));
-  s.contexts.resize(static_cast<size_t>(n));
-  s.offsets.assign(static_cast<size_t>(n) + 1, 0);
-  std::unordered_set<const bspa_seq *> seen;
-  seen.reserve(static_cast<size_t>(n));
+  std::vector<bspa::cache::Sequence *> held(static_cast<size_t>(n));
+  size_t total_pages = 0;
   for (int32_t i = 0; i < n; ++i) {
     check(seqs[i] != nullptr, Errc::NullPointer, "seqs[", i, "] is NULL");
     bspa::cache::Sequence &q = *bspa::capi::seq_of(seqs[i]);
     check(&q.pool() == &p, Errc::InvalidArgument, "seqs[", i, "] belongs to another pool");
-    check(seen.insert(seqs[i]).second, Errc::InvalidArgument, "seqs[", i, "] appears twice in the batch");
+    held[static_cast<size_t>(i)] = &q;
+    total_pages += q.page_ids().size();
+  }
+  {
+    std::vector<bspa::cache::Sequence *> sorted = held;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      for (int32_t i = 1; i < n; ++i)  // the first repeat, by index, for the message
+        check(std::find(held.begin(), held.begin() + i, held[static_cast<size_t>(i)]) == held.begin() + i,
+              Errc::InvalidArgument, "seqs[", i, "] appears twice in the batch");
+  }
+  s.contexts.resize(static_cast<size_t>(n));
+  s.offsets.assign(static_cast<size_t>(n) + 1, 0);
+  s.pages.reserve(total_pages);
+  for (int32_t i = 0; i < n; ++i) {
+    const bspa::cache::Sequence &q = *held[static_cast<size_t>(i)];
     check(query_lens[i] >= 0, Errc::InvalidArgument, "query_lens[", i, "] = ", query_lens[i], " is negative");
     const int64_t end = q.num_computed() + query_lens[i];
     check(end <= q.num_tokens(), Errc::OutOfRange, "seqs[", i, "]: computed ", q.num_computed(), " + query_lens[", i,
@@ -69,10 +81,9 @@ void snapshot(Snapshot &s, bspa::cache::Pool &p, bspa_seq *const *seqs, const in
     s.contexts[static_cast<size_t>(i)] = static_cast<int32_t>(q.num_computed());
     s.pages.insert(s.pages.end(), q.page_ids().begin(), q.page_ids().end());
     s.offsets[static_cast<size_t>(i) + 1] = static_cast<int64_t>(s.pages.size());
-    held.push_back(&q);
   }
   // Under the same lock as the snapshot: no sequence can release these pages between.
-  s.hold = p.hold_sequences_locked(held);
+  s.hold = p.hold_sequences_locked(std::move(held));
   s.owner = &p;
 }
 

@@ -1,7 +1,7 @@
 // encode_kv_maps: the TMA descriptors of the K and V pages for the sm90a producer, made
 // by the driver's cuTensorMapEncodeTiled (looked up at run time, so the library does not
-// link libcuda). Host only, once per launch (a pool's pointers and strides may change
-// from one call to the next); no stream work, so graph capture records nothing of it.
+// link libcuda), kept per thread for the launches that follow with the same pages. Host
+// only; no stream work, so graph capture records nothing of it.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -50,9 +50,71 @@ bool tma_allowed() {
   return allowed;
 }
 
+// What the descriptors of one launch are made from: equal keys give equal descriptors.
+struct MapKey {
+  const void *k, *v;
+  int64_t k_tok, k_head, k_page, v_tok, v_head, v_page, num_pages;
+  int32_t page_shift, head_dim, num_kv_heads, bf16;
+  bool operator==(const MapKey &o) const {
+    return k == o.k && v == o.v && k_tok == o.k_tok && k_head == o.k_head && k_page == o.k_page && v_tok == o.v_tok &&
+           v_head == o.v_head && v_page == o.v_page && num_pages == o.num_pages && page_shift == o.page_shift &&
+           head_dim == o.head_dim && num_kv_heads == o.num_kv_heads && bf16 == o.bf16;
+  }
+};
+
+// The last few encodings of this thread. cuTensorMapEncodeTiled is a driver call of a few
+// microseconds, twice per launch, for descriptors that only change when a launch's pages
+// do (a pool's layer, a caller's page tensors); a descriptor holds nothing but the address
+// and geometry of its key, so an entry never goes stale. Thread-local: no lock per launch.
+class MapCache {
+ public:
+  const KvTensorMaps *find(const MapKey &key) const {
+    for (const Entry &e : entries_)
+      if (e.used && e.key == key) return &e.maps;
+    return nullptr;
+  }
+  void insert(const MapKey &key, const KvTensorMaps &maps) {
+    Entry &e = entries_[next_];
+    next_ = (next_ + 1) % kEntries;
+    e.used = true;
+    e.key = key;
+    e.maps = maps;
+  }
+
+ private:
+  static constexpr int kEntries = 8;  // e.g. the K/V of a few layers launched in turn
+  struct Entry {
+    bool used = false;
+    MapKey key{};
+    KvTensorMaps maps{};
+  };
+  std::array<Entry, kEntries> entries_{};
+  int next_ = 0;
+};
+
+KvTensorMaps encode_uncached(const Params &p, bool bf16, int head_dim, int num_kv_heads);
+
 }  // namespace
 
 KvTensorMaps encode_kv_maps(const Params &p, bool bf16, int head_dim, int num_kv_heads) {
+  MapKey key;
+  key.k = p.k, key.v = p.v;
+  key.k_tok = p.k_tok, key.k_head = p.k_head, key.k_page = p.k_page;
+  key.v_tok = p.v_tok, key.v_head = p.v_head, key.v_page = p.v_page;
+  key.num_pages = p.num_pages;
+  key.page_shift = p.page_shift, key.head_dim = head_dim, key.num_kv_heads = num_kv_heads, key.bf16 = bf16;
+  thread_local MapCache cache;
+  if (const KvTensorMaps *hit = cache.find(key)) return *hit;
+  const KvTensorMaps m = encode_uncached(p, bf16, head_dim, num_kv_heads);
+  // Only what the driver encoded: a refused lookup (say, during a capture that forbids it)
+  // is tried again by the next launch.
+  if (m.valid) cache.insert(key, m);
+  return m;
+}
+
+namespace {
+
+KvTensorMaps encode_uncached(const Params &p, bool bf16, int head_dim, int num_kv_heads) {
   KvTensorMaps m{};
   const int page_size = 1 << p.page_shift;
   if (page_size < kTmaBoxTokens || p.num_pages <= 0 || !tma_allowed()) return m;
@@ -91,5 +153,7 @@ KvTensorMaps encode_kv_maps(const Params &p, bool bf16, int head_dim, int num_kv
   m.dim_tok = order[0], m.dim_head = order[1], m.dim_page = order[2];
   return m;
 }
+
+}  // namespace
 
 }  // namespace bspa::kernels::sm90
