@@ -49,7 +49,7 @@ DEVICE = "cpu"
 def kv_rows(start: int, n: int, heads: int, layer: int, which: int):
     """Stand-in for a model's projections: deterministic per (position, layer, K/V/q), so
     every engine computes the same KV for the same prompt. float32 numpy arrays for a CPU
-    pool; bf16 torch tensors on the device for a CUDA pool (not yet run on a GPU)."""
+    pool; bf16 torch tensors on the device for a CUDA pool (run on an H200: tests/nixl/test_nixl_transfer.py --device cuda)."""
     i = np.arange(start * heads * D, (start + n) * heads * D, dtype=np.float64)
     rows = np.sin(i * 0.618 + 10 * layer + which).astype(np.float32).reshape(n, heads, D)
     if DEVICE == "cpu":
