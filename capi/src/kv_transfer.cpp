@@ -4,6 +4,7 @@
 
 #include "cache/kv_transfer.hpp"
 #include "capi/src/guard.hpp"
+#include "capi/src/seq_options.hpp"
 #include "capi/src/handles.hpp"
 
 namespace {
@@ -83,18 +84,8 @@ BSPA_API bspa_status bspa_kv_export_create(bspa_kv_export **exp, bspa_pool *pool
     require(exp, "exp");
     *exp = nullptr;
     bspa::cache::Pool &p = *pool_of(require(pool, "pool"));
-    const void *salt = nullptr;
-    size_t salt_len = 0;
-    uint64_t extra_key = 0;
-    if (options) {
-      bspa::capi::check_options_version(options->version, BSPA_SEQ_OPTIONS_VERSION, "options");
-      bspa::check(options->salt != nullptr || options->salt_len == 0, Errc::InvalidArgument,
-                  "options->salt is NULL but options->salt_len = ", options->salt_len);
-      salt = options->salt;
-      salt_len = options->salt_len;
-      extra_key = options->extra_key;
-    }
-    *exp = reinterpret_cast<bspa_kv_export *>(KvExport::create(p, salt, salt_len, extra_key, tokens, n));
+    const bspa::capi::SeqKeyOptions k = bspa::capi::seq_key_options(options);
+    *exp = reinterpret_cast<bspa_kv_export *>(KvExport::create(p, k.salt, k.salt_len, k.extra_key, tokens, n));
   });
 }
 

@@ -2,6 +2,7 @@
 #include <bspa/bspa.h>
 
 #include "capi/src/guard.hpp"
+#include "capi/src/seq_options.hpp"
 #include "capi/src/handles.hpp"
 
 namespace {
@@ -25,18 +26,8 @@ BSPA_API bspa_status bspa_seq_create(bspa_seq **seq, bspa_pool *pool, const bspa
     require(seq, "seq");
     *seq = nullptr;
     bspa::cache::Pool &p = *bspa::capi::pool_of(require(pool, "pool"));
-    const void *salt = nullptr;
-    size_t salt_len = 0;
-    uint64_t extra_key = 0;
-    if (options) {
-      bspa::capi::check_options_version(options->version, BSPA_SEQ_OPTIONS_VERSION, "options");
-      bspa::check(options->salt != nullptr || options->salt_len == 0, Errc::InvalidArgument,
-                  "options->salt is NULL but options->salt_len = ", options->salt_len);
-      salt = options->salt;
-      salt_len = options->salt_len;
-      extra_key = options->extra_key;
-    }
-    *seq = bspa::capi::handle_of(p.create_sequence(salt, salt_len, extra_key));
+    const bspa::capi::SeqKeyOptions k = bspa::capi::seq_key_options(options);
+    *seq = bspa::capi::handle_of(p.create_sequence(k.salt, k.salt_len, k.extra_key));
   });
 }
 
