@@ -1,11 +1,12 @@
 // Prefill timing on a GPU through the public header (bspa_prefill_paged over caller-owned
-// pages), Phi-3-small shapes: Hq 32, Hkv 8, head dim 128, bf16, page 64, B 64, Lb 16, V 8,
+// pages), Phi-3-small shapes: Hq 32, Hkv 8, head dim 128, bf16, page 64 (--page-size), B 64, Lb 16, V 8,
 // heterogeneous heads, scale 1/128. CUDA events around each launch, warm-up, median of
 // many; K/V pages and q/out rows rotate over disjoint regions so L2 (60 MB) cannot hold
 // one launch's inputs for the next. Useful FLOPs = 4 * D * visible (q, k) pairs * heads.
 //   bench_prefill [--json FILE] [--commit SHA] [--quick] [--no-sweep] [--only CASE] [--no-workspace]
 //                 [--sync-each | --idle-ms N | --graph] [--scale S] [--kv fp8]
-// --kv fp8: e4m3 pages with per-head scales (q and out stay bf16).
+// --kv fp8: e4m3 pages with per-head scales (q and out stay bf16). --page-size N: pages of
+// N tokens (default 64).
 // Launches pass the split workspace (bspa_prefill_workspace_bytes) unless --no-workspace.
 // Timing (as triton.testing.do_bench, which times the torch baselines): the launches are
 // queued, each between its own pair of events, and the host waits once at the end, so an
@@ -48,7 +49,8 @@ using gpu::Tensor;
 
 namespace {
 
-constexpr int kHq = 32, kHkv = 8, kD = 128, kPs = 64, kB = 64, kLb = 16, kV = 8;
+constexpr int kHq = 32, kHkv = 8, kD = 128, kB = 64, kLb = 16, kV = 8;
+int g_page = 64;                               // tokens per page (--page-size; set once in main, before any case)
 constexpr int64_t kMaxTokens = 131072 + 8192;  // pages and q rows allocated once
 
 struct Seq {
@@ -83,7 +85,7 @@ struct Bench {
   uint16_t *k = nullptr, *v = nullptr, *q = nullptr, *out = nullptr;
   bool fp8 = false;            // e4m3 pages (k, v then hold bytes)
   float *kv_scales = nullptr;  // fp8: [K, V][Hkv]
-  int64_t num_pages = kMaxTokens / kPs;
+  int64_t num_pages = kMaxTokens / g_page;
   bspa_layout *sparse = nullptr, *dense = nullptr;
   cudaEvent_t e0, e1;
   bool quick = false;
@@ -95,7 +97,7 @@ struct Bench {
   cudaStream_t stream = nullptr;  // a stream of its own for --graph (capture needs one)
 
   void init() {
-    const size_t page_elems = static_cast<size_t>(num_pages) * kHkv * kPs * kD;
+    const size_t page_elems = static_cast<size_t>(num_pages) * kHkv * g_page * kD;
     const size_t q_elems = static_cast<size_t>(kMaxTokens) * kHq * kD;
     k = static_cast<uint16_t *>(gpu::dmalloc(page_elems * 2));
     v = static_cast<uint16_t *>(gpu::dmalloc(page_elems * 2));
@@ -143,7 +145,7 @@ struct Bench {
     int64_t pages_needed = 0, T = 0;
     int max_pages = 1, max_q = 0;
     for (const Seq &s : seqs) {
-      const int p = (s.ctx + s.q + kPs - 1) / kPs;
+      const int p = (s.ctx + s.q + g_page - 1) / g_page;
       pages_needed += p, T += s.q, max_pages = std::max(max_pages, p), max_q = std::max(max_q, s.q);
     }
     // Rotations: disjoint page ranges and q/out row ranges.
@@ -157,14 +159,14 @@ struct Bench {
       std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages, 0);
       int64_t next = r * pages_needed;
       for (int i = 0; i < ns; ++i)
-        for (int p = 0; p * kPs < seqs[i].ctx + seqs[i].q; ++p)
+        for (int p = 0; p * g_page < seqs[i].ctx + seqs[i].q; ++p)
           bt[static_cast<size_t>(i) * max_pages + p] = static_cast<int32_t>(next++);
       bts[r] = gpu::upload(bt);
     }
     const DLDevice dev{kDLCUDA, 0};
     const DLDataType bf = gpu::dl_dtype(BSPA_DTYPE_BF16);
     const DLDataType kv_dt = fp8 ? DLDataType{kDLUInt, 8, 1} : bf;
-    Tensor tk(k, dev, kv_dt, {num_pages, kHkv, kPs, kD}), tv(v, dev, kv_dt, {num_pages, kHkv, kPs, kD});
+    Tensor tk(k, dev, kv_dt, {num_pages, kHkv, g_page, kD}), tv(v, dev, kv_dt, {num_pages, kHkv, g_page, kD});
     Tensor tks(kv_scales, dev, gpu::dl_f32(), {kHkv}), tvs(kv_scales + kHkv, dev, gpu::dl_f32(), {kHkv});
     Tensor tqs(dqs, dev, gpu::dl_i32(), {ns + 1}), tcl(dcl, dev, gpu::dl_i32(), {ns});
     Tensor tws(workspace, dev, DLDataType{kDLUInt, 8, 1}, {static_cast<int64_t>(workspace_bytes)});
@@ -268,6 +270,8 @@ int main(int argc, char **argv) {
       ->transform(gpu::decimal())
       ->check(CLI::Range(0, 60000));
   app.add_option("--scale", scale, "the softmax scale");
+  app.add_option("--page-size", g_page, "tokens per page (a power of two: 16, 32, 64, ...)")
+      ->check(CLI::IsMember({8, 16, 32, 64, 128, 256}));
   app.add_option("--kv", kv, "page dtype (fp8: e4m3 pages with per-head scales)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   if (const int rc = gpu::parse_flags(app, argc, argv); rc >= 0) return rc;
@@ -355,8 +359,8 @@ int main(int argc, char **argv) {
     for (int64_t S : {8192, 32768})
       for (bool aligned : {true, false})
         for (int hit : {0, 25, 50, 75, 90, 97}) {
-          int64_t C = S * hit / 100 / kPs * kPs;  // a prefix-cache hit is page-aligned
-          if (!aligned && hit > 0) C += 37;       // chunked prefill / partial reuse
+          int64_t C = S * hit / 100 / g_page * g_page;  // a prefix-cache hit is page-aligned
+          if (!aligned && hit > 0) C += 37;             // chunked prefill / partial reuse
           const std::vector<Seq> seqs = {{static_cast<int>(C), static_cast<int>(S - C)}};
           const double ms_s = b.time(seqs, true), ms_d = b.time(seqs, false);
           sw.push_back({S, hit, aligned, C, ms_s, ms_d, 16 * (ms_s + ms_d)});
@@ -385,7 +389,7 @@ int main(int argc, char **argv) {
         f,
         "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
         "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"kv_dtype\": \"%s\", \"scale\": %.7g},\n",
-        kHq, kHkv, kD, kPs, kB, kLb, kV, fp8 ? "fp8_e4m3" : "bf16", scale);
+        kHq, kHkv, kD, g_page, kB, kLb, kV, fp8 ? "fp8_e4m3" : "bf16", scale);
     std::fprintf(f, "  \"cases\": [\n");
     for (size_t i = 0; i < rows.size(); ++i)
       std::fprintf(

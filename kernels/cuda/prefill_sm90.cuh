@@ -239,14 +239,32 @@ __global__ void __launch_bounds__(384, 1)
               cp_async_16(d + i * kRowStep * 128, src + static_cast<int64_t>(i * kRowStep) * tok_stride);
           }
         } else {
-#pragma unroll 2
-          for (int i = 0; i < kKeyTile / kRowStep; ++i) {
-            const int r = r0 + i * kRowStep;
-            const int j = k0 + r;
-            const bool valid = j < kv_len;
-            const int64_t pg = valid ? bt[j >> p.page_shift] : 0;
-            const T *src = base + pg * page_stride + static_cast<int64_t>(j & page_mask) * tok_stride + c * 8;
-            cp_async_16(dst + kv_off(r, c), valid ? src : base, valid);
+          // Pages under 64 tokens (or a tile past the sequence's end): the page ids of a
+          // burst of rows are read together, then their copies go out. Read per row just
+          // before its copy (two rows at a time), each copy waited for its block-table load
+          // and the producer fell behind the consumers: 16- and 32-token pages ran at under
+          // half the speed of 64 (bench/NOTES.md, "Pages under 64 tokens"). Bursts of four
+          // (two at D = 64, whose four rows a thread are one burst) fit the producer's
+          // registers: ptxas spills no more than before.
+          constexpr int kRows = kKeyTile / kRowStep, kBurst = D == 128 ? 4 : 2;
+          static_assert(kRows % kBurst == 0, "a thread's rows are whole bursts");
+#pragma unroll 1
+          for (int b = 0; b < kRows; b += kBurst) {
+            int32_t pg[kBurst];
+#pragma unroll
+            for (int i = 0; i < kBurst; ++i) {
+              const int j = k0 + r0 + (b + i) * kRowStep;
+              pg[i] = j < kv_len ? bt[j >> p.page_shift] : 0;
+            }
+#pragma unroll
+            for (int i = 0; i < kBurst; ++i) {
+              const int r = r0 + (b + i) * kRowStep;
+              const int j = k0 + r;
+              const bool valid = j < kv_len;
+              const T *src = base + static_cast<int64_t>(pg[i]) * page_stride +
+                             static_cast<int64_t>(j & page_mask) * tok_stride + c * 8;
+              cp_async_16(dst + kv_off(r, c), valid ? src : base, valid);
+            }
           }
         }
       };
