@@ -120,28 +120,44 @@ class _PoolStorage:
     closed *and* the last view is gone: a view read after ``close()`` reads live memory,
     never freed memory (docs/design.md, "Lifetimes in the bindings")."""
 
-    __slots__ = ("raw", "batches", "__weakref__")
+    __slots__ = ("raw", "children", "__weakref__")
 
     def __init__(self, raw) -> None:
         self.raw = raw
-        # The pool's live C batches by address. The C pool must outlive them, and garbage
-        # collection of a cycle holding a pool and its batch finalizes the objects in any
-        # order (the pool's weak set of batches is cleared first): so every batch is
-        # destroyed through here, and the storage destroys those left before the pool.
-        self.batches: dict = {}
+        # The pool's live C batches, KV exports and KV imports by address, each with its
+        # destroy function. The C pool must outlive them, and garbage collection of a cycle
+        # holding a pool and its children finalizes the objects in any order (the pool's
+        # weak sets are cleared first): so every child is destroyed through here, and the
+        # storage destroys those left before the pool (batches first, then the transfers).
+        self.children: dict = {}
 
-    def destroy_batch(self, handle, _destroy=_bspa.bspa_batch_destroy) -> None:
-        """Destroys a batch of this pool unless it is gone already (with the pool)."""
-        if self.batches.pop(int(handle), None) is not None:
-            _destroy(handle)
+    @property
+    def alive(self) -> bool:
+        """Whether the C pool still exists (sequences are freed with it)."""
+        return self.raw is not None
+
+    def adopt(self, handle, destroy) -> None:
+        self.children[int(handle)] = (handle, destroy)
+
+    def owns(self, handle) -> bool:
+        """Whether the child is alive (not destroyed with the pool already)."""
+        return int(handle) in self.children
+
+    def destroy_child(self, handle) -> None:
+        """Destroys a child of this pool unless it is gone already (with the pool)."""
+        entry = self.children.pop(int(handle), None)
+        if entry is not None:
+            entry[1](entry[0])
 
     # The default arguments keep the functions reachable at interpreter shutdown, when
     # module globals may already be gone.
-    def __del__(self, _destroy=_bspa.bspa_pool_destroy, _destroy_batch=_bspa.bspa_batch_destroy) -> None:
+    def __del__(self, _destroy=_bspa.bspa_pool_destroy, _batch=_bspa.bspa_batch_destroy) -> None:
         raw, self.raw = self.raw, None
         if raw is not None:
-            while self.batches:
-                _destroy_batch(self.batches.popitem()[1])
+            children, self.children = self.children, {}
+            # Batches before the transfers: a batch's destroy touches only its sequences.
+            for handle, destroy in sorted(children.values(), key=lambda c: c[1] is not _batch):
+                destroy(handle)
             _destroy(raw)
 
 
@@ -520,6 +536,7 @@ class Sequence(_Handle):
 
     def __init__(self, pool: Pool, handle) -> None:
         self._pool = pool  # keeps the pool alive at least as long as the sequence
+        self._storage = pool._storage  # whether the C pool (which frees its sequences) is still there
         self._handle = handle
         self._batches: "weakref.WeakSet[Batch]" = weakref.WeakSet()
 
@@ -528,9 +545,12 @@ class Sequence(_Handle):
         for batch in list(self._batches):
             batch.close()
         _bspa.bspa_seq_destroy(self._handle)
+        self._storage = None  # a closed sequence keeps no storage alive
 
     def _may_finalize(self) -> bool:
-        return self._pool._handle is not None
+        # Not once the C pool is gone (it freed the sequence), whichever of the pool and its
+        # storage garbage collection finalized first.
+        return self._pool._handle is not None and self._storage.alive
 
     def match(self, tokens: Iterable[int]) -> int:
         """Pins the longest cached page-aligned prefix of the prompt (never its last token)
@@ -638,9 +658,9 @@ class Batch(_Handle):
     def __init__(self, pool: Pool, handle, sequences: list, query_lens: np.ndarray) -> None:
         self._pool = pool
         # The storage, not only the pool object, so the C pool outlives the C batch
-        # whatever order garbage collection finalizes them in (_PoolStorage.batches).
+        # whatever order garbage collection finalizes them in (_PoolStorage.children).
         self._storage = pool._storage
-        self._storage.batches[int(handle)] = handle
+        self._storage.adopt(handle, _bspa.bspa_batch_destroy)
         self._handle = handle
         self.sequences = tuple(sequences)
         self.query_lens = tuple(int(x) for x in query_lens)
@@ -649,7 +669,7 @@ class Batch(_Handle):
     def _release(self) -> None:
         """Destroys the plan. The caller makes sure no launch using it still runs on a device."""
         storage, self._storage = self._storage, None  # a closed batch holds no storage
-        storage.destroy_batch(self._handle)
+        storage.destroy_child(self._handle)
 
 
 class ReusableBatch(Batch):

@@ -136,6 +136,9 @@ class KvExport:
         self._handle = None
         status, handle = _bspa.bspa_py_kv_export_create(pool._h(), _salt(salt), int(extra_key), _tokens(tokens))
         check(status)
+        # Destroyed through the pool's storage, so never after the C pool (_PoolStorage).
+        self._storage = pool._storage
+        self._storage.adopt(handle, _bspa.bspa_kv_export_destroy)
         self._handle = handle
         status, count = _bspa.bspa_py_kv_export_pages(handle, None, None, 0)
         check(status)
@@ -158,7 +161,8 @@ class KvExport:
         """Releases the pins (the pages stay cached). Idempotent."""
         handle, self._handle = self._handle, None
         if handle is not None:
-            _bspa.bspa_kv_export_destroy(handle)
+            storage, self._storage = self._storage, None  # a closed export keeps no storage alive
+            storage.destroy_child(handle)  # a no-op once the pool destroyed it
 
     def __enter__(self) -> "KvExport":
         return self
@@ -167,7 +171,7 @@ class KvExport:
         self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None and self._pool._handle is not None:
+        if getattr(self, "_handle", None) is not None:
             self.close()
 
 
@@ -195,6 +199,8 @@ class KvImport:
                                                         int(peer_fingerprint), keys,
                                                         0 if keys is None else int(keys.shape[0]))
         check(status)
+        self._storage = pool._storage  # as KvExport's
+        self._storage.adopt(handle, _bspa.bspa_kv_import_destroy)
         self._handle = handle
         status, count = _bspa.bspa_py_kv_import_pages(handle, None, None, 0)
         check(status)
@@ -252,10 +258,14 @@ class KvImport:
         """Aborts an open reservation and frees the import. Idempotent."""
         if self._handle is None:
             return
+        storage = self._storage
+        if not storage.owns(self._handle):  # destroyed with its pool (an aborted reservation)
+            self._handle = self._storage = None
+            return
         state = self.state
-        handle, self._handle = self._handle, None
+        handle, self._handle, self._storage = self._handle, None, None  # closed: no storage kept
         self._final_state = "aborted" if state == "reserved" else state
-        _bspa.bspa_kv_import_destroy(handle)
+        storage.destroy_child(handle)
 
     def __enter__(self) -> "KvImport":
         return self
@@ -271,5 +281,5 @@ class KvImport:
             self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None and self._pool._handle is not None:
+        if getattr(self, "_handle", None) is not None:
             self.close()
