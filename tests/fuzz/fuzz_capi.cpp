@@ -86,7 +86,9 @@ struct BatchState {
   bspa_batch *h = nullptr;
   int pool = 0;
   std::vector<bspa_seq *> seqs;
-  int64_t total_q = 0;
+  int64_t total_q = 0;      // rows of the launches' tensors
+  bool reusable = false;    // bspa_batch_create_reusable (re-planned by op_batch_plan)
+  int64_t fixed_rows = -1;  // fixed launch shapes: max_tokens
 };
 
 constexpr int kMaxPools = 2, kMaxSeqs = 8, kMaxLayouts = 3, kMaxBatches = 2;
@@ -910,18 +912,11 @@ void op_layout_allowed(World &w, Bytes &in) {
   if (s == BSPA_OK && kb > qb && allowed) die("bspa_layout_allowed: a future block is allowed");
 }
 
-void op_batch_create(World &w, Bytes &in) {
-  const int pi = pick_pool(w, in);
-  if (static_cast<int>(w.batches.size()) >= kMaxBatches) {
-    bspa_batch_destroy(w.batches.front().h);
-    w.batches.erase(w.batches.begin());
-  }
-  int32_t n = in.one_of({1, 1, 2, 3, 0, -1});
-  std::vector<bspa_seq *> seqs;
-  std::vector<int32_t> qlens;
-  std::vector<int> idx;
+// A batch's rows: n sequences (mostly of pool pi, sometimes another pool's, a duplicate or
+// NULL) and their query lengths (mostly within what each has left).
+void pick_rows(World &w, Bytes &in, int pi, int32_t &n, std::vector<bspa_seq *> &seqs, std::vector<int32_t> &qlens) {
+  n = in.one_of({1, 1, 2, 3, 0, -1});
   for (int32_t j = 0; j < n; ++j) {
-    // Mostly sequences of the pool, sometimes another pool's, a duplicate or NULL.
     int s = -1;
     for (int tries = 0; tries < 4 && s < 0; ++tries) {
       const int c = pick_seq(w, in);
@@ -932,7 +927,6 @@ void op_batch_create(World &w, Bytes &in) {
       break;
     }
     seqs.push_back(s < 0 ? nullptr : w.seqs[static_cast<size_t>(s)].h);
-    idx.push_back(s);
     int32_t ql = 0;
     if (s >= 0) {
       const SeqState &q = w.seqs[static_cast<size_t>(s)];
@@ -942,6 +936,22 @@ void op_batch_create(World &w, Bytes &in) {
     qlens.push_back(ql);
   }
   if (n == 0 && in.pick(2)) n = in.one_of({0, -1});
+}
+
+void make_room_for_a_batch(World &w) {
+  if (static_cast<int>(w.batches.size()) >= kMaxBatches) {
+    bspa_batch_destroy(w.batches.front().h);
+    w.batches.erase(w.batches.begin());
+  }
+}
+
+void op_batch_create(World &w, Bytes &in) {
+  const int pi = pick_pool(w, in);
+  make_room_for_a_batch(w);
+  int32_t n = 0;
+  std::vector<bspa_seq *> seqs;
+  std::vector<int32_t> qlens;
+  pick_rows(w, in, pi, n, seqs, qlens);
   const int mode = in.pick(10);
   bspa_batch *b = reinterpret_cast<bspa_batch *>(&w);
   const bspa_status s = run(w, "bspa_batch_create", [&] {
@@ -959,6 +969,61 @@ void op_batch_create(World &w, Bytes &in) {
   bs.seqs = seqs;
   for (int32_t ql : qlens) bs.total_q += ql;
   w.batches.push_back(bs);
+}
+
+// A reusable batch (limits near and past their bounds, fixed launch shapes or not), not
+// planned yet: launches through it must fail until op_batch_plan plans it.
+void op_batch_reusable(World &w, Bytes &in) {
+  const int pi = pick_pool(w, in);
+  make_room_for_a_batch(w);
+  bspa_batch_options o;
+  if (bspa_batch_options_init(&o) != BSPA_OK) die("bspa_batch_options_init failed");
+  o.max_seqs = in.one_of({1, 2, 4, 8, 0, -1});
+  o.max_tokens = in.one_of<int64_t>({16, 64, 300, 1, 0, -5, int64_t(1) << 40});
+  o.max_query_len = in.one_of({0, 0, 8, 64, -1, 1 << 30});
+  o.max_seq_tokens = in.one_of<int64_t>({64, 512, 4096, 1, 0, int64_t(1) << 40});
+  o.fixed_launch_shape = in.one_of({0, 1, 1, 2});
+  const int mode = in.pick(10);
+  if (mode == 3) o.version = in.pick(2) ? 0 : BSPA_BATCH_OPTIONS_VERSION + 1;
+  bspa_batch *b = reinterpret_cast<bspa_batch *>(&w);
+  const bspa_status s = run(w, "bspa_batch_create_reusable", [&] {
+    return bspa_batch_create_reusable(mode == 0 ? nullptr : &b,
+                                      (pi < 0 || mode == 1) ? nullptr : w.pools[static_cast<size_t>(pi)].h,
+                                      mode == 2 ? nullptr : &o);
+  });
+  if (s != BSPA_OK) {
+    if (mode != 0 && b != nullptr) die("bspa_batch_create_reusable failed but left *batch non-NULL");
+    return;
+  }
+  if (mode == 3) die("bspa_batch_create_reusable accepted options of an unknown version");
+  BatchState bs;
+  bs.h = b;
+  bs.pool = pi;
+  bs.reusable = true;
+  bs.fixed_rows = o.fixed_launch_shape ? o.max_tokens : -1;
+  w.batches.push_back(bs);
+}
+
+// Re-plans a reusable batch (a one-step batch must refuse). A failed plan keeps the
+// previous one (run() checks that nothing else changed).
+void op_batch_plan(World &w, Bytes &in) {
+  if (w.batches.empty()) return;
+  BatchState &b = w.batches[static_cast<size_t>(in.pick(static_cast<int32_t>(w.batches.size())))];
+  int32_t n = 0;
+  std::vector<bspa_seq *> seqs;
+  std::vector<int32_t> qlens;
+  pick_rows(w, in, b.pool, n, seqs, qlens);
+  const int mode = in.pick(10);
+  const bspa_status s = run(w, "bspa_batch_plan", [&] {
+    return bspa_batch_plan(mode == 0 ? nullptr : b.h, mode == 1 ? nullptr : seqs.data(),
+                           mode == 2 ? nullptr : qlens.data(), n, nullptr);
+  });
+  if (s != BSPA_OK) return;
+  if (!b.reusable) die("bspa_batch_plan re-planned a one-step batch");
+  b.seqs = seqs;
+  b.total_q = 0;
+  for (int32_t ql : qlens) b.total_q += ql;
+  if (b.fixed_rows >= 0) b.total_q = b.fixed_rows;  // fixed launch shapes: tensors of max_tokens rows
 }
 
 void op_batch_destroy(World &w, Bytes &in) {
@@ -1424,8 +1489,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       case 12: op_seq_info(w, in); break;
       case 13: op_layout(w, in); break;
       case 14: op_layout_allowed(w, in); break;
-      case 15: op_batch_create(w, in); break;
-      case 16: op_batch_destroy(w, in); break;
+      case 15:
+        if (in.pick(3) == 0)
+          op_batch_reusable(w, in);
+        else
+          op_batch_create(w, in);
+        break;
+      case 16:
+        if (in.pick(2) == 0)
+          op_batch_plan(w, in);
+        else
+          op_batch_destroy(w, in);
+        break;
       case 17: op_launch(w, in, in.pick(2) == 0); break;
       case 18: op_prefill_paged(w, in); break;
       case 19: op_launch(w, in, true); break;  // the prefill's output and aliasing checks, twice as often
