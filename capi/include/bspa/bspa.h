@@ -42,7 +42,7 @@
  * time); layouts are immutable after creation and may be shared freely; a batch is
  * used by one stream (one thread) at a time. bspa_last_error is per thread.
  *
- * Environment (CUDA builds only; read at each launch):
+ * Environment (CUDA builds only; read once per process, at the first launch that needs it):
  *  - BSPA_CUDA_PATH = sm80 | sm90 | auto (default): forces the prefill kernel family.
  *    auto runs the warp-specialized wgmma kernel (sm90) on a compute capability 9.0 GPU
  *    when the build carries sm_90a code and some query of the launch is longer than 64
@@ -54,6 +54,9 @@
  *  - BSPA_CUDA_TMA = 0: the sm90 kernel fetches every K/V tile with cp.async gathers
  *    instead of TMA (by default a 64-token tile inside one page of 64 tokens or more
  *    goes by TMA); same results, for comparison and testing.
+ *  - BSPA_CUDA_OVERLAP = 0: a launch with decode rows and longer queries runs its decode
+ *    kernel after the prefill kernel has finished instead of beside its last CTAs (compute
+ *    capability 9.0); same results, for comparison.
  *
  * Security: prefix caching shares KV between requests with equal prefixes, which is
  * observable through timing. Sequences of different tenants must use different salts
