@@ -51,11 +51,22 @@ system_inside() {
 
   cmake --install "$build" --prefix /usr/local >/dev/null
   ldconfig
-  ldconfig -p | grep -q "libbspa.so.* => /usr/local/lib/" || { echo "ldconfig did not list libbspa" >&2; exit 1; }
+  # The listing is read whole before it is searched: `ldconfig -p | grep -q` under pipefail
+  # failed whenever grep stopped at the match while ldconfig was still writing (SIGPIPE),
+  # about one CI run in four.
+  local listing
+  listing=$(ldconfig -p)
+  if ! grep -q "libbspa.so.* => /usr/local/lib/" <<<"$listing"; then
+    echo "ldconfig did not list libbspa; /usr/local/lib holds:" >&2
+    ls -la /usr/local/lib >&2
+    exit 1
+  fi
 
   "${clean_env[@]}" cc -std=c99 "$consumer/main.c" $("${clean_env[@]}" pkg-config --cflags --libs bspa) -o "$s/c-consumer"
   "${clean_env[@]}" "$s/c-consumer"
-  if readelf -d "$s/c-consumer" | grep -qi "rpath\|runpath"; then echo "the C consumer has an rpath" >&2; exit 1; fi
+  local dynamic
+  dynamic=$(readelf -d "$s/c-consumer")  # read whole before searching it, as above
+  if grep -qi "rpath\|runpath" <<<"$dynamic"; then echo "the C consumer has an rpath" >&2; exit 1; fi
   echo "install check: system: a pkg-config C program runs (no rpath, no environment)"
 
   if command -v cargo >/dev/null; then
