@@ -613,35 +613,13 @@ void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_k
                  const Overlap &overlap, cudaStream_t stream) {
   constexpr int smem = Config<D, WR, KV>::kSmemBytes;
   cuda::allow_dynamic_smem<decode_kernel<T, KV, D, WR>>(smem, "cudaFuncSetAttribute(decode_kernel)");
-  {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(split.splits, num_kv_heads, num_seqs);
-    cfg.blockDim = dim3(128);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = overlap.previous ? 1 : 0;
-    cuda::check_cuda(cudaLaunchKernelEx(&cfg, decode_kernel<T, KV, D, WR>, p, split), "launching decode_kernel");
-    cuda::check_launch("decode_kernel", stream);
-  }
-  if (split.splits > 1) {
-    // Programmatic dependent launch (sm90+): the merge's launch overlaps the decode grid
-    // instead of following its completion (it waits in the kernel).
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(num_kv_heads, num_seqs);
-    cfg.blockDim = dim3(128);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = overlap.merge ? 1 : 0;
-    cuda::check_cuda(cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, D>, p, split), "launching decode_merge_kernel");
-    cuda::check_launch("decode_merge_kernel", stream);
-  }
+  cuda::launch_programmatic(decode_kernel<T, KV, D, WR>, dim3(split.splits, num_kv_heads, num_seqs), dim3(128), smem,
+                            stream, overlap.previous, "decode_kernel", p, split);
+  // Programmatic dependent launch (sm90+): the merge's launch overlaps the decode grid
+  // instead of following its completion (it waits in the kernel).
+  if (split.splits > 1)
+    cuda::launch_programmatic(decode_merge_kernel<T, D>, dim3(num_kv_heads, num_seqs), dim3(128), 0, stream,
+                              overlap.merge, "decode_merge_kernel", p, split);
 }
 
 template <class T, class KV, int D>

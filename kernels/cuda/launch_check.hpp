@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <utility>
 
 #include "common/device.hpp"
 #include "common/error.hpp"
@@ -21,6 +22,28 @@ inline void check_cuda(cudaError_t e, const char *what) {
 
 // Call right after a <<<...>>> launch.
 void check_launch(const char *kernel, cudaStream_t stream);
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream
+// serialization when `programmatic` (compute capability 9.0+): the grid may then start
+// before the previous work on the stream has finished, and the kernel itself waits for it
+// (griddepcontrol.wait) before it reads that work's results or exits. `what` names the
+// kernel in errors.
+template <class... Params, class... Args>
+void launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         bool programmatic, const char *what, Args &&...args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = programmatic ? 1 : 0;
+  check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
+  check_launch(what, stream);
+}
 
 // Offsets of arrays packed into one device allocation, rounded up so each keeps the 256-byte
 // alignment cudaMalloc gives the allocation.
