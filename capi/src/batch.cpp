@@ -164,7 +164,8 @@ BSPA_API bspa_status bspa_batch_create_reusable(bspa_batch **batch, bspa_pool *p
     require(batch, "batch");
     bspa::cache::Pool &p = *bspa::capi::pool_of(require(pool, "pool"));
     require(options, "options");
-    bspa::capi::check_options_version(options->version, BSPA_BATCH_OPTIONS_VERSION, "options");
+    bspa::capi::check_options_version(options->version, BSPA_BATCH_OPTIONS_VERSION, "options",
+                                      "bspa_batch_options_init");
     check(p.num_layers() > 0, Errc::InvalidState, "the pool has num_layers = 0 and keeps no KV storage");
     auto b = std::make_unique<bspa_batch>();
     b->pool = pool;

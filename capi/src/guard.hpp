@@ -43,9 +43,10 @@ T *require(T *pointer, const char *name) {
   return pointer;
 }
 
-// Options structs: version 0 means never initialised; newer versions than we know are refused.
-inline void check_options_version(uint32_t version, uint32_t known, const char *name) {
-  check(version != 0, Errc::Version, name, "->version = 0: initialise it with its *_options_init function");
+// Options and args structs: version 0 means never initialised (the message names `init`, the
+// function that initialises it); newer versions than we know are refused.
+inline void check_options_version(uint32_t version, uint32_t known, const char *name, const char *init) {
+  check(version != 0, Errc::Version, name, "->version = 0: initialise it with ", init);
   check(version <= known, Errc::Version, name, "->version = ", version, " is newer than this library knows (", known,
         ")");
 }

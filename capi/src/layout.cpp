@@ -45,7 +45,8 @@ BSPA_API bspa_status bspa_layout_strided_options_init(bspa_layout_strided_option
 BSPA_API bspa_status bspa_layout_create_strided(bspa_layout **layout, const bspa_layout_strided_options *options) {
   return create_layout(__func__, layout, [&] {
     require(options, "options");
-    bspa::capi::check_options_version(options->version, BSPA_LAYOUT_STRIDED_OPTIONS_VERSION, "options");
+    bspa::capi::check_options_version(options->version, BSPA_LAYOUT_STRIDED_OPTIONS_VERSION, "options",
+                                      "bspa_layout_strided_options_init");
     bspa::check(options->homo_head == 0 || options->homo_head == 1, Errc::InvalidArgument,
                 "options->homo_head = ", options->homo_head, " is neither 0 nor 1");
     bspa::kernels::StridedLayoutParams p;

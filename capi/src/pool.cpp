@@ -87,7 +87,7 @@ BSPA_API bspa_status bspa_pool_create(bspa_pool **pool, const bspa_pool_options 
     require(pool, "pool");
     *pool = nullptr;
     require(options, "options");
-    bspa::capi::check_options_version(options->version, BSPA_POOL_OPTIONS_VERSION, "options");
+    bspa::capi::check_options_version(options->version, BSPA_POOL_OPTIONS_VERSION, "options", "bspa_pool_options_init");
     *pool = bspa::capi::handle_of(new bspa::cache::Pool(config_of(*options)));
   });
 }

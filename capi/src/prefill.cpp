@@ -217,7 +217,7 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, con
   return guarded(__func__, [&] {
     // The args struct unpacked into the names the checks below report ("k_new", "layer").
     require(args, "args");
-    bspa::capi::check_options_version(args->version, BSPA_KV_WRITE_ARGS_VERSION, "args");
+    bspa::capi::check_options_version(args->version, BSPA_KV_WRITE_ARGS_VERSION, "args", "bspa_kv_write_args_init");
     const int32_t layer = args->layer;
     const DLTensor *k_new = args->k_new, *v_new = args->v_new;
     const bspa::cache::Pool &pl = *bspa::capi::pool_of(require(pool, "pool"));
@@ -281,7 +281,7 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
   return guarded(__func__, [&] {
     // The args struct unpacked into the names the checks below report ("q", "layout").
     require(args, "args");
-    bspa::capi::check_options_version(args->version, BSPA_PREFILL_ARGS_VERSION, "args");
+    bspa::capi::check_options_version(args->version, BSPA_PREFILL_ARGS_VERSION, "args", "bspa_prefill_args_init");
     const int32_t layer = args->layer;
     const bspa_layout *layout = args->layout;
     const DLTensor *q = args->q;
@@ -386,7 +386,7 @@ BSPA_API bspa_status bspa_paged_args_init(bspa_paged_args *args) {
 BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream stream) {
   return guarded(__func__, [&] {
     require(args, "args");
-    bspa::capi::check_options_version(args->version, BSPA_PAGED_ARGS_VERSION, "args");
+    bspa::capi::check_options_version(args->version, BSPA_PAGED_ARGS_VERSION, "args", "bspa_paged_args_init");
     require(args->q, "args->q");
     require(args->out, "args->out");
     require(args->k_pages, "args->k_pages");

@@ -24,7 +24,7 @@ struct SeqKeyOptions {
 inline SeqKeyOptions seq_key_options(const bspa_seq_options *options) {
   SeqKeyOptions k;
   if (!options) return k;
-  check_options_version(options->version, BSPA_SEQ_OPTIONS_VERSION, "options");
+  check_options_version(options->version, BSPA_SEQ_OPTIONS_VERSION, "options", "bspa_seq_options_init");
   check(options->salt != nullptr || options->salt_len == 0, Errc::InvalidArgument,
         "options->salt is NULL but options->salt_len = ", options->salt_len);
   k.salt = options->salt;
