@@ -150,7 +150,7 @@ SequenceHold *Pool::hold_sequences_locked(std::vector<Sequence *> seqs) {
   auto hold = std::unique_ptr<SequenceHold>(new SequenceHold);
   hold->seqs_ = std::move(seqs);
   // Room to retire every sequence a hold has, so destroy_sequence (noexcept) cannot fail.
-  retired_.reserve(retired_.size() + seqs.size());
+  retired_.reserve(retired_.size() + hold->seqs_.size());
   for (Sequence *s : hold->seqs_) ++s->batch_refs_;
   return hold.release();
 }

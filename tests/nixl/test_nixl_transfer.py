@@ -70,10 +70,14 @@ def run_pair(name: str, port: int, export_args: list[str], import_args: list[str
     return e, i
 
 
+def device_arg() -> str:
+    """--device DEVICE of the command line: cpu (the default) or cuda[:N]."""
+    return sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cpu"
+
+
 def main() -> int:
     global DEVICE, PAGE_BYTES
-    if "--device" in sys.argv:
-        DEVICE = sys.argv[sys.argv.index("--device") + 1]
+    DEVICE = device_arg()
     if DEVICE != "cpu":
         PAGE_BYTES = HKV * PAGE * D * 2  # bf16
     # 1. The whole prefix.
@@ -135,6 +139,5 @@ def main() -> int:
 if __name__ == "__main__":
     # Loopback only: no RDMA devices in the namespace; on a GPU, CUDA copies and IPC between
     # the two processes' device memory as well.
-    cuda = "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1] != "cpu"
-    os.environ.setdefault("UCX_TLS", "tcp,self,sm,cuda_copy,cuda_ipc" if cuda else "tcp,self,sm")
+    os.environ.setdefault("UCX_TLS", "tcp,self,sm" if device_arg() == "cpu" else "tcp,self,sm,cuda_copy,cuda_ipc")
     sys.exit(main())

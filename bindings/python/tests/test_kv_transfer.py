@@ -3,15 +3,12 @@ imports as transactions (commit on a clean exit, abort on an exception), with ct
 as the transport between two CPU pools."""
 
 import ctypes
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 import bspa
+from child import run_child
 
 HQ, HKV, D, PS, LAYERS = 4, 2, 32, 16, 2
 
@@ -225,7 +222,7 @@ def test_a_garbage_cycle_of_pool_and_transfers_frees_them_before_the_pool():
     # cleared first, so closing a pool cannot reach them. Their pool's storage destroys them
     # before the C pool: every export and import is destroyed exactly once (counted), none
     # after its pool (MALLOC_PERTURB_ poisons freed memory) and none leaked.
-    code = textwrap.dedent("""
+    code = """
         import gc, bspa
         from bspa import _bspa
         calls = {"export": 0, "import": 0}
@@ -255,8 +252,7 @@ def test_a_garbage_cycle_of_pool_and_transfers_frees_them_before_the_pool():
             del e
             gc.collect()
         print(calls["export"], calls["import"])
-    """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), MALLOC_PERTURB_="165")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    """
+    run = run_child(code, MALLOC_PERTURB_="165")
     assert run.returncode == 0, f"exit {run.returncode}: {run.stderr}"
     assert run.stdout.split() == ["20", "20"], f"exports and imports destroyed: {run.stdout!r} (20 each expected)"

@@ -1,33 +1,28 @@
 """Lifetimes across the binding: what a view or a handle keeps alive."""
 
 import gc
-import os
-import subprocess
-import sys
-import textwrap
 import weakref
 
 import numpy as np
 import pytest
 
 import bspa
+from child import run_child
 
 
 def test_kv_view_read_after_close_reads_live_memory():
     # Issue 22's reproduction: before views kept the storage alive this read freed memory
     # (8 MiB per tensor, an munmap'd block) and the interpreter died with SIGSEGV. Run in a
     # child so a regression fails this test instead of killing pytest.
-    code = textwrap.dedent("""
+    code = """
         import gc, bspa
         with bspa.Pool(num_kv_heads=2, head_dim=64, page_size=64, num_pages=256, dtype="f32") as pool:
             k, v = pool.kv(0)
             k[:] = 1.0
         gc.collect()
         print(k.sum(), v.shape)
-    """)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    """
+    run = run_child(code)
     assert run.returncode == 0, f"exit {run.returncode}: {run.stderr}"
     assert float(run.stdout.split()[0]) == 256 * 2 * 64 * 64
 

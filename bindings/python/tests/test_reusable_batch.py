@@ -2,15 +2,12 @@
 batches compute, refusals keep the previous plan, option errors, lifetimes."""
 
 import gc
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 import bspa
+from child import run_child
 
 HQ, HKV, D, PAGE = 4, 2, 16, 16
 MAX_SEQS, MAX_TOKENS, MAX_QUERY, MAX_LEN = 4, 64, 40, 300
@@ -167,7 +164,7 @@ def test_a_garbage_cycle_of_pool_and_batches_frees_batches_first():
     # possibly before a batch; the storage then destroys the batch itself, so the batch's
     # own finalizer never reaches a destroyed pool. MALLOC_PERTURB_ poisons freed memory, so
     # a batch destroyed after its pool would read garbage (and crash or hang) here.
-    code = textwrap.dedent("""
+    code = """
         import gc, bspa
         gc.disable()
         for _ in range(20):
@@ -183,8 +180,7 @@ def test_a_garbage_cycle_of_pool_and_batches_frees_batches_first():
             del e
             gc.collect()
         print("ok")
-    """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), MALLOC_PERTURB_="165")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    """
+    run = run_child(code, MALLOC_PERTURB_="165")
     assert run.returncode == 0 and run.stdout.strip() == "ok", f"exit {run.returncode}: {run.stderr}"
     gc.collect()
