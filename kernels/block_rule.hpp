@@ -36,6 +36,53 @@ BSPA_HOST_DEVICE inline bool strided_block_allowed(const L &l, int32_t h, I qb, 
   }
 }
 
+// The strided rule for the heads h0 .. h0 + G - 1 of a KV group at once (the decode kernel
+// lists the key tiles any head of its group sees): the rule above, solved once per head
+// for the residue kb % vert_stride its stride sees, as bit masks over the residues — the
+// ones some head sees and the ones every head sees. Only for vert_stride <= 32 (fits()).
+struct StridedGroupResidues {
+  uint32_t any = 0, all = 0;
+  bool valid = false;
+  BSPA_HOST_DEVICE bool fits() const { return valid; }
+};
+
+template <class L>
+BSPA_HOST_DEVICE inline StridedGroupResidues strided_group_residues(const L &l, int32_t h0, int32_t G) {
+  StridedGroupResidues r;
+  if (l.vert_stride < 1 || l.vert_stride > 32 || G < 1) return r;
+  r.all = ~0u;
+  for (int32_t g = 0; g < G; ++g) {
+    // (kb + c) % vert_stride == 0 with c = (head_begin + h) * head_step + 1 (int32, as the
+    // kernels' form of the rule) <=> kb % vert_stride == (vert_stride - c % vert_stride) % vert_stride.
+    const int32_t c = ((l.head_begin + h0 + g) * l.head_step + 1) % l.vert_stride;
+    const uint32_t bit = 1u << (c == 0 ? 0 : l.vert_stride - c);
+    r.any |= bit;
+    r.all &= bit;
+  }
+  r.valid = true;
+  return r;
+}
+
+// Whether some head (any) and every head (all) of the group of `r` may see key block kb
+// from query block qb under the strided rule: block_allowed of each head, folded. kb_bit is
+// strided_residue_bit(l, kb), computed once for the query blocks a caller tries.
+template <class L>
+BSPA_HOST_DEVICE inline uint32_t strided_residue_bit(const L &l, int32_t kb) {
+  return 1u << (kb % l.vert_stride);
+}
+template <class L>
+BSPA_HOST_DEVICE inline void strided_group_allowed(const L &l, const StridedGroupResidues &r, int32_t qb, int32_t kb,
+                                                   uint32_t kb_bit, bool &any, bool &all) {
+  if (kb > qb) {
+    any = all = false;
+  } else if (qb - kb < l.local_blocks) {
+    any = all = true;
+  } else {
+    any = (r.any & kb_bit) != 0;
+    all = (r.all & kb_bit) != 0;
+  }
+}
+
 // A CSR row: whether kb is among its entries col[lo, hi), which the factory checked are
 // strictly ascending (make_csr_layout), so a binary search finds it.
 template <class I>

@@ -16,8 +16,8 @@
 //     fragments are loaded (below: "e4m3 fragments");
 //  3. S = Q K^T and O += P V on mma.sync m16n8k16 with each warp's own online softmax;
 //  4. the key groups' partial states are merged in shared memory; with one split the rows
-//     are normalised and stored (and their lse), otherwise the CTA stores its unit and
-//     decode_merge_kernel combines the units of an item.
+//     are normalised and stored (and their lse), otherwise the CTA stores its unit and the
+//     item's last CTA to finish combines the item's units (merge_units).
 // The same layout block-size rule as the prefill kernels holds (multiples of 64, checked on
 // the host), so a key tile lies in one key block; q <= 8 rows span at most two query blocks.
 #pragma once
@@ -78,6 +78,77 @@ struct Config {
   static_assert(kRowsPerPass % 8 == 0, "a pass covers whole swizzle groups");
 };
 
+// Combines the split units of one item (sequence, KV head): `units` are its splits'
+// units, every one written for all `rows` rows (an empty split stores zeros and a zero
+// sum), read from L2 (other CTAs wrote them). Latency bound (a few KB an item), so the loads
+// are issued together: the row statistics by one warp per row, each lane folding its units
+// online, then every output column pair over all units at once. s_ml: 2 x kMaxRows floats
+// of shared memory. All threads of the CTA call it.
+template <class T, int D>
+__device__ __forceinline__ void merge_units(const cuda::AttentionParams &p, const Split &split, const float *units,
+                                            int rows, int G, int qs, int kvh, float *s_ml) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = split.splits;
+  const int64_t stride = unit_floats(split.rows, D);
+  auto stat = [&](int u, int r) {
+    return __ldcg(reinterpret_cast<const float2 *>(units + u * stride + split.rows * D) + r);
+  };
+  for (int r = warp; r < rows; r += blockDim.x / 32) {
+    float m = -INFINITY, l = 0.f;  // this lane's units, folded as merge_row_stats does
+    for (int u = lane; u < S; u += 32) {
+      const float2 st = stat(u, r);
+      if (st.y > 0.f) {
+        const float m_new = fmaxf(m, st.x);
+        l = l * exp2f(m - m_new) + st.y * exp2f(st.x - m_new);
+        m = m_new;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) {
+      const float mo = __shfl_xor_sync(0xffffffffu, m, off), lo = __shfl_xor_sync(0xffffffffu, l, off);
+      const float m_new = fmaxf(m, mo);
+      l = (l > 0.f ? l * exp2f(m - m_new) : 0.f) + (lo > 0.f ? lo * exp2f(mo - m_new) : 0.f);
+      m = m_new;
+    }
+    if (lane == 0) s_ml[r] = m, s_ml[kMaxRows + r] = l;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < rows * (D / 2); idx += blockDim.x) {
+    const int r = idx / (D / 2), col = (idx % (D / 2)) * 2;
+    const float m = s_ml[r], l = s_ml[kMaxRows + r];
+    float ox = 0.f, oy = 0.f;
+#pragma unroll 8
+    for (int u = 0; u < S; ++u) {
+      const float2 st = stat(u, r);
+      const float2 v = __ldcg(reinterpret_cast<const float2 *>(units + u * stride + r * D + col));
+      const float wt = st.y > 0.f ? exp2f(st.x - m) : 0.f;
+      ox = fmaf(v.x, wt, ox);
+      oy = fmaf(v.y, wt, oy);
+    }
+    const int t = r / G, h = kvh * G + (r - t * G);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    T *dst =
+        static_cast<T *>(p.out) + static_cast<int64_t>(qs + t) * p.o_tok + static_cast<int64_t>(h) * p.o_head + col;
+    *reinterpret_cast<uint32_t *>(dst) = pack2<T>(ox * inv, oy * inv);
+    if (p.lse && col == 0) p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(m, l);
+  }
+}
+
+// Whether some head (bit 0) and every head (bit 1) of h0 .. h0 + G - 1 may see key block kb
+// from query blocks qb_lo .. qb_hi, by each head's rule: for the layouts without a folded
+// group form (CSR, strides over 32). Not inlined: the listing classifies several tiles a
+// thread, unrolled, and this loop inlined into each made the kernel's start twice as long.
+static __device__ __noinline__ unsigned group_sees_block(const cuda::DeviceLayout &layout, int h0, int G, int qb_lo,
+                                                         int qb_hi, int kb) {
+  bool any = false, all = true;
+  for (int g = 0; g < G; ++g)
+    for (int qb = qb_lo; qb <= qb_hi; ++qb) {
+      const bool a = layout.allowed(h0 + g, qb, kb);
+      any = any || a;
+      all = all && a;
+    }
+  return (any ? 1u : 0u) | (all ? 2u : 0u);
+}
+
 // One CTA's (sequence, KV head, key split) item; returns early for CTAs with no rows.
 template <class T, class KV, int D, int WR>
 __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, const Split &split) {
@@ -94,10 +165,6 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wr = warp % WR, wk = warp / WR;  // this warp's row group and key group
   const int split_idx = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
-#if __CUDA_ARCH__ >= 900
-  // Let the merge kernel (if any) launch now: its CTAs are small and wait for this grid.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
   const int qs = p.query_starts[seq];
   const int q_len = p.query_starts[seq + 1] - qs;
   if (q_len == 0 || q_len > p.decode_max_query_len) return;  // no rows, or the prefill kernel's
@@ -247,21 +314,35 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   // block of the first or the last new token (q <= 8 <= B: at most two blocks).
   const int qb_lo = ctx / B, qb_hi = (kv_len - 1) / B;
   const bool dense = p.layout.kind == static_cast<int32_t>(Layout::Kind::Dense);
+  // Strided layouts: the group's residues once, so a tile costs one division, not one a head.
+  const StridedGroupResidues residues = p.layout.kind == static_cast<int32_t>(Layout::Kind::Strided)
+                                            ? strided_group_residues(p.layout, kvh * G, G)
+                                            : StridedGroupResidues{};
+  // Sparse layouts only (compacted into sList); a dense layout's entries are dense_entry's.
   auto classify = [&](int kt) {
     const int k0 = kt * kKeyTile;
     const int kb = k0 / B;
-    bool any = dense, all = true;
-    if (!dense)
-      for (int g = 0; g < G; ++g)
-        for (int qb = qb_lo; qb <= qb_hi; ++qb) {
-          const bool a = p.layout.allowed(kvh * G + g, qb, kb);
-          any = any || a;
-          all = all && a;
-        }
+    bool any = false, all = true;
+    if (residues.fits()) {  // the rows' query blocks: qb_lo and, when the rows cross a block, qb_hi
+      const uint32_t kb_bit = strided_residue_bit(p.layout, kb);
+      strided_group_allowed(p.layout, residues, qb_lo, kb, kb_bit, any, all);
+      if (qb_hi != qb_lo) {
+        bool a_any, a_all;
+        strided_group_allowed(p.layout, residues, qb_hi, kb, kb_bit, a_any, a_all);
+        any = any || a_any;
+        all = all && a_all;
+      }
+    } else {
+      const unsigned sees = group_sees_block(p.layout, kvh * G, G, qb_lo, qb_hi, kb);
+      any = sees & 1u;
+      all = sees & 2u;
+    }
     if (!any) return -1;
     const bool full = all && k0 + kKeyTile - 1 <= ctx;  // ctx: the first row's position
     return kt | (full ? 0 : cuda::kKeyTileMasked);
   };
+  // A dense layout lists every tile, masked only past the first row's position.
+  auto dense_entry = [&](int kt) { return kt | (kt * kKeyTile + kKeyTile - 1 <= ctx ? 0 : cuda::kKeyTileMasked); };
 
   float o[D / 8][4];
 #pragma unroll
@@ -295,10 +376,14 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   for (int c0 = c_begin; c0 < c_end && !(by_listed && n_kt > C::kListCap && listed_before >= want_hi);
        c0 += C::kListCap) {
     const int c1 = min(c_end, c0 + C::kListCap);
-    // A dense layout lists every tile: the entries are computed, not compacted (no scan,
-    // no barrier before the first copies).
-    const int listed =
-        dense ? c1 - c0 : cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
+    // A dense layout lists every tile: the entries are written, not classified and compacted.
+    int listed = c1 - c0;
+    if (dense) {
+      for (int i = tid; i < listed; i += C::kThreads) sList[i] = dense_entry(c0 + i);
+      __syncthreads();
+    } else {
+      listed = cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
+    }
     int first = 0, total = listed;  // this split's entries of the pass: [first, first + total)
     if (by_listed) {
       if (n_kt <= C::kListCap) {
@@ -309,7 +394,8 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       total = min(max(want_hi - listed_before, 0), listed) - first;
       listed_before += listed;
     }
-    auto entry_at = [&](int i) { return dense ? classify(c0 + i) : sList[first + i]; };
+    // One tile loop for every layout (a loop per kind doubled the kernel's code).
+    auto entry_at = [&](int i) { return sList[first + i]; };
 
     int pages[kPasses];
 #pragma unroll
@@ -529,6 +615,19 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       if (col == 0) reinterpret_cast<float2 *>(unit + split.rows * D)[r] = make_float2(mr.m, mr.l);
     }
   }
+  if (whole) return;
+  // The item's last CTA to store its unit merges them all: each CTA's stores are made
+  // visible device-wide before it counts itself (the launch cleared the counters).
+  __threadfence();
+  __syncthreads();
+  const int64_t item = static_cast<int64_t>(seq) * gridDim.y + kvh;
+  if (tid == 0) sScan[0] = atomicAdd(split.counters + item, 1) == split.splits - 1;
+  __syncthreads();
+  if (!sScan[0]) return;
+  __threadfence();
+  if (tid == 0) split.counters[item] = 0;  // every other CTA of the item has counted: left clear
+  merge_units<T, D>(p, split, split.partials + item * split.splits * unit_floats(split.rows, D), rows, G, qs, kvh,
+                    reinterpret_cast<float *>(sList));
 }
 
 template <class T, class KV, int D, int WR>
@@ -544,70 +643,6 @@ __global__ void __launch_bounds__(128, 2)
 #endif
 }
 
-// Combines the split units of item (KV head blockIdx.x, sequence blockIdx.y) and stores
-// the rows and their lse. Latency bound (an item's units are a few KB), so the row
-// statistics are reduced once per row by a warp striding the units, and the outputs loop
-// over the units unrolled, their loads in flight together. Every unit of a decode sequence
-// was written for all its rows (an empty split stores zeros and a zero sum), so no load
-// depends on another.
-template <class T, int D>
-__global__ void __launch_bounds__(128)
-    decode_merge_kernel(const __grid_constant__ cuda::AttentionParams p, const Split split) {
-#if __CUDA_ARCH__ >= 900
-  // Launched early (programmatic dependent launch, sm90+): wait here for the decode
-  // grid's units to be complete and visible.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-  __shared__ float s_m[kMaxRows], s_l[kMaxRows];
-  const int kvh = blockIdx.x, seq = blockIdx.y;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int qs = p.query_starts[seq];
-  const int q_len = p.query_starts[seq + 1] - qs;
-  if (q_len == 0 || q_len > p.decode_max_query_len) return;
-  const int G = p.group, rows = q_len * G, S = split.splits;
-  if (rows > split.rows) return;  // as in decode_kernel
-  const int64_t stride = unit_floats(split.rows, D);
-  const float *units = split.partials + (static_cast<int64_t>(seq) * gridDim.x + kvh) * S * stride;
-  auto stat = [&](int u, int r) { return reinterpret_cast<const float2 *>(units + u * stride + split.rows * D)[r]; };
-  for (int r = warp; r < rows; r += 4) {
-    float m = -INFINITY;
-    for (int u = lane; u < S; u += 32) {
-      const float2 st = stat(u, r);
-      if (st.y > 0.f) m = fmaxf(m, st.x);
-    }
-#pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    float l = 0.f;
-    for (int u = lane; u < S; u += 32) {
-      const float2 st = stat(u, r);
-      if (st.y > 0.f) l += st.y * exp2f(st.x - m);
-    }
-#pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-    if (lane == 0) s_m[r] = m, s_l[r] = l;
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < rows * (D / 2); idx += blockDim.x) {
-    const int r = idx / (D / 2), col = (idx % (D / 2)) * 2;
-    const float m = s_m[r], l = s_l[r];
-    float ox = 0.f, oy = 0.f;
-#pragma unroll 8
-    for (int u = 0; u < S; ++u) {
-      const float2 st = stat(u, r);
-      const float2 v = *reinterpret_cast<const float2 *>(units + u * stride + r * D + col);
-      const float wt = st.y > 0.f ? exp2f(st.x - m) : 0.f;
-      ox = fmaf(v.x, wt, ox);
-      oy = fmaf(v.y, wt, oy);
-    }
-    const int t = r / G, h = kvh * G + (r - t * G);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    T *dst =
-        static_cast<T *>(p.out) + static_cast<int64_t>(qs + t) * p.o_tok + static_cast<int64_t>(h) * p.o_head + col;
-    *reinterpret_cast<uint32_t *>(dst) = pack2<T>(ox * inv, oy * inv);
-    if (p.lse && col == 0) p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(m, l);
-  }
-}
-
 template <class T, class KV, int D, int WR>
 void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, const Split &split,
                  const Overlap &overlap, cudaStream_t stream) {
@@ -615,11 +650,6 @@ void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_k
   cuda::allow_dynamic_smem<decode_kernel<T, KV, D, WR>>(smem, "cudaFuncSetAttribute(decode_kernel)");
   cuda::launch_programmatic(decode_kernel<T, KV, D, WR>, dim3(split.splits, num_kv_heads, num_seqs), dim3(128), smem,
                             stream, overlap.previous, "decode_kernel", p, split);
-  // Programmatic dependent launch (sm90+): the merge's launch overlaps the decode grid
-  // instead of following its completion (it waits in the kernel).
-  if (split.splits > 1)
-    cuda::launch_programmatic(decode_merge_kernel<T, D>, dim3(num_kv_heads, num_seqs), dim3(128), 0, stream,
-                              overlap.merge, "decode_merge_kernel", p, split);
 }
 
 template <class T, class KV, int D>

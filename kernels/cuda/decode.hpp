@@ -23,18 +23,24 @@ constexpr int32_t kMaxRows = 64;
 
 // Every (sequence, KV head) item of a launch runs as `splits` CTAs; CTA s takes the s-th
 // share of the item's key tiles. With splits > 1 each stores its unnormalised output and
-// row statistics (a "unit") to `partials`, and a second kernel merges an item's units.
+// row statistics (a "unit") to `partials` and counts itself in the item's counter; the
+// item's last CTA merges the units (no second kernel: its launch and its wait for the
+// grid cost more than the merge).
 struct Split {
   int32_t splits = 1;
-  int32_t rows = 0;           // rows a unit stores: the launch's largest q x group
-  float *partials = nullptr;  // [sequence][KV head][split] units of unit_floats(rows, D)
+  int32_t rows = 0;             // rows a unit stores: the launch's largest q x group
+  float *partials = nullptr;    // [sequence][KV head][split] units of unit_floats(rows, D)
+  int32_t *counters = nullptr;  // [sequence][KV head], zero when the grid starts (splits > 1)
 };
 
 // A unit: rows x D output floats, then rows x (max, sum).
 constexpr int64_t unit_floats(int32_t rows, int32_t head_dim) { return int64_t{rows} * (head_dim + 2); }
 // Workspace bytes that let a launch on `sms` SMs split as plan_splits would (at 32 rows a
-// unit; wider launches split less).
+// unit; wider launches split less): the counters of as many items, then the units.
 size_t workspace_bytes(int32_t head_dim, int32_t sms);
+// Bytes of the counters of `items` items at the start of the decode workspace (a multiple
+// of 256, so the units that follow stay aligned).
+size_t counter_bytes(int64_t items);
 // Splits for `items` (sequence, KV head) items whose longest key range is `max_keys` tokens,
 // on `sms` SMs, with room for `capacity_units` units: one wave of CTAs spread evenly over
 // the SMs (decode_split.cpp says why), each split at least 16 key tiles; 1 (no split) when
@@ -42,10 +48,8 @@ size_t workspace_bytes(int32_t head_dim, int32_t sms);
 int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int64_t capacity_units);
 
 // What a decode launch overlaps through programmatic dependent launch (compute capability
-// 9.0+; both false elsewhere).
+// 9.0+; false elsewhere).
 struct Overlap {
-  // The merge kernel launches while the decode grid runs and waits for it in the kernel.
-  bool merge = false;
   // The decode grid launches while the grid before it on the stream (the same call's
   // prefill, which lets it start from its first instruction) runs its last CTAs, on the SMs
   // that grid leaves idle. The two must touch disjoint memory (other rows of out and lse,
@@ -54,12 +58,11 @@ struct Overlap {
   bool previous = false;
 };
 
-// Launches the decode kernel over grid (splits, num_kv_heads, num_seqs) and, when split,
-// the merge. max_rows: the largest q x group of the launch (<= kMaxRows); CTAs of sequences
-// outside 1..p.decode_max_query_len new tokens exit at once.
-// Dynamic shared memory of the instantiation that a launch of `max_rows` rows uses (the
-// same for both 16-bit element types; e4m3 pages stage bytes and widen them, so theirs
-// differs); 0 for a head_dim the kernel lacks.
+// Launches the decode kernel over grid (splits, num_kv_heads, num_seqs); with splits > 1
+// the caller has cleared split.counters on the stream first. max_rows: the largest q x group of the launch (<=
+// kMaxRows); CTAs of sequences outside 1..p.decode_max_query_len new tokens exit at once. Dynamic shared memory of the
+// instantiation that a launch of `max_rows` rows uses (the same for both 16-bit element types; e4m3 pages stage bytes
+// and widen them, so theirs differs); 0 for a head_dim the kernel lacks.
 size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages);
 
 // T: q/out element type (__nv_bfloat16 or __half); KV: the pages' (T, or uint8_t for e4m3

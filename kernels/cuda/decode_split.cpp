@@ -21,10 +21,15 @@ constexpr int32_t kWorkspaceRows = 32;
 constexpr int64_t kMaxSplits = 256;
 }  // namespace
 
+size_t counter_bytes(int64_t items) {
+  return static_cast<size_t>((std::max<int64_t>(items, 0) * static_cast<int64_t>(sizeof(int32_t)) + 255) / 256 * 256);
+}
+
 size_t workspace_bytes(int32_t head_dim, int32_t sms) {
-  // Room for one unit per CTA slot of the GPU, at 32 rows a unit, twice over.
+  // Room for one unit per CTA slot of the GPU, at 32 rows a unit, twice over, and a counter
+  // per unit (more than the items of any split launch).
   const int64_t units = 2 * kCtasPerSm * std::max(sms, 1);
-  return static_cast<size_t>(units * unit_floats(kWorkspaceRows, head_dim)) * sizeof(float);
+  return counter_bytes(units) + static_cast<size_t>(units * unit_floats(kWorkspaceRows, head_dim)) * sizeof(float);
 }
 
 // Measured on the H200 (bench/NOTES.md, "CUDA decode"): the kernel is memory bound, so a

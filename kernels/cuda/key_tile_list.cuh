@@ -27,8 +27,8 @@ struct CtaBarrier {
   __device__ __forceinline__ void operator()() const { __syncthreads(); }
 };
 
-// Classifies key tiles [c0, c1) — kThreads threads (threadIdx.x 0..kThreads-1), kPerThread
-// tiles each, so c1 - c0 <= kThreads * kPerThread — with classify(kt) (a list entry, or -1
+// Classifies key tiles [c0, c1) — kThreads threads (threadIdx.x 0..kThreads-1), at most
+// kPerThread tiles each, so c1 - c0 <= kThreads * kPerThread — with classify(kt) (a list entry, or -1
 // for a tile nobody sees) and writes the visible ones, in order, to list. scan holds
 // kThreads / 32 ints of scratch. Returns how many were listed; list is complete and
 // visible to every calling thread on return. All kThreads threads must call it; `sync` is
@@ -38,13 +38,18 @@ template <int kThreads, int kPerThread, class Classify, class Sync = CtaBarrier>
 __device__ __forceinline__ int compact_key_tiles(Classify classify, int c0, int c1, int *list, int *scan,
                                                  Sync sync = Sync{}) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // Each thread takes a run of `per` consecutive tiles, the fewest that cover the range, so
+  // a short range is classified by many threads at once rather than by the first few, one
+  // tile after another (a classification costs a few integer divisions per head; decode
+  // lists a sequence's whole range before its first load, so this is latency it pays).
+  const int per = max(1, (c1 - c0 + kThreads - 1) / kThreads);
   int entries[kPerThread];
   int count = 0;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
-    const int kt = c0 + tid * kPerThread + i;
+    const int kt = c0 + tid * per + i;
     entries[i] = -1;
-    if (kt < c1) {
+    if (i < per && kt < c1) {
       const int entry = classify(kt);
       if (entry != -1) {
         entries[i] = entry;

@@ -327,8 +327,7 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // of the split workspace (bspa_prefill_workspace_bytes sizes both; a smaller caller
   // workspace gives the prefill its part first and the decode what is left, or none).
   decode::Overlap overlap;
-  overlap.merge = device_is_sm90(device.device());
-  overlap.previous = overlap.merge && any_prefill && route_decode && mixed_overlap_enabled();
+  overlap.previous = device_is_sm90(device.device()) && any_prefill && route_decode && mixed_overlap_enabled();
   SplitWorkspace decode_workspace = p.split;
   if (overlap.previous && p.split.data) {
     const size_t first = std::min(p.split.bytes, prefill_split_bytes(device.device(), p.head_dim));
@@ -348,15 +347,26 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     // every sequence's units.
     const int64_t items = static_cast<int64_t>(known ? p.decode_seqs : p.num_seqs) * p.num_kv_heads;
     const int64_t indexed = static_cast<int64_t>(p.num_seqs) * p.num_kv_heads;
+    // The workspace: a counter per indexed item, then the units.
     const int64_t unit_bytes = decode::unit_floats(split.rows, p.head_dim) * static_cast<int64_t>(sizeof(float));
-    const int64_t capacity = decode_workspace.data ? static_cast<int64_t>(decode_workspace.bytes) / unit_bytes : 0;
+    const size_t counter_bytes = decode::counter_bytes(indexed);
+    const int64_t capacity = decode_workspace.data && decode_workspace.bytes > counter_bytes
+                                 ? static_cast<int64_t>(decode_workspace.bytes - counter_bytes) / unit_bytes
+                                 : 0;
     // plan_splits bounds splits by capacity / items; pass what keeps splits * indexed within it.
     const int64_t room = indexed > 0 ? capacity / indexed * items : 0;
     split.splits = decode::plan_splits(items, p.decode_max_keys, cuda::multiprocessor_count(device.device()), room);
     // BSPA_DECODE_SPLITS=N forces N splits where the workspace has room (a diagnostic, to
     // time the split planner's choice against others).
     if (const int32_t n = forced_decode_splits(); n > 0 && n * indexed <= capacity) split.splits = n;
-    split.partials = static_cast<float *>(decode_workspace.data);
+    if (split.splits > 1) {
+      split.counters = static_cast<int32_t *>(decode_workspace.data);
+      split.partials = reinterpret_cast<float *>(static_cast<char *>(decode_workspace.data) + counter_bytes);
+      // Cleared before the prefill grid, so that nothing sits between it and the decode
+      // grid that overlaps its end.
+      cuda::check_cuda(cudaMemsetAsync(split.counters, 0, sizeof(int32_t) * indexed, stream),
+                       "clearing the decode split counters");
+    }
   }
   // The decode grid overlaps only a prefill grid this call launched (never a caller's
   // kernel before it on the stream, whose results it may read).

@@ -1,0 +1,61 @@
+// The kernels' folded forms of the block rule (kernels/block_rule.hpp) against the rule
+// itself, on the host: strided_group_allowed (the decode kernel's listing of a KV group's
+// key tiles) must say, for every query block and key block, whether some head and whether
+// every head of the group may see the block, exactly as block_allowed of each head does.
+// Internal (it includes the library's kernel headers, not the public one); no GPU needed.
+#include <criterion/criterion.h>
+
+#include <cstdint>
+
+#include "kernels/block_rule.hpp"
+#include "kernels/layout.hpp"
+
+using bspa::kernels::block_allowed;
+using bspa::kernels::Layout;
+using bspa::kernels::strided_group_allowed;
+using bspa::kernels::strided_group_residues;
+
+Test(block_rule, strided_group_equals_each_head) {
+  int64_t checked = 0, some_not_all = 0;
+  for (int32_t vs = 1; vs <= 32; ++vs)
+    for (int32_t step : {0, 1, 2, 3, 5})
+      for (int32_t begin : {0, 3, 17})
+        for (int32_t local : {0, 1, 4})
+          for (int32_t G : {1, 2, 4, 8}) {
+            Layout l;
+            l.kind = Layout::Kind::Strided;
+            l.num_heads = 4 * G;
+            l.vert_stride = vs, l.head_step = step, l.head_begin = begin, l.local_blocks = local;
+            for (int32_t h0 = 0; h0 < l.num_heads; h0 += G) {
+              const auto r = strided_group_residues(l, h0, G);
+              cr_assert(r.fits(), "vert_stride %d fits the residue masks", vs);
+              for (int32_t qb = 0; qb < 3 * vs + 2; ++qb)
+                for (int32_t kb = 0; kb <= qb + 1; ++kb) {
+                  bool any = false, all = true;
+                  for (int32_t g = 0; g < G; ++g) {
+                    const bool a = block_allowed(l, h0 + g, int64_t{qb}, int64_t{kb});
+                    any = any || a;
+                    all = all && a;
+                  }
+                  bool f_any = !any, f_all = !all;
+                  strided_group_allowed(l, r, qb, kb, bspa::kernels::strided_residue_bit(l, kb), f_any, f_all);
+                  cr_assert_eq(f_any, any, "any: vs %d step %d begin %d local %d G %d h0 %d qb %d kb %d", vs, step,
+                               begin, local, G, h0, qb, kb);
+                  cr_assert_eq(f_all, all, "all: vs %d step %d begin %d local %d G %d h0 %d qb %d kb %d", vs, step,
+                               begin, local, G, h0, qb, kb);
+                  ++checked;
+                  some_not_all += any && !all;
+                }
+            }
+          }
+  // The sweep must have met groups whose heads disagree (else `all` was never tested).
+  cr_assert_gt(some_not_all, 1000, "only %lld blocks seen by some but not all heads", (long long)some_not_all);
+  cr_assert_gt(checked, 1000000);
+}
+
+Test(block_rule, strided_group_residues_refuse_wide_strides) {
+  Layout l;
+  l.kind = Layout::Kind::Strided;
+  l.vert_stride = 33, l.head_step = 1, l.local_blocks = 2;
+  cr_assert(!strided_group_residues(l, 0, 4).fits(), "vert_stride 33 has no 32-bit residue mask");
+}
