@@ -80,49 +80,49 @@ struct Config {
 
 // Combines the split units of one item (sequence, KV head): `units` are its splits'
 // units, every one written for all `rows` rows (an empty split stores zeros and a zero
-// sum), read from L2 (other CTAs wrote them). Latency bound (a few KB an item), so the loads
-// are issued together: the row statistics by one warp per row, each lane folding its units
-// online, then every output column pair over all units at once. s_ml: 2 x kMaxRows floats
-// of shared memory. All threads of the CTA call it.
+// sum), read from L2 (other CTAs wrote them). Latency bound (a few KB an item) and on the
+// launch's critical path (the last CTA of the last item merges after everything else), so a
+// thread loads the statistics and outputs of 16 units at once and folds its row's statistics
+// itself: one round trip to L2 per 16 units, no pass for the statistics and no barrier. All
+// threads of the CTA call it.
 template <class T, int D>
 __device__ __forceinline__ void merge_units(const cuda::AttentionParams &p, const Split &split, const float *units,
-                                            int rows, int G, int qs, int kvh, float *s_ml) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = split.splits;
+                                            int rows, int G, int qs, int kvh) {
+  constexpr int kBatch = 16;
+  const int S = split.splits;
   const int64_t stride = unit_floats(split.rows, D);
-  auto stat = [&](int u, int r) {
-    return __ldcg(reinterpret_cast<const float2 *>(units + u * stride + split.rows * D) + r);
-  };
-  for (int r = warp; r < rows; r += blockDim.x / 32) {
-    float m = -INFINITY, l = 0.f;  // this lane's units, folded as merge_row_stats does
-    for (int u = lane; u < S; u += 32) {
-      const float2 st = stat(u, r);
-      if (st.y > 0.f) {
-        const float m_new = fmaxf(m, st.x);
-        l = l * exp2f(m - m_new) + st.y * exp2f(st.x - m_new);
-        m = m_new;
-      }
-    }
-#pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) {
-      const float mo = __shfl_xor_sync(0xffffffffu, m, off), lo = __shfl_xor_sync(0xffffffffu, l, off);
-      const float m_new = fmaxf(m, mo);
-      l = (l > 0.f ? l * exp2f(m - m_new) : 0.f) + (lo > 0.f ? lo * exp2f(mo - m_new) : 0.f);
-      m = m_new;
-    }
-    if (lane == 0) s_ml[r] = m, s_ml[kMaxRows + r] = l;
-  }
-  __syncthreads();
   for (int idx = threadIdx.x; idx < rows * (D / 2); idx += blockDim.x) {
     const int r = idx / (D / 2), col = (idx % (D / 2)) * 2;
-    const float m = s_ml[r], l = s_ml[kMaxRows + r];
-    float ox = 0.f, oy = 0.f;
-#pragma unroll 8
-    for (int u = 0; u < S; ++u) {
-      const float2 st = stat(u, r);
-      const float2 v = __ldcg(reinterpret_cast<const float2 *>(units + u * stride + r * D + col));
-      const float wt = st.y > 0.f ? exp2f(st.x - m) : 0.f;
-      ox = fmaf(v.x, wt, ox);
-      oy = fmaf(v.y, wt, oy);
+    float m = -INFINITY, l = 0.f, ox = 0.f, oy = 0.f;  // merge_row_stats' fold, kBatch units a step
+    for (int u0 = 0; u0 < S; u0 += kBatch) {
+      float2 st[kBatch], v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int u = u0 + j;
+        st[j] = make_float2(-INFINITY, 0.f);
+        v[j] = make_float2(0.f, 0.f);
+        if (u < S) {
+          st[j] = __ldcg(reinterpret_cast<const float2 *>(units + u * stride + split.rows * D) + r);
+          v[j] = __ldcg(reinterpret_cast<const float2 *>(units + u * stride + r * D + col));
+        }
+      }
+      float m_new = m;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (st[j].y > 0.f) m_new = fmaxf(m_new, st[j].x);
+      if (m_new != m && m != -INFINITY) {  // rescale what the earlier units gave
+        const float a = exp2f(m - m_new);
+        l *= a, ox *= a, oy *= a;
+      }
+      m = m_new;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (st[j].y > 0.f) {
+          const float w = exp2f(st[j].x - m);
+          l = fmaf(st[j].y, w, l);
+          ox = fmaf(v[j].x, w, ox);
+          oy = fmaf(v[j].y, w, oy);
+        }
     }
     const int t = r / G, h = kvh * G + (r - t * G);
     const float inv = l > 0.f ? 1.f / l : 0.f;
@@ -319,12 +319,25 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
                                             ? strided_group_residues(p.layout, kvh * G, G)
                                             : StridedGroupResidues{};
   // Sparse layouts only (compacted into sList); a dense layout's entries are dense_entry's.
+  // The listing's two divisions a tile, made cheap (a batch-1 split lists a sequence's whole
+  // range before its first load): key tiles per layout block as a shift where that is a power
+  // of two (every power-of-two block size), and kb % vert_stride (<= 32 where the residues
+  // fold) as a multiply-high by ceil(2^32 / vert_stride), exact while kb * vert_stride < 2^32
+  // (kb < 2^25: contexts are int32).
+  const int tiles_per_block = B / kKeyTile;
+  const int tpb_shift = (tiles_per_block & (tiles_per_block - 1)) == 0 ? __ffs(tiles_per_block) - 1 : -1;
+  const uint32_t vs = static_cast<uint32_t>(max(p.layout.vert_stride, 1));
+  const uint32_t vs_magic = vs == 1 ? 0u : 0xFFFFFFFFu / vs + 1u;
+  auto stride_residue = [&](int kb) {
+    const uint32_t q = vs == 1 ? static_cast<uint32_t>(kb) : __umulhi(static_cast<uint32_t>(kb), vs_magic);
+    return static_cast<uint32_t>(kb) - q * vs;
+  };
   auto classify = [&](int kt) {
     const int k0 = kt * kKeyTile;
-    const int kb = k0 / B;
+    const int kb = tpb_shift >= 0 ? kt >> tpb_shift : kt / tiles_per_block;
     bool any = false, all = true;
     if (residues.fits()) {  // the rows' query blocks: qb_lo and, when the rows cross a block, qb_hi
-      const uint32_t kb_bit = strided_residue_bit(p.layout, kb);
+      const uint32_t kb_bit = 1u << stride_residue(kb);
       strided_group_allowed(p.layout, residues, qb_lo, kb, kb_bit, any, all);
       if (qb_hi != qb_lo) {
         bool a_any, a_all;
@@ -626,8 +639,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   if (!sScan[0]) return;
   __threadfence();
   if (tid == 0) split.counters[item] = 0;  // every other CTA of the item has counted: left clear
-  merge_units<T, D>(p, split, split.partials + item * split.splits * unit_floats(split.rows, D), rows, G, qs, kvh,
-                    reinterpret_cast<float *>(sList));
+  merge_units<T, D>(p, split, split.partials + item * split.splits * unit_floats(split.rows, D), rows, G, qs, kvh);
 }
 
 template <class T, class KV, int D, int WR>
