@@ -93,7 +93,9 @@ __device__ __forceinline__ void merge_units(const cuda::AttentionParams &p, cons
   const int64_t stride = unit_floats(split.rows, D);
   for (int idx = threadIdx.x; idx < rows * (D / 2); idx += blockDim.x) {
     const int r = idx / (D / 2), col = (idx % (D / 2)) * 2;
-    float m = -INFINITY, l = 0.f, ox = 0.f, oy = 0.f;  // merge_row_stats' fold, kBatch units a step
+    // merge_row_stats' rule (softmax.cuh), folded online kBatch units a step: with S <= kBatch
+    // one step, the max over the units that saw keys and their rescaled sums.
+    float m = -INFINITY, l = 0.f, ox = 0.f, oy = 0.f;
     for (int u0 = 0; u0 < S; u0 += kBatch) {
       float2 st[kBatch], v[kBatch];
 #pragma unroll
@@ -318,7 +320,6 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   const StridedGroupResidues residues = p.layout.kind == static_cast<int32_t>(Layout::Kind::Strided)
                                             ? strided_group_residues(p.layout, kvh * G, G)
                                             : StridedGroupResidues{};
-  // Sparse layouts only (compacted into sList); a dense layout's entries are dense_entry's.
   // The listing's two divisions a tile, made cheap (a batch-1 split lists a sequence's whole
   // range before its first load): key tiles per layout block as a shift where that is a power
   // of two (every power-of-two block size), and kb % vert_stride (<= 32 where the residues
@@ -332,6 +333,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     const uint32_t q = vs == 1 ? static_cast<uint32_t>(kb) : __umulhi(static_cast<uint32_t>(kb), vs_magic);
     return static_cast<uint32_t>(kb) - q * vs;
   };
+  // Sparse layouts only (compacted into sList); a dense layout's entries are dense_entry's.
   auto classify = [&](int kt) {
     const int k0 = kt * kKeyTile;
     const int kb = tpb_shift >= 0 ? kt >> tpb_shift : kt / tiles_per_block;
