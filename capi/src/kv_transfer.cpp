@@ -126,8 +126,7 @@ BSPA_API bspa_status bspa_kv_import_create(bspa_kv_import **imp, bspa_pool *pool
     require(options, "options");
     bspa::capi::check_options_version(options->version, BSPA_KV_IMPORT_OPTIONS_VERSION, "options",
                                       "bspa_kv_import_options_init");
-    bspa::check(options->salt != nullptr || options->salt_len == 0, Errc::InvalidArgument,
-                "options->salt is NULL but options->salt_len = ", options->salt_len);
+    bspa::capi::check_salt(options->salt, options->salt_len);
     bspa::check(options->num_peer_keys >= 0, Errc::InvalidArgument, "options->num_peer_keys = ", options->num_peer_keys,
                 " is negative");
     bspa::check(options->peer_keys != nullptr || options->num_peer_keys == 0, Errc::NullPointer,

@@ -58,12 +58,15 @@ struct Overlap {
   bool previous = false;
 };
 
-// Launches the decode kernel over grid (splits, num_kv_heads, num_seqs); with splits > 1
-// the caller has cleared split.counters on the stream first. max_rows: the largest q x group of the launch (<=
-// kMaxRows); CTAs of sequences outside 1..p.decode_max_query_len new tokens exit at once. Dynamic shared memory of the
-// instantiation that a launch of `max_rows` rows uses (the same for both 16-bit element types; e4m3 pages stage bytes
-// and widen them, so theirs differs); 0 for a head_dim the kernel lacks.
+// Dynamic shared memory of the instantiation that a launch of `max_rows` rows uses (the
+// same for both 16-bit element types; e4m3 pages stage bytes and widen them, so theirs
+// differs); 0 for a head_dim the kernel lacks.
 size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages);
+
+// Launches the decode kernel over grid (splits, num_kv_heads, num_seqs); with splits > 1
+// the caller has cleared split.counters on the stream first. max_rows: the largest
+// q x group of the launch (<= kMaxRows); CTAs of sequences outside
+// 1..p.decode_max_query_len new tokens exit at once.
 
 // T: q/out element type (__nv_bfloat16 or __half); KV: the pages' (T, or uint8_t for e4m3
 // with p.k_scale / p.v_scale per KV head).

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/decode.hpp"
+#include "kernels/cuda/launch_check.hpp"
 
 namespace bspa::kernels::decode {
 namespace {
@@ -22,7 +23,7 @@ constexpr int64_t kMaxSplits = 256;
 }  // namespace
 
 size_t counter_bytes(int64_t items) {
-  return static_cast<size_t>((std::max<int64_t>(items, 0) * static_cast<int64_t>(sizeof(int32_t)) + 255) / 256 * 256);
+  return cuda::align_to_256(static_cast<size_t>(std::max<int64_t>(items, 0)) * sizeof(int32_t));
 }
 
 size_t workspace_bytes(int32_t head_dim, int32_t sms) {

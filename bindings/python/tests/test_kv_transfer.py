@@ -225,6 +225,7 @@ def test_a_garbage_cycle_of_pool_and_transfers_frees_them_before_the_pool():
     code = """
         import gc, bspa
         from bspa import _bspa
+        from child import engine_in_cycle
         calls = {"export": 0, "import": 0}
         real_export, real_import = _bspa.bspa_kv_export_destroy, _bspa.bspa_kv_import_destroy
         def export_destroy(h):
@@ -236,10 +237,7 @@ def test_a_garbage_cycle_of_pool_and_transfers_frees_them_before_the_pool():
         _bspa.bspa_kv_export_destroy, _bspa.bspa_kv_import_destroy = export_destroy, import_destroy
         gc.disable()
         for i in range(20):
-            class Engine: pass
-            e = Engine()
-            e.self = e
-            e.pool = bspa.Pool(num_kv_heads=2, head_dim=16, page_size=16, num_pages=32, dtype="f32")
+            e = engine_in_cycle(bspa, num_kv_heads=2, head_dim=16, page_size=16, num_pages=32, dtype="f32")
             e.other = bspa.Pool(num_kv_heads=2, head_dim=16, page_size=16, num_pages=32, dtype="f32")
             e.seq = e.pool.sequence()
             tokens = list(range(40))

@@ -166,12 +166,10 @@ def test_a_garbage_cycle_of_pool_and_batches_frees_batches_first():
     # a batch destroyed after its pool would read garbage (and crash or hang) here.
     code = """
         import gc, bspa
+        from child import engine_in_cycle
         gc.disable()
         for _ in range(20):
-            class Engine: pass
-            e = Engine()
-            e.self = e
-            e.pool = bspa.Pool(num_kv_heads=2, head_dim=16, page_size=16, num_pages=16, dtype="f32")
+            e = engine_in_cycle(bspa, num_kv_heads=2, head_dim=16, page_size=16, num_pages=16, dtype="f32")
             e.seq = e.pool.sequence()
             e.seq.append(list(range(20)))
             e.batches = [e.pool.reusable_batch(max_seqs=1, max_tokens=32, max_seq_tokens=64),
