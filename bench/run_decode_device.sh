@@ -31,6 +31,11 @@ if has check; then
     grep -E "FAIL" "$OUT/check_$path.log" | head -20
     summary+=("check ($path prefill): rc=$rc, $(tail -1 "$OUT/check_$path.log")")
   done
+  # Mixed launches with the two kernels one after the other (no overlap): they must still
+  # keep to their own parts of the workspace (before 2026-12 they did not: NaN outputs).
+  BSPA_CUDA_OVERLAP=0 T "$BUILD/bench/bench_gpu_check" --quick >"$OUT/check_overlap0.log" 2>&1; rc=$?
+  grep -E "FAIL" "$OUT/check_overlap0.log" | head -20
+  summary+=("check (BSPA_CUDA_OVERLAP=0, --quick): rc=$rc, $(tail -1 "$OUT/check_overlap0.log")")
 fi
 if has sanitize; then
   OUT="$OUT/sanitize" T bash scripts/gpu_sanitize.sh "$BUILD" >"$OUT/sanitize.log" 2>&1; rc=$?

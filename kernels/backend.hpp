@@ -27,6 +27,12 @@ void prefill_cuda(const PrefillProblem &p, void *stream);
 // for head_dim: the sm90a kernel's last round and the decode kernel's key ranges.
 // Throws Error(Cuda / NoDevice) for a bad device, Error(NotSupported) without CUDA.
 size_t prefill_workspace_bytes_cuda(int32_t device, int32_t head_dim);
+// A split workspace for a batch to own (freed with bspa::cuda_free(device, data)):
+// prefill_workspace_bytes_cuda's bytes and a decode counter for each of `counter_items`
+// (sequence, KV head) items its launches may index, the counters zeroed on `stream`
+// (SplitWorkspace::kept_clear_counters: its launches then clear nothing). Empty when no
+// launch at head_dim can split. Throws Error(OutOfMemory / Cuda / NoDevice).
+SplitWorkspace allocate_split_workspace_cuda(int32_t device, int32_t head_dim, int64_t counter_items, void *stream);
 void kv_write_cuda(const KvWriteProblem &p, void *stream);
 
 // Query rows per work item in plans made for CUDA pools (the kernels' query tile).
@@ -77,7 +83,7 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, in
 class StepBuffers {
  public:
   // Throws Error(OutOfMemory / Cuda / NoDevice), or Error(NotSupported) without CUDA.
-  StepBuffers(const BatchLimits &limits, int32_t device, int32_t head_dim, int32_t tile_rows);
+  StepBuffers(const BatchLimits &limits, int32_t device, int32_t head_dim, int32_t num_kv_heads, int32_t tile_rows);
   ~StepBuffers();
   StepBuffers(const StepBuffers &) = delete;
   StepBuffers &operator=(const StepBuffers &) = delete;

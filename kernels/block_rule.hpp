@@ -83,6 +83,57 @@ BSPA_HOST_DEVICE inline void strided_group_allowed(const L &l, const StridedGrou
   }
 }
 
+// Bit counts of a residue mask, on either side.
+BSPA_HOST_DEVICE inline int32_t residue_count(uint32_t mask) {
+#ifdef __CUDA_ARCH__
+  return __popc(mask);
+#else
+  return __builtin_popcount(mask);
+#endif
+}
+BSPA_HOST_DEVICE inline int32_t lowest_residue(uint32_t mask) {  // mask != 0
+#ifdef __CUDA_ARCH__
+  return __ffs(mask) - 1;
+#else
+  return __builtin_ctz(mask);
+#endif
+}
+
+// The key blocks a strided group lists for decode rows in query blocks qb_lo .. qb_hi
+// (qb_hi <= qb_lo + 1), ascending, in closed form, so that a key split finds its share
+// without listing the range before it. Every block from `window` = max(0, qb_lo -
+// local_blocks + 1) to qb_hi is listed (window .. qb_lo lie in qb_lo's local window, qb_hi
+// in its own: local_blocks >= 1), and before them the `residue_blocks` blocks whose residue
+// some head sees (StridedGroupResidues::any: per_period of every vert_stride blocks).
+struct StridedGroupListing {
+  uint32_t any = 0;
+  int32_t vert_stride = 1, per_period = 1;
+  int32_t residue_blocks = 0;  // listed blocks below the window
+  int32_t window = 0;          // the local window's first block
+  // The j-th listed block below the window (0 <= j < residue_blocks): in period
+  // j / per_period, at its (j % per_period)-th residue.
+  BSPA_HOST_DEVICE int32_t residue_block(int32_t j) const {
+    const int32_t period = j / per_period;
+    uint32_t mask = any;
+    for (int32_t c = j - period * per_period; c > 0; --c) mask &= mask - 1u;  // drop the lowest residues
+    return period * vert_stride + lowest_residue(mask);
+  }
+};
+
+// Needs r.fits() (and so a residue some head sees: r.any != 0).
+template <class L>
+BSPA_HOST_DEVICE inline StridedGroupListing strided_group_listing(const L &l, const StridedGroupResidues &r,
+                                                                  int32_t qb_lo) {
+  StridedGroupListing s;
+  s.any = r.any;
+  s.vert_stride = l.vert_stride;
+  s.per_period = residue_count(r.any);
+  s.window = qb_lo - l.local_blocks + 1 > 0 ? qb_lo - l.local_blocks + 1 : 0;
+  const int32_t periods = s.window / l.vert_stride, rest = s.window - periods * l.vert_stride;
+  s.residue_blocks = periods * s.per_period + residue_count(r.any & ((1u << rest) - 1u));  // rest < vert_stride <= 32
+  return s;
+}
+
 // A CSR row: whether kb is among its entries col[lo, hi), which the factory checked are
 // strictly ascending (make_csr_layout), so a binary search finds it.
 template <class I>

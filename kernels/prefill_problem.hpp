@@ -32,12 +32,19 @@ struct PagedKV {
   const float *v_scale = nullptr;
 };
 
-// Device scratch a CUDA launch may use to split the key range of its last round's
-// query tiles across SMs (kernels/cuda/prefill_sm90.hpp); empty = no split. Used by one
-// launch at a time; its contents need no initialisation.
+// Device scratch a CUDA launch may use to split work across SMs: the sm90a prefill's last
+// round (kernels/cuda/prefill_sm90.hpp) and the decode kernel's key ranges
+// (kernels/cuda/decode.hpp); empty = no split. Used by one launch at a time.
 struct SplitWorkspace {
   void *data = nullptr;
   size_t bytes = 0;
+  // 0: a caller's workspace, with no defined contents (each launch that splits a decode
+  // clears its counters first). > 0: one the library made and owns (a batch's:
+  // allocate_split_workspace_cuda in backend.hpp), whose decode counters for this many
+  // (sequence, KV head) items sit at a fixed place, were zeroed when it was made and are
+  // left zero by every launch (the decode kernel's last CTA of an item clears its
+  // counter), so its launches clear nothing.
+  int64_t kept_clear_counters = 0;
 };
 
 struct PrefillProblem {

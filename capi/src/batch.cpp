@@ -172,7 +172,7 @@ BSPA_API bspa_status bspa_batch_create_reusable(bspa_batch **batch, bspa_pool *p
     b->reusable = true;
     b->limits = limits_of(*options, p);
     if (p.device() == bspa::cache::DeviceKind::Cuda)
-      b->step = std::make_unique<bspa::kernels::StepBuffers>(b->limits, p.device_id(), p.head_dim(),
+      b->step = std::make_unique<bspa::kernels::StepBuffers>(b->limits, p.device_id(), p.head_dim(), p.num_kv_heads(),
                                                              bspa::kernels::kCudaTileRows);
     *batch = b.release();
   });

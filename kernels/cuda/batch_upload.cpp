@@ -56,15 +56,13 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, in
       plan.max_query_len > 64 && static_cast<int64_t>(plan.work.size()) * num_kv_heads < sm90::kSplitMaxRounds * sms;
   const bool decode_may_split = plan.decode_seqs > 0 && decode::plan_splits(int64_t{plan.decode_seqs} * num_kv_heads,
                                                                             plan.decode_max_keys, sms, INT64_MAX) > 1;
+  // Its decode counters are zeroed on the stream of the metadata copy (the launches' stream).
   if (prefill_may_split || decode_may_split) {
-    const size_t bytes = prefill_workspace_bytes_cuda(device, head_dim);
-    if (bytes) {
-      try {
-        meta->split_allocation = cuda_malloc(device, bytes);
-        meta->split = SplitWorkspace{meta->split_allocation, bytes};
-      } catch (const Error &e) {
-        if (e.code() != Errc::OutOfMemory) throw;
-      }
+    try {
+      meta->split = allocate_split_workspace_cuda(device, head_dim, int64_t{plan.num_seqs} * num_kv_heads, stream_ptr);
+      meta->split_allocation = meta->split.data;
+    } catch (const Error &e) {
+      if (e.code() != Errc::OutOfMemory) throw;
     }
   }
   return meta;

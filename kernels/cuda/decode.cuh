@@ -82,7 +82,8 @@ struct Config {
 // units, every one written for all `rows` rows (an empty split stores zeros and a zero
 // sum), read from L2 (other CTAs wrote them). Latency bound (a few KB an item) and on the
 // launch's critical path (the last CTA of the last item merges after everything else), so a
-// thread loads the statistics and outputs of 16 units at once and folds its row's statistics
+// thread takes four columns of a row (one pass over the item at 4 x 128 rows x columns) and
+// loads the statistics and outputs of 16 units at once, folding its row's statistics
 // itself: one round trip to L2 per 16 units, no pass for the statistics and no barrier. All
 // threads of the CTA call it.
 template <class T, int D>
@@ -90,22 +91,24 @@ __device__ __forceinline__ void merge_units(const cuda::AttentionParams &p, cons
                                             int rows, int G, int qs, int kvh) {
   constexpr int kBatch = 16;
   const int S = split.splits;
-  const int64_t stride = unit_floats(split.rows, D);
-  for (int idx = threadIdx.x; idx < rows * (D / 2); idx += blockDim.x) {
-    const int r = idx / (D / 2), col = (idx % (D / 2)) * 2;
+  const int64_t stride = unit_floats(split.rows, D);  // a multiple of 4 floats: the float4 loads stay aligned
+  for (int idx = threadIdx.x; idx < rows * (D / 4); idx += blockDim.x) {
+    const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
     // merge_row_stats' rule (softmax.cuh), folded online kBatch units a step: with S <= kBatch
     // one step, the max over the units that saw keys and their rescaled sums.
-    float m = -INFINITY, l = 0.f, ox = 0.f, oy = 0.f;
+    float m = -INFINITY, l = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int u0 = 0; u0 < S; u0 += kBatch) {
-      float2 st[kBatch], v[kBatch];
+      float2 st[kBatch];
+      float4 v[kBatch];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const int u = u0 + j;
         st[j] = make_float2(-INFINITY, 0.f);
-        v[j] = make_float2(0.f, 0.f);
+        v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (u < S) {
           st[j] = __ldcg(reinterpret_cast<const float2 *>(units + u * stride + split.rows * D) + r);
-          v[j] = __ldcg(reinterpret_cast<const float2 *>(units + u * stride + r * D + col));
+          v[j] = __ldcg(reinterpret_cast<const float4 *>(units + u * stride + r * D + col));
         }
       }
       float m_new = m;
@@ -114,7 +117,7 @@ __device__ __forceinline__ void merge_units(const cuda::AttentionParams &p, cons
         if (st[j].y > 0.f) m_new = fmaxf(m_new, st[j].x);
       if (m_new != m && m != -INFINITY) {  // rescale what the earlier units gave
         const float a = exp2f(m - m_new);
-        l *= a, ox *= a, oy *= a;
+        l *= a, acc.x *= a, acc.y *= a, acc.z *= a, acc.w *= a;
       }
       m = m_new;
 #pragma unroll
@@ -122,15 +125,18 @@ __device__ __forceinline__ void merge_units(const cuda::AttentionParams &p, cons
         if (st[j].y > 0.f) {
           const float w = exp2f(st[j].x - m);
           l = fmaf(st[j].y, w, l);
-          ox = fmaf(v[j].x, w, ox);
-          oy = fmaf(v[j].y, w, oy);
+          acc.x = fmaf(v[j].x, w, acc.x);
+          acc.y = fmaf(v[j].y, w, acc.y);
+          acc.z = fmaf(v[j].z, w, acc.z);
+          acc.w = fmaf(v[j].w, w, acc.w);
         }
     }
     const int t = r / G, h = kvh * G + (r - t * G);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     T *dst =
         static_cast<T *>(p.out) + static_cast<int64_t>(qs + t) * p.o_tok + static_cast<int64_t>(h) * p.o_head + col;
-    *reinterpret_cast<uint32_t *>(dst) = pack2<T>(ox * inv, oy * inv);
+    *reinterpret_cast<uint2 *>(dst) =
+        make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
     if (p.lse && col == 0) p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(m, l);
   }
 }
@@ -167,10 +173,13 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wr = warp % WR, wk = warp / WR;  // this warp's row group and key group
   const int split_idx = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
+  // The three metadata loads at once (the context is read before the row check, not after
+  // it: one round trip to memory at the CTA's start instead of two).
   const int qs = p.query_starts[seq];
-  const int q_len = p.query_starts[seq + 1] - qs;
-  if (q_len == 0 || q_len > p.decode_max_query_len) return;  // no rows, or the prefill kernel's
+  const int q_end = p.query_starts[seq + 1];
   const int ctx = p.context_lens[seq];
+  const int q_len = q_end - qs;
+  if (q_len == 0 || q_len > p.decode_max_query_len) return;  // no rows, or the prefill kernel's
   const int kv_len = ctx + q_len;
   const int G = p.group;
   const int rows = q_len * G;
@@ -373,34 +382,55 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   // This split's key tiles. A dense layout splits the key range evenly. A sparse one
   // splits the tiles it lists: a split of the range would leave the local window's tiles
   // (every head sees them) on the last split, which then runs half as long again as the
-  // others (1 x 32k strided: 24 listed tiles against 16). So every split lists the whole
-  // range (one pass up to kListCap tiles; longer ranges count first) and takes its share
+  // others (1 x 32k strided: 24 listed tiles against 16). Each split takes its share
   // [want_lo, want_hi) of the listed tiles.
   const int n_kt = (kv_len + kKeyTile - 1) / kKeyTile;
   const bool by_listed = !dense && split.splits > 1;
-  const int c_begin = by_listed ? 0 : static_cast<int>(static_cast<int64_t>(split_idx) * n_kt / split.splits);
-  const int c_end = by_listed ? n_kt : static_cast<int>(static_cast<int64_t>(split_idx + 1) * n_kt / split.splits);
   auto share = [&](int listed, int s) { return static_cast<int>(static_cast<int64_t>(s) * listed / split.splits); };
+  // A strided group's listed tiles have a closed form (strided_group_listing), so its
+  // splits find their share without listing the range before it (a batch-1 split listed
+  // all 512 tiles of a 32k context before its first load): the tiles of the listed blocks
+  // below the local window, then every tile from the window's first block on.
+  const bool closed = by_listed && residues.fits();
+  const StridedGroupListing listing = closed ? strided_group_listing(p.layout, residues, qb_lo) : StridedGroupListing{};
+  const int residue_tiles = listing.residue_blocks * tiles_per_block, window_tile = listing.window * tiles_per_block;
+  auto closed_tile = [&](int i) {  // listed index -> key tile
+    if (i >= residue_tiles) return window_tile + (i - residue_tiles);
+    const int j = tpb_shift >= 0 ? i >> tpb_shift : i / tiles_per_block;
+    return listing.residue_block(j) * tiles_per_block + (i - j * tiles_per_block);
+  };
+  // Other sparse layouts list the whole range (one pass up to kListCap tiles; longer ranges
+  // count first) and take their share of what they listed.
+  const bool scan_listed = by_listed && !closed;
+  int c_begin = scan_listed ? 0 : static_cast<int>(static_cast<int64_t>(split_idx) * n_kt / split.splits);
+  int c_end = scan_listed ? n_kt : static_cast<int>(static_cast<int64_t>(split_idx + 1) * n_kt / split.splits);
   int want_lo = 0, want_hi = 0, listed_before = 0;
-  if (by_listed && n_kt > C::kListCap) {
+  if (closed) {  // [c_begin, c_end) are listed indices
+    const int listed = residue_tiles + (n_kt - window_tile);
+    c_begin = share(listed, split_idx);
+    c_end = share(listed, split_idx + 1);
+  }
+  if (scan_listed && n_kt > C::kListCap) {
     const int listed = cuda::count_key_tiles<C::kThreads>(classify, 0, n_kt, sScan);
     want_lo = share(listed, split_idx);
     want_hi = share(listed, split_idx + 1);
   }
 
-  for (int c0 = c_begin; c0 < c_end && !(by_listed && n_kt > C::kListCap && listed_before >= want_hi);
+  for (int c0 = c_begin; c0 < c_end && !(scan_listed && n_kt > C::kListCap && listed_before >= want_hi);
        c0 += C::kListCap) {
     const int c1 = min(c_end, c0 + C::kListCap);
-    // A dense layout lists every tile: the entries are written, not classified and compacted.
+    // A dense layout lists every tile and the closed form knows which: their entries are
+    // written, not classified and compacted.
     int listed = c1 - c0;
-    if (dense) {
-      for (int i = tid; i < listed; i += C::kThreads) sList[i] = dense_entry(c0 + i);
+    if (dense || closed) {
+      for (int i = tid; i < listed; i += C::kThreads)
+        sList[i] = dense ? dense_entry(c0 + i) : classify(closed_tile(c0 + i));
       __syncthreads();
     } else {
       listed = cuda::compact_key_tiles<C::kThreads, C::kPerThread>(classify, c0, c1, sList, sScan);
     }
     int first = 0, total = listed;  // this split's entries of the pass: [first, first + total)
-    if (by_listed) {
+    if (scan_listed) {
       if (n_kt <= C::kListCap) {
         want_lo = share(listed, split_idx);
         want_hi = share(listed, split_idx + 1);
@@ -606,16 +636,19 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   float *unit = whole ? nullptr
                       : split.partials + ((static_cast<int64_t>(seq) * gridDim.y + kvh) * split.splits + split_idx) *
                                              unit_floats(split.rows, D);
-  for (int idx = tid; idx < rows * (D / 2); idx += C::kThreads) {
-    const int r = idx / (D / 2), col = (idx % (D / 2)) * 2;
+  // Four columns of a row a thread (4 x 128 rows x columns: one pass at GQA 4).
+  for (int idx = tid; idx < rows * (D / 4); idx += C::kThreads) {
+    const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
     const cuda::MergedRow mr = cuda::merge_row_stats(C::kKeyWarps, [&](int w) { return red_ml[w * C::kRows + r]; });
-    float ox = 0.f, oy = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int w = 0; w < C::kKeyWarps; ++w) {
       const float wt = cuda::merge_weight(mr, red_ml[w * C::kRows + r]);
       if (wt != 0.f) {
-        const float2 v = *reinterpret_cast<const float2 *>(red_o + (w * C::kRows + r) * D + col);
-        ox += v.x * wt;
-        oy += v.y * wt;
+        const float4 v = *reinterpret_cast<const float4 *>(red_o + (w * C::kRows + r) * D + col);
+        acc.x = fmaf(v.x, wt, acc.x);
+        acc.y = fmaf(v.y, wt, acc.y);
+        acc.z = fmaf(v.z, wt, acc.z);
+        acc.w = fmaf(v.w, wt, acc.w);
       }
     }
     if (whole) {
@@ -623,16 +656,20 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       const float inv = mr.l > 0.f ? 1.f / mr.l : 0.f;
       T *dst =
           static_cast<T *>(p.out) + static_cast<int64_t>(qs + t) * p.o_tok + static_cast<int64_t>(h) * p.o_head + col;
-      *reinterpret_cast<uint32_t *>(dst) = pack2<T>(ox * inv, oy * inv);
+      *reinterpret_cast<uint2 *>(dst) =
+          make_uint2(pack2<T>(acc.x * inv, acc.y * inv), pack2<T>(acc.z * inv, acc.w * inv));
       if (p.lse && col == 0) p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(mr.m, mr.l);
     } else {
-      *reinterpret_cast<float2 *>(unit + r * D + col) = make_float2(ox, oy);
+      *reinterpret_cast<float4 *>(unit + r * D + col) = acc;
       if (col == 0) reinterpret_cast<float2 *>(unit + split.rows * D)[r] = make_float2(mr.m, mr.l);
     }
   }
   if (whole) return;
-  // The item's last CTA to store its unit merges them all: each CTA's stores are made
-  // visible device-wide before it counts itself (the launch cleared the counters).
+    // The item's last CTA to store its unit merges them all: each CTA's stores are made
+    // visible device-wide before it counts itself (the counters are zero: Split::counters).
+#if __CUDA_ARCH__ >= 900
+  if (split.count_after_previous) asm volatile("griddepcontrol.wait;" ::: "memory");  // the clear
+#endif
   __threadfence();
   __syncthreads();
   const int64_t item = static_cast<int64_t>(seq) * gridDim.y + kvh;
@@ -640,7 +677,9 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   __syncthreads();
   if (!sScan[0]) return;
   __threadfence();
-  if (tid == 0) split.counters[item] = 0;  // every other CTA of the item has counted: left clear
+  // Every other CTA of the item has counted: left zero for the next launch (a batch's own
+  // workspace is cleared only when it is made: SplitWorkspace::kept_clear_counters).
+  if (tid == 0) split.counters[item] = 0;
   merge_units<T, D>(p, split, split.partials + item * split.splits * unit_floats(split.rows, D), rows, G, qs, kvh);
 }
 

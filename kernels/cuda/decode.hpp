@@ -31,10 +31,17 @@ struct Split {
   int32_t rows = 0;             // rows a unit stores: the launch's largest q x group
   float *partials = nullptr;    // [sequence][KV head][split] units of unit_floats(rows, D)
   int32_t *counters = nullptr;  // [sequence][KV head], zero when the grid starts (splits > 1)
+  // The counters are cleared by the grid just before this one on the stream, which the
+  // decode grid overlaps (clear_counters, Overlap::previous): each CTA waits for that grid
+  // before it counts itself.
+  bool count_after_previous = false;
 };
 
-// A unit: rows x D output floats, then rows x (max, sum).
-constexpr int64_t unit_floats(int32_t rows, int32_t head_dim) { return int64_t{rows} * (head_dim + 2); }
+// A unit: rows x D output floats, then rows x (max, sum), padded to a multiple of 4 floats
+// (the merge reads four columns of a row at once, 16-byte aligned).
+constexpr int64_t unit_floats(int32_t rows, int32_t head_dim) {
+  return (int64_t{rows} * (head_dim + 2) + 3) & ~int64_t{3};
+}
 // Workspace bytes that let a launch on `sms` SMs split as plan_splits would (at 32 rows a
 // unit; wider launches split less): the counters of as many items, then the units.
 size_t workspace_bytes(int32_t head_dim, int32_t sms);
@@ -50,13 +57,20 @@ int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int64_t capaci
 // What a decode launch overlaps through programmatic dependent launch (compute capability
 // 9.0+; false elsewhere).
 struct Overlap {
-  // The decode grid launches while the grid before it on the stream (the same call's
-  // prefill, which lets it start from its first instruction) runs its last CTAs, on the SMs
-  // that grid leaves idle. The two must touch disjoint memory (other rows of out and lse,
-  // their own parts of the split workspace); each decode CTA waits for that grid before it
-  // exits, so what follows on the stream still follows both.
+  // The decode grid launches while the grid before it on the stream, one the same call
+  // launched and that lets it start from its first instruction, still runs: the prefill
+  // (the decode CTAs take the SMs its last CTAs leave idle) or the counter clear
+  // (clear_counters). The two must touch disjoint memory (other rows of out and lse, their
+  // own parts of the split workspace) but for the counters (Split::count_after_previous);
+  // each decode CTA waits for that grid before it exits, so what follows on the stream
+  // still follows both.
   bool previous = false;
 };
+
+// Zeroes counters[0, n) on the stream with one CTA that lets the next grid start at once
+// (griddepcontrol.launch_dependents): the decode grid launched after it with
+// Overlap::previous and Split::count_after_previous. Throws Error(Cuda).
+void clear_counters(int32_t *counters, int64_t n, cudaStream_t stream);
 
 // Dynamic shared memory of the instantiation that a launch of `max_rows` rows uses (the
 // same for both 16-bit element types; e4m3 pages stage bytes and widen them, so theirs
@@ -64,7 +78,8 @@ struct Overlap {
 size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages);
 
 // Launches the decode kernel over grid (splits, num_kv_heads, num_seqs); with splits > 1
-// the caller has cleared split.counters on the stream first. max_rows: the largest
+// split.counters are zero on the stream when the grid counts (cleared before it, by the
+// grid it overlaps, or kept zero by a library-owned workspace). max_rows: the largest
 // q x group of the launch (<= kMaxRows); CTAs of sequences outside
 // 1..p.decode_max_query_len new tokens exit at once.
 

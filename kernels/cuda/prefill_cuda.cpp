@@ -228,6 +228,27 @@ size_t prefill_workspace_bytes_cuda(int32_t device, int32_t head_dim) {
   return prefill_split_bytes(device, head_dim) + decode::workspace_bytes(head_dim, cuda::multiprocessor_count(device));
 }
 
+SplitWorkspace allocate_split_workspace_cuda(int32_t device, int32_t head_dim, int64_t counter_items, void *stream) {
+  const size_t bytes = prefill_workspace_bytes_cuda(device, head_dim);
+  if (bytes == 0) return {};
+  // [the prefill's part][the counters][the decode units]: prefill_cuda finds the decode
+  // part at the same place for every launch, so the prefill grid never writes its counters.
+  const int64_t items = std::max<int64_t>(counter_items, 1);
+  const size_t counters = decode::counter_bytes(items);
+  SplitWorkspace w;
+  w.bytes = bytes + counters;
+  w.data = cuda_malloc(device, w.bytes);
+  w.kept_clear_counters = items;
+  DeviceGuard guard(device);
+  const cudaError_t e = cudaMemsetAsync(static_cast<char *>(w.data) + prefill_split_bytes(device, head_dim), 0,
+                                        counters, static_cast<cudaStream_t>(stream));
+  if (e != cudaSuccess) {
+    cuda_free(device, w.data);
+    cuda::check_cuda(e, "zeroing the split workspace's decode counters");
+  }
+  return w;
+}
+
 void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   check(p.dtype == DType::BF16 || p.dtype == DType::F16, Errc::NotSupported, "dtype = ", dtype_name(p.dtype),
         ": the CUDA prefill supports bf16 and f16");
@@ -326,16 +347,24 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // prefill's last CTAs leave idle (decode::Overlap::previous), so each takes its own part
   // of the split workspace (bspa_prefill_workspace_bytes sizes both; a smaller caller
   // workspace gives the prefill its part first and the decode what is left, or none).
+  // The two kernels never share bytes of the workspace: whenever both run (overlapping or
+  // not: the prefill leaves its split counters non-zero and writes units over what would
+  // be the decode's counters), and always in a workspace the library owns, whose decode
+  // counters must stay where they were zeroed.
+  const bool sm90 = device_is_sm90(device.device());
   decode::Overlap overlap;
-  overlap.previous = device_is_sm90(device.device()) && any_prefill && route_decode && mixed_overlap_enabled();
+  overlap.previous = sm90 && any_prefill && route_decode && mixed_overlap_enabled();
+  const bool kept_clear = p.split.data && p.split.kept_clear_counters > 0;
   SplitWorkspace decode_workspace = p.split;
-  if (overlap.previous && p.split.data) {
+  if (p.split.data && ((any_prefill && route_decode) || kept_clear)) {
     const size_t first = std::min(p.split.bytes, prefill_split_bytes(device.device(), p.head_dim));
     prefill.split.bytes = first;
     decode_workspace.bytes = p.split.bytes - first;
     decode_workspace.data = decode_workspace.bytes ? static_cast<char *>(p.split.data) + first : nullptr;
   }
   decode::Split split;
+  const int64_t indexed = static_cast<int64_t>(p.num_seqs) * p.num_kv_heads;  // counters: one per (sequence, KV head)
+  bool clear_by_kernel = false;  // the counters cleared by a grid the decode grid overlaps
   if (route_decode) {
     // Rows: the launch's largest decode q (known for pool batches) times the group.
     const int32_t max_q =
@@ -346,10 +375,12 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     // indexed by the sequence's place in the batch, so the workspace bounds the splits by
     // every sequence's units.
     const int64_t items = static_cast<int64_t>(known ? p.decode_seqs : p.num_seqs) * p.num_kv_heads;
-    const int64_t indexed = static_cast<int64_t>(p.num_seqs) * p.num_kv_heads;
-    // The workspace: a counter per indexed item, then the units.
+    // The workspace: a counter per indexed item (an owned one's fixed area), then the units.
+    check(!kept_clear || indexed <= p.split.kept_clear_counters, Errc::Internal, "a launch of ", p.num_seqs,
+          " sequences x ", p.num_kv_heads, " KV heads over a batch workspace with ", p.split.kept_clear_counters,
+          " decode counters");
     const int64_t unit_bytes = decode::unit_floats(split.rows, p.head_dim) * static_cast<int64_t>(sizeof(float));
-    const size_t counter_bytes = decode::counter_bytes(indexed);
+    const size_t counter_bytes = decode::counter_bytes(kept_clear ? p.split.kept_clear_counters : indexed);
     const int64_t capacity = decode_workspace.data && decode_workspace.bytes > counter_bytes
                                  ? static_cast<int64_t>(decode_workspace.bytes - counter_bytes) / unit_bytes
                                  : 0;
@@ -362,16 +393,30 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     if (split.splits > 1) {
       split.counters = static_cast<int32_t *>(decode_workspace.data);
       split.partials = reinterpret_cast<float *>(static_cast<char *>(decode_workspace.data) + counter_bytes);
-      // Cleared before the prefill grid, so that nothing sits between it and the decode
-      // grid that overlaps its end.
-      cuda::check_cuda(cudaMemsetAsync(split.counters, 0, sizeof(int32_t) * indexed, stream),
-                       "clearing the decode split counters");
+      // A caller's workspace has no defined contents: with a prefill grid, cleared before
+      // it (nothing may sit between it and the decode grid that overlaps its end); without
+      // one, by a one-CTA kernel that the decode grid overlaps from its start (compute
+      // capability 9.0; it waits for that kernel before its first count), which the
+      // measured 1.2 us of a memset and the grid's wait for it on batch 1 made worth a
+      // launch. A batch's own workspace is clear already (kept_clear_counters).
+      if (!kept_clear) {
+        if (any_prefill)
+          cuda::check_cuda(cudaMemsetAsync(split.counters, 0, sizeof(int32_t) * indexed, stream),
+                           "clearing the decode split counters");
+        else
+          clear_by_kernel = true;
+      }
     }
   }
   // The decode grid overlaps only a prefill grid this call launched (never a caller's
   // kernel before it on the stream, whose results it may read).
   const bool prefill_launched = any_prefill && launch_prefill(prefill, prm, stream, device.device());
   overlap.previous = overlap.previous && prefill_launched;
+  if (clear_by_kernel) {
+    decode::clear_counters(split.counters, indexed, stream);
+    overlap.previous = sm90;
+    split.count_after_previous = sm90;
+  }
   if (route_decode) {
     if (p.dtype == DType::BF16)
       dispatch_decode_kv<__nv_bfloat16>(prm, e4m3, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, overlap,

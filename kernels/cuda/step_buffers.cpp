@@ -30,7 +30,8 @@ size_t region(Errc code, const char *what, uint64_t count, size_t element) {
 }
 }  // namespace
 
-StepBuffers::StepBuffers(const BatchLimits &limits, int32_t device, int32_t head_dim, int32_t tile_rows)
+StepBuffers::StepBuffers(const BatchLimits &limits, int32_t device, int32_t head_dim, int32_t num_kv_heads,
+                         int32_t tile_rows)
     : limits_(limits), device_(device) {
   const uint64_t seqs = static_cast<uint64_t>(limits.max_seqs);
   const uint64_t work = static_cast<uint64_t>(max_work_items(limits, tile_rows));
@@ -53,17 +54,18 @@ StepBuffers::StepBuffers(const BatchLimits &limits, int32_t device, int32_t head
   meta_->work = reinterpret_cast<const WorkItem *>(base + off_work_);
   meta_->block_table = reinterpret_cast<const int32_t *>(base + off_table_);
   // Sized once for every launch the limits allow (the prefill's last-round split and the
-  // decode key split); without room the launches do not split.
-  if (const size_t ws = prefill_workspace_bytes_cuda(device, head_dim)) {
-    try {
-      meta_->split_allocation = cuda_malloc(device, ws);
-      meta_->split = SplitWorkspace{meta_->split_allocation, ws};
-    } catch (const Error &e) {
-      if (e.code() != Errc::OutOfMemory) throw;
-    }
+  // decode key split, with a counter for each of max_seqs x KV heads items); without room
+  // the launches do not split. Its counters are zeroed on the legacy default stream and
+  // waited for here, so a launch on any stream finds them so.
+  DeviceGuard guard(device);
+  try {
+    meta_->split = allocate_split_workspace_cuda(device, head_dim, int64_t{limits.max_seqs} * num_kv_heads, nullptr);
+    meta_->split_allocation = meta_->split.data;
+    if (meta_->split.data) cuda::check_cuda(cudaStreamSynchronize(nullptr), "zeroing the split workspace's counters");
+  } catch (const Error &e) {
+    if (e.code() != Errc::OutOfMemory) throw;
   }
   staging_.reset(new Staging[2]);
-  DeviceGuard guard(device);
   for (int i = 0; i < 2; ++i) {
     staging_[i].host = static_cast<char *>(cuda_host_alloc(bytes_));
     std::memset(staging_[i].host, 0, bytes_);

@@ -20,7 +20,7 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &, int32_
 int32_t cuda_decode_max_query_len() { return 0; }
 
 // A CUDA pool cannot exist in this build, so a reusable batch never asks for these.
-StepBuffers::StepBuffers(const BatchLimits &, int32_t, int32_t, int32_t) : device_(0) {
+StepBuffers::StepBuffers(const BatchLimits &, int32_t, int32_t, int32_t, int32_t) : device_(0) {
   fail(Errc::NotSupported, "CUDA batch buffers: bspa was built without CUDA");
 }
 struct StepBuffers::Staging {};
@@ -34,6 +34,10 @@ void StepBuffers::upload(const BatchPlan &, void *) {
 
 size_t prefill_workspace_bytes_cuda(int32_t, int32_t) {
   fail(Errc::NotSupported, "CUDA prefill workspace: bspa was built without CUDA");
+}
+
+SplitWorkspace allocate_split_workspace_cuda(int32_t, int32_t, int64_t, void *) {
+  fail(Errc::NotSupported, "CUDA split workspace: bspa was built without CUDA");
 }
 
 }  // namespace bspa::kernels

@@ -2,10 +2,13 @@
 // itself, on the host: strided_group_allowed (the decode kernel's listing of a KV group's
 // key tiles) must say, for every query block and key block, whether some head and whether
 // every head of the group may see the block, exactly as block_allowed of each head does.
-// Internal (it includes the library's kernel headers, not the public one); no GPU needed.
+// strided_group_listing (the closed form of a split's listed blocks) must name the same
+// blocks in the same order. Internal (it includes the library's kernel headers, not the
+// public one); no GPU needed.
 #include <criterion/criterion.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/block_rule.hpp"
 #include "kernels/layout.hpp"
@@ -58,4 +61,46 @@ Test(block_rule, strided_group_residues_refuse_wide_strides) {
   l.kind = Layout::Kind::Strided;
   l.vert_stride = 33, l.head_step = 1, l.local_blocks = 2;
   cr_assert(!strided_group_residues(l, 0, 4).fits(), "vert_stride 33 has no 32-bit residue mask");
+}
+
+// strided_group_listing (the decode kernel's closed form of a split's share of the listed
+// blocks) against the blocks that some head of the group may see from query block qb_lo or
+// qb_hi by block_allowed, in order: the residue blocks below the window, then every block
+// from the window to qb_hi.
+Test(block_rule, strided_group_listing_equals_the_listed_blocks) {
+  int64_t checked = 0, with_residues = 0;
+  for (int32_t vs = 1; vs <= 32; ++vs)
+    for (int32_t step : {0, 1, 3})
+      for (int32_t begin : {0, 5})
+        for (int32_t local : {1, 2, 5})
+          for (int32_t G : {1, 4, 8}) {
+            Layout l;
+            l.kind = Layout::Kind::Strided;
+            l.num_heads = 2 * G;
+            l.vert_stride = vs, l.head_step = step, l.head_begin = begin, l.local_blocks = local;
+            for (int32_t h0 = 0; h0 < l.num_heads; h0 += G) {
+              const auto r = strided_group_residues(l, h0, G);
+              for (int32_t qb_lo = 0; qb_lo < 3 * vs + local + 2; ++qb_lo)
+                for (int32_t qb_hi : {qb_lo, qb_lo + 1}) {
+                  std::vector<int32_t> want;
+                  for (int32_t kb = 0; kb <= qb_hi; ++kb) {
+                    bool any = false;
+                    for (int32_t g = 0; g < G; ++g)
+                      any = any || block_allowed(l, h0 + g, int64_t{qb_lo}, int64_t{kb}) ||
+                            block_allowed(l, h0 + g, int64_t{qb_hi}, int64_t{kb});
+                    if (any) want.push_back(kb);
+                  }
+                  const auto s = bspa::kernels::strided_group_listing(l, r, qb_lo);
+                  std::vector<int32_t> got;
+                  for (int32_t j = 0; j < s.residue_blocks; ++j) got.push_back(s.residue_block(j));
+                  for (int32_t kb = s.window; kb <= qb_hi; ++kb) got.push_back(kb);
+                  cr_assert(got == want, "vs %d step %d begin %d local %d G %d h0 %d qb %d..%d: %zu listed, %zu seen",
+                            vs, step, begin, local, G, h0, qb_lo, qb_hi, got.size(), want.size());
+                  ++checked;
+                  with_residues += s.residue_blocks > 0;
+                }
+            }
+          }
+  cr_assert_gt(with_residues, checked / 2, "the sweep must mostly reach past the local window");
+  cr_assert_gt(checked, 50000);
 }

@@ -759,11 +759,15 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
  * bench/NOTES.md). Results agree within rounding either way. A Hopper prefill launch that
  * splits first clears its counters (under 1 KB of the workspace) with cudaMemsetAsync
  * on its stream, which a CUDA graph captures like the kernel; a decode split likewise
- * clears one counter per (sequence, KV head) of the launch before it, and the last CTA of
- * each item merges the item's parts (no second kernel). A launch with both decode rows
- * and longer queries runs its decode kernel alongside the prefill's last CTAs on compute
- * capability 9.0 (programmatic dependent launch; everything after the call on the stream
- * still follows both), each in its own part of the workspace. Replays of graphs that
+ * clears one counter per (sequence, KV head) of the launch first (with cudaMemsetAsync
+ * when the launch also has longer queries, else with a one-CTA kernel that the decode
+ * kernel overlaps on compute capability 9.0), and the last CTA of each item merges the
+ * item's parts (no second kernel). A batch's own workspace (bspa_prefill with a batch) is
+ * cleared once when the batch is made and left clear by every launch: its launches clear
+ * nothing. A launch with both decode rows and longer queries runs its decode kernel
+ * alongside the prefill's last CTAs on compute capability 9.0 (programmatic dependent
+ * launch; everything after the call on the stream still follows both); the two kernels
+ * always use their own parts of the workspace. Replays of graphs that
  * share a workspace must not overlap. Any thread; the answer is fixed per device and
  * head_dim.
  * Errors: BSPA_ERR_NULL_POINTER (bytes), BSPA_ERR_INVALID_ARGUMENT (head_dim <= 0),
