@@ -54,8 +54,10 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, in
   const int sms = cuda::multiprocessor_count(device);
   const bool prefill_may_split =
       plan.max_query_len > 64 && static_cast<int64_t>(plan.work.size()) * num_kv_heads < sm90::kSplitMaxRounds * sms;
-  const bool decode_may_split = plan.decode_seqs > 0 && decode::plan_splits(int64_t{plan.decode_seqs} * num_kv_heads,
-                                                                            plan.decode_max_keys, sms, INT64_MAX) > 1;
+  // (At the most CTAs an SM the kernel keeps: the pool's page dtype is not known here.)
+  const bool decode_may_split =
+      plan.decode_seqs > 0 && decode::plan_splits(int64_t{plan.decode_seqs} * num_kv_heads, plan.decode_max_keys, sms,
+                                                  decode::kMostCtasPerSm, INT64_MAX) > 1;
   // Its decode counters are zeroed on the stream of the metadata copy (the launches' stream).
   if (prefill_may_split || decode_may_split) {
     try {

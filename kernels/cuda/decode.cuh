@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/decode.hpp"
 #include "kernels/cuda/fp8_tile.cuh"
@@ -67,12 +68,14 @@ struct Config {
   // e4m3 stages are half the bytes and (with no 16-bit tile to widen into) three CTAs fit
   // an SM: 3 x 3 tiles of 16 KB.
   static constexpr int kStages = kFp8 ? (D == 128 ? 4 : 6) : (D == 128 ? 3 : 4);
-  static constexpr int kListCap = 1024;  // key tiles classified per pass (64k tokens)
+  static constexpr int kCtasPerSm = ctas_per_sm(kFp8, 16 * WR);  // the launch bounds' (decode.hpp)
+  static constexpr int kListCap = 1024;                          // key tiles classified per pass (64k tokens)
   static constexpr int kPerThread = kListCap / kThreads;
   static constexpr int kRowsPerPass = kThreads / kChunks;  // K/V rows one cp.async pass covers
   // The key groups' partial states after the loop, in the (then idle) stage ring.
   static constexpr int kReduceBytes = kKeyWarps * kRows * (D + 2) * 4;
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kStageBytes + kListCap * 4 + 64 + 1024;
+  // (+ kRows ints: the e4m3 path's per-row Q exponent shifts, after the listing's scratch.)
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kStageBytes + kListCap * 4 + 64 + kRows * 4 + 1024;
   static_assert(kReduceBytes <= 2 * kStages * kStageBytes, "the reduction must fit in the stage ring");
   static_assert(kWarpKeys % 16 == 0, "a warp's keys are whole k-steps of the PV product");
   static_assert(kRowsPerPass % 8 == 0, "a pass covers whole swizzle groups");
@@ -141,6 +144,16 @@ __device__ __forceinline__ void merge_units(const cuda::AttentionParams &p, cons
   }
 }
 
+// The power-of-two shift that brings a row's largest |q| (amax) into [2^14, 2^15), the top
+// of f16's range (the e4m3 path's bf16 q, converted to f16): 14 - floor(log2 amax), kept in
+// [-126, 126] so that 2^shift and 2^-shift are normal floats; 0 for a zero row. An infinite
+// amax shifts down (the infinities stay, as in bf16).
+__device__ __forceinline__ int q_row_shift(float amax) {
+  if (!(amax > 0.f)) return 0;
+  const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xffu) - 127;
+  return min(126, max(-126, 14 - e));
+}
+
 // Whether some head (bit 0) and every head (bit 1) of h0 .. h0 + G - 1 may see key block kb
 // from query blocks qb_lo .. qb_hi, by each head's rule: for the layouts without a folded
 // group form (CSR, strides over 32). Not inlined: the listing classifies several tiles a
@@ -169,17 +182,19 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   char *sV = sK + S * SB;
   int32_t *sList = reinterpret_cast<int32_t *>(sV + S * SB);
   int32_t *sScan = sList + C::kListCap;
+  int32_t *sRowShift = sScan + 16;  // [kRows]: Q's exponent shift per row (e4m3 path with f16 operands)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wr = warp % WR, wk = warp / WR;  // this warp's row group and key group
   const int split_idx = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
-  // The three metadata loads at once (the context is read before the row check, not after
-  // it: one round trip to memory at the CTA's start instead of two).
+  // The three metadata loads at once: the context is part of the exit test (a negative one
+  // is no sequence either), evaluated without short-circuit, so the compiler cannot sink its
+  // load below the test: one round trip to memory at the CTA's start instead of two.
   const int qs = p.query_starts[seq];
   const int q_end = p.query_starts[seq + 1];
   const int ctx = p.context_lens[seq];
   const int q_len = q_end - qs;
-  if (q_len == 0 || q_len > p.decode_max_query_len) return;  // no rows, or the prefill kernel's
+  if ((q_len == 0) | (q_len > p.decode_max_query_len) | (ctx < 0)) return;  // no rows, or the prefill kernel's
   const int kv_len = ctx + q_len;
   const int G = p.group;
   const int rows = q_len * G;
@@ -192,6 +207,19 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   const KV *vbase = static_cast<const KV *>(p.v) + static_cast<int64_t>(kvh) * p.v_head;
   // e4m3 pages: K's scale folds into the softmax scale, V's into the output (fp8_tile.cuh).
   const float scale_log2 = C::kFp8 ? p.scale_log2 * p.k_scale[kvh] : p.scale_log2;
+  // The mma type. e4m3 pages on compute capability 8.9+ compute in f16 whatever q's type:
+  // the hardware converts e4m3 pairs to f16 pairs in one instruction (widening to bf16
+  // took about five, and was most of the fp8 kernel's instructions). K and V are exact in
+  // f16; P in [0, 1] keeps more bits than in bf16; bf16 Q rows are scaled by a power of two
+  // into f16's range first (exact: bf16 has fewer significant bits), the shift undone in
+  // the row's softmax scale.
+#if __CUDA_ARCH__ >= 890
+  constexpr bool kHwWiden = C::kFp8;
+#else
+  constexpr bool kHwWiden = false;
+#endif
+  using MT = std::conditional_t<kHwWiden, __half, T>;
+  constexpr bool kQToF16 = kHwWiden && !std::is_same_v<T, __half>;
   const float v_scale = C::kFp8 ? p.v_scale[kvh] : 1.f;
   const int page_mask = (1 << p.page_shift) - 1;
 
@@ -216,7 +244,28 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
         lo = *reinterpret_cast<const uint4 *>(src);
         hi = *reinterpret_cast<const uint4 *>(src + 8);
       }
-      const uint32_t pairs[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      uint32_t pairs[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      if constexpr (kQToF16) {
+        // The row's largest |q| (its kPerRow threads are consecutive lanes of one warp, and
+        // whole warps run this loop) sets the shift that brings it into [2^14, 2^15).
+        float amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&pairs[i]));
+          amax = fmaxf(amax, fmaxf(fabsf(x.x), fabsf(x.y)));
+        }
+#pragma unroll
+        for (int off = 1; off < kPerRow; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        const int shift = q_row_shift(amax);
+        const float f = __uint_as_float(static_cast<uint32_t>(shift + 127) << 23);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&pairs[i]));
+          const __half2 h = __floats2half2_rn(x.x * f, x.y * f);
+          pairs[i] = *reinterpret_cast<const uint32_t *>(&h);
+        }
+        if (idx % kPerRow == 0) sRowShift[r] = shift;
+      }
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         const int kk = 4 * m + w;
@@ -441,6 +490,16 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     }
     // One tile loop for every layout (a loop per kind doubled the kernel's code).
     auto entry_at = [&](int i) { return sList[first + i]; };
+    // The rows' softmax scales: the e4m3 path's Q shifts undone (their shared array was
+    // written with Q, before the listing's barrier).
+    float row_scale[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      row_scale[rr] = scale_log2;
+      if constexpr (kQToF16)
+        row_scale[rr] =
+            scale_log2 * __uint_as_float(static_cast<uint32_t>(127 - sRowShift[wr * 16 + (lane >> 2) + rr * 8]) << 23);
+    }
 
     int pages[kPasses];
 #pragma unroll
@@ -488,8 +547,11 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
             for (int nt = 0; nt < KW / 8; ++nt) {
               const uint32_t word = w == 0 ? kw[nt].x : w == 1 ? kw[nt].y : w == 2 ? kw[nt].z : kw[nt].w;
               uint32_t b0, b1;
-              fp8::widen_e4m3x4<T>(word, b0, b1);
-              mma_16816<T>(s[nt], a, b0, b1);
+              if constexpr (kHwWiden)
+                fp8::convert_e4m3x4_f16(word, b0, b1);
+              else
+                fp8::widen_e4m3x4<T>(word, b0, b1);
+              mma_16816<MT>(s[nt], a, b0, b1);
             }
           }
         }
@@ -502,8 +564,8 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
           for (int np = 0; np < KW / 16; ++np) {
             uint32_t b0, b1, b2, b3;
             ldmatrix_x4(tK + xo(k_off, kk) + np * 16 * RB, b0, b1, b2, b3);
-            mma_16816<T>(s[2 * np], a, b0, b1);
-            mma_16816<T>(s[2 * np + 1], a, b2, b3);
+            mma_16816<MT>(s[2 * np], a, b0, b1);
+            mma_16816<MT>(s[2 * np + 1], a, b2, b3);
           }
         }
       }
@@ -532,7 +594,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
         for (int nt = 0; nt < KW / 8; ++nt) x = fmaxf(x, fmaxf(s[nt][2 * rr], s[nt][2 * rr + 1]));
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-        mx[rr] = x * scale_log2;
+        mx[rr] = x * row_scale[rr];
       }
       if (__any_sync(0xffffffffu, mx[0] > m[0] + cuda::kSoftmaxSlack || mx[1] > m[1] + cuda::kSoftmaxSlack)) {
 #pragma unroll
@@ -556,7 +618,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
         for (int nt = 0; nt < KW / 8; ++nt)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            s[nt][2 * rr + e] = fast_exp2(fmaf(s[nt][2 * rr + e], scale_log2, -m_use));
+            s[nt][2 * rr + e] = fast_exp2(fmaf(s[nt][2 * rr + e], row_scale[rr], -m_use));
             sum += s[nt][2 * rr + e];
           }
         l[rr] += sum;
@@ -565,10 +627,10 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
 #pragma unroll
       for (int kk = 0; kk < KW / 16; ++kk) {
         uint32_t a[4];
-        a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        a[0] = pack2<MT>(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = pack2<MT>(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = pack2<MT>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = pack2<MT>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
         if constexpr (C::kFp8) {
           // e4m3 fragments, V: b0 / b1 pair two keys (rows 2c, 2c + 1 / 2c + 8, 2c + 9 of the
           // step) at one column. The thread of B column g (lane / 4) loads 4 bytes of each of
@@ -585,20 +647,27 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
             const uint32_t r2 = *reinterpret_cast<const uint32_t *>(vt + fp8::e4m3_swz<D>(key0 + 8, chunk) + byte);
             const uint32_t r3 = *reinterpret_cast<const uint32_t *>(vt + fp8::e4m3_swz<D>(key0 + 9, chunk) + byte);
             uint32_t b0[4], b1[4];
-            fp8::widen_e4m3x4<T>(__byte_perm(r0, r1, 0x5140), b0[0], b0[1]);
-            fp8::widen_e4m3x4<T>(__byte_perm(r0, r1, 0x7362), b0[2], b0[3]);
-            fp8::widen_e4m3x4<T>(__byte_perm(r2, r3, 0x5140), b1[0], b1[1]);
-            fp8::widen_e4m3x4<T>(__byte_perm(r2, r3, 0x7362), b1[2], b1[3]);
+            if constexpr (kHwWiden) {
+              fp8::convert_e4m3x4_f16(__byte_perm(r0, r1, 0x5140), b0[0], b0[1]);
+              fp8::convert_e4m3x4_f16(__byte_perm(r0, r1, 0x7362), b0[2], b0[3]);
+              fp8::convert_e4m3x4_f16(__byte_perm(r2, r3, 0x5140), b1[0], b1[1]);
+              fp8::convert_e4m3x4_f16(__byte_perm(r2, r3, 0x7362), b1[2], b1[3]);
+            } else {
+              fp8::widen_e4m3x4<T>(__byte_perm(r0, r1, 0x5140), b0[0], b0[1]);
+              fp8::widen_e4m3x4<T>(__byte_perm(r0, r1, 0x7362), b0[2], b0[3]);
+              fp8::widen_e4m3x4<T>(__byte_perm(r2, r3, 0x5140), b1[0], b1[1]);
+              fp8::widen_e4m3x4<T>(__byte_perm(r2, r3, 0x7362), b1[2], b1[3]);
+            }
 #pragma unroll
-            for (int b = 0; b < 4; ++b) mma_16816<T>(o[4 * ca + b], a, b0[b], b1[b]);
+            for (int b = 0; b < 4; ++b) mma_16816<MT>(o[4 * ca + b], a, b0[b], b1[b]);
           }
         } else {
 #pragma unroll
           for (int dp = 0; dp < D / 16; ++dp) {
             uint32_t b0, b1, b2, b3;
             ldmatrix_x4_trans(tV + xo(v_off, dp) + kk * 16 * RB, b0, b1, b2, b3);
-            mma_16816<T>(o[2 * dp], a, b0, b1);
-            mma_16816<T>(o[2 * dp + 1], a, b2, b3);
+            mma_16816<MT>(o[2 * dp], a, b0, b1);
+            mma_16816<MT>(o[2 * dp + 1], a, b2, b3);
           }
         }
       }
@@ -684,7 +753,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
 }
 
 template <class T, class KV, int D, int WR>
-__global__ void __launch_bounds__(128, 2)
+__global__ void __launch_bounds__(128, (Config<D, WR, KV>::kCtasPerSm))
     decode_kernel(const __grid_constant__ cuda::AttentionParams p, const Split split) {
   decode_item<T, KV, D, WR>(p, split);
 #if __CUDA_ARCH__ >= 900

@@ -43,16 +43,23 @@ constexpr int64_t unit_floats(int32_t rows, int32_t head_dim) {
   return (int64_t{rows} * (head_dim + 2) + 3) & ~int64_t{3};
 }
 // Workspace bytes that let a launch on `sms` SMs split as plan_splits would (at 32 rows a
-// unit; wider launches split less): the counters of as many items, then the units.
+// unit and kMostCtasPerSm; wider launches split less): the counters of as many items, then
+// the units.
 size_t workspace_bytes(int32_t head_dim, int32_t sms);
 // Bytes of the counters of `items` items at the start of the decode workspace (a multiple
 // of 256, so the units that follow stay aligned).
 size_t counter_bytes(int64_t items);
+// CTAs an SM the decode kernel keeps resident (its launch bounds; shared memory allows at
+// least as many): three for e4m3 pages at up to 16 rows (half the bytes staged; at two,
+// their registers had kept them to two CTAs an SM), else two.
+constexpr int32_t ctas_per_sm(bool e4m3_pages, int32_t max_rows) { return e4m3_pages && max_rows <= 16 ? 3 : 2; }
+constexpr int32_t kMostCtasPerSm = 3;  // the largest ctas_per_sm (sizes the workspace)
+
 // Splits for `items` (sequence, KV head) items whose longest key range is `max_keys` tokens,
-// on `sms` SMs, with room for `capacity_units` units: one wave of CTAs spread evenly over
-// the SMs (decode_split.cpp says why), each split at least 16 key tiles; 1 (no split) when
-// the items alone fill half the CTA slots or there is no room.
-int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int64_t capacity_units);
+// on `sms` SMs of `ctas_per_sm` CTAs each, with room for `capacity_units` units: one wave of
+// CTAs spread evenly over the SMs (decode_split.cpp says why), each split at least 16 key
+// tiles; 1 (no split) when the items alone fill half the CTA slots or there is no room.
+int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int32_t ctas_per_sm, int64_t capacity_units);
 
 // What a decode launch overlaps through programmatic dependent launch (compute capability
 // 9.0+; false elsewhere).
