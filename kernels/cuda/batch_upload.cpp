@@ -57,7 +57,7 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, in
   // (At the most CTAs an SM the kernel keeps: the pool's page dtype is not known here.)
   const bool decode_may_split =
       plan.decode_seqs > 0 && decode::plan_splits(int64_t{plan.decode_seqs} * num_kv_heads, plan.decode_max_keys, sms,
-                                                  decode::kMostCtasPerSm, INT64_MAX) > 1;
+                                                  decode::kMostCtasPerSm, INT64_MAX, /*even_out_waves=*/true) > 1;
   // Its decode counters are zeroed on the stream of the metadata copy (the launches' stream).
   if (prefill_may_split || decode_may_split) {
     try {

@@ -49,13 +49,16 @@ size_t workspace_bytes(int32_t head_dim, int32_t sms) {
 // SM's share of the bandwidth; in 3 splits they are 1536 CTAs, 97% (0.315 -> 0.281 ms). A
 // split must gain more than kMinWaveGain of the slots' use and keep kMinWaveSplitTiles a
 // split. Over more waves the CTAs no longer run in step and splitting only adds merges
-// (measured: 128 x 4k in 3 splits and 256 x 2k in 2, both e4m3, 9-14% slower).
-int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int32_t ctas_per_sm, int64_t capacity_units) {
+// (measured: 128 x 4k in 3 splits and 256 x 2k in 2, both e4m3, 9-14% slower). Sparse
+// layouts list about half the tiles, so their splits are short: 64 x 8k strided e4m3 ran 7%
+// slower in 3 splits; the caller turns this off for them (even_out_waves).
+int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int32_t ctas_per_sm, int64_t capacity_units,
+                    bool even_out_waves) {
   if (items <= 0 || sms <= 0 || max_keys <= 0) return 1;
   const int64_t slots = int64_t{std::max(ctas_per_sm, 1)} * sms;
   const int64_t tiles = (max_keys + 63) / 64;
   if (items * 2 > slots) {
-    if (items >= 2 * slots) return 1;
+    if (!even_out_waves || items >= 2 * slots) return 1;
     auto use = [&](int64_t ctas) { return double(ctas) / double((ctas + slots - 1) / slots * slots); };
     int64_t best = 1;
     double best_use = use(items);

@@ -387,7 +387,8 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     // plan_splits bounds splits by capacity / items; pass what keeps splits * indexed within it.
     const int64_t room = indexed > 0 ? capacity / indexed * items : 0;
     split.splits = decode::plan_splits(items, p.decode_max_keys, cuda::multiprocessor_count(device.device()),
-                                       decode::ctas_per_sm(e4m3, split.rows), room);
+                                       decode::ctas_per_sm(e4m3, split.rows), room,
+                                       /*even_out_waves=*/layout.kind == Layout::Kind::Dense);
     // BSPA_DECODE_SPLITS=N forces N splits where the workspace has room (a diagnostic, to
     // time the split planner's choice against others).
     if (const int32_t n = forced_decode_splits(); n > 0 && n * indexed <= capacity) split.splits = n;
