@@ -56,15 +56,14 @@ struct DeviceBatchMetadata {
   const int32_t *block_table = nullptr;   // [num_seqs][block_table_stride]
   const WorkItem *work = nullptr;         // [num_work]
   int32_t num_work = 0;
-  SplitWorkspace split;              // empty when no launch of the plan can split
-  void *allocation = nullptr;        // the arrays above; freed by the destructor with bspa::cuda_free
-  void *split_allocation = nullptr;  // split's, when it has one; freed alike
+  SplitWorkspace split;        // empty when no launch of the plan can split; split.data freed alike
+  void *allocation = nullptr;  // the arrays above; freed by the destructor with bspa::cuda_free
 
   DeviceBatchMetadata() = default;
   DeviceBatchMetadata(const DeviceBatchMetadata &) = delete;
   DeviceBatchMetadata &operator=(const DeviceBatchMetadata &) = delete;
   ~DeviceBatchMetadata() {
-    cuda_free(device, split_allocation);
+    cuda_free(device, split.data);
     cuda_free(device, allocation);
   }
 };

@@ -62,7 +62,6 @@ std::unique_ptr<DeviceBatchMetadata> upload_batch_cuda(const BatchPlan &plan, in
   if (prefill_may_split || decode_may_split) {
     try {
       meta->split = allocate_split_workspace_cuda(device, head_dim, int64_t{plan.num_seqs} * num_kv_heads, stream_ptr);
-      meta->split_allocation = meta->split.data;
     } catch (const Error &e) {
       if (e.code() != Errc::OutOfMemory) throw;
     }

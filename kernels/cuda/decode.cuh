@@ -154,6 +154,13 @@ __device__ __forceinline__ int q_row_shift(float amax) {
   return min(126, max(-126, 14 - e));
 }
 
+// griddepcontrol.wait (compute capability 9.0+; nothing to wait for before it).
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Whether some head (bit 0) and every head (bit 1) of h0 .. h0 + G - 1 may see key block kb
 // from query blocks qb_lo .. qb_hi, by each head's rule: for the layouts without a folded
 // group form (CSR, strides over 32). Not inlined: the listing classifies several tiles a
@@ -220,6 +227,13 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
 #endif
   using MT = std::conditional_t<kHwWiden, __half, T>;
   constexpr bool kQToF16 = kHwWiden && !std::is_same_v<T, __half>;
+  // Four e4m3 values (byte 0 first) -> two registers of two MT operands.
+  auto widen = [](uint32_t w, uint32_t &lo, uint32_t &hi) {
+    if constexpr (kHwWiden)
+      fp8::convert_e4m3x4_f16(w, lo, hi);
+    else
+      fp8::widen_e4m3x4<T>(w, lo, hi);
+  };
   const float v_scale = C::kFp8 ? p.v_scale[kvh] : 1.f;
   const int page_mask = (1 << p.page_shift) - 1;
 
@@ -547,10 +561,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
             for (int nt = 0; nt < KW / 8; ++nt) {
               const uint32_t word = w == 0 ? kw[nt].x : w == 1 ? kw[nt].y : w == 2 ? kw[nt].z : kw[nt].w;
               uint32_t b0, b1;
-              if constexpr (kHwWiden)
-                fp8::convert_e4m3x4_f16(word, b0, b1);
-              else
-                fp8::widen_e4m3x4<T>(word, b0, b1);
+              widen(word, b0, b1);
               mma_16816<MT>(s[nt], a, b0, b1);
             }
           }
@@ -647,17 +658,10 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
             const uint32_t r2 = *reinterpret_cast<const uint32_t *>(vt + fp8::e4m3_swz<D>(key0 + 8, chunk) + byte);
             const uint32_t r3 = *reinterpret_cast<const uint32_t *>(vt + fp8::e4m3_swz<D>(key0 + 9, chunk) + byte);
             uint32_t b0[4], b1[4];
-            if constexpr (kHwWiden) {
-              fp8::convert_e4m3x4_f16(__byte_perm(r0, r1, 0x5140), b0[0], b0[1]);
-              fp8::convert_e4m3x4_f16(__byte_perm(r0, r1, 0x7362), b0[2], b0[3]);
-              fp8::convert_e4m3x4_f16(__byte_perm(r2, r3, 0x5140), b1[0], b1[1]);
-              fp8::convert_e4m3x4_f16(__byte_perm(r2, r3, 0x7362), b1[2], b1[3]);
-            } else {
-              fp8::widen_e4m3x4<T>(__byte_perm(r0, r1, 0x5140), b0[0], b0[1]);
-              fp8::widen_e4m3x4<T>(__byte_perm(r0, r1, 0x7362), b0[2], b0[3]);
-              fp8::widen_e4m3x4<T>(__byte_perm(r2, r3, 0x5140), b1[0], b1[1]);
-              fp8::widen_e4m3x4<T>(__byte_perm(r2, r3, 0x7362), b1[2], b1[3]);
-            }
+            widen(__byte_perm(r0, r1, 0x5140), b0[0], b0[1]);
+            widen(__byte_perm(r0, r1, 0x7362), b0[2], b0[3]);
+            widen(__byte_perm(r2, r3, 0x5140), b1[0], b1[1]);
+            widen(__byte_perm(r2, r3, 0x7362), b1[2], b1[3]);
 #pragma unroll
             for (int b = 0; b < 4; ++b) mma_16816<MT>(o[4 * ca + b], a, b0[b], b1[b]);
           }
@@ -734,11 +738,10 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     }
   }
   if (whole) return;
-    // The item's last CTA to store its unit merges them all: each CTA's stores are made
-    // visible device-wide before it counts itself (the counters are zero: Split::counters).
-#if __CUDA_ARCH__ >= 900
-  if (split.count_after_previous) asm volatile("griddepcontrol.wait;" ::: "memory");  // the clear
-#endif
+  // The item's last CTA to store its unit merges them all: each CTA's stores are made
+  // visible device-wide before it counts itself (the counters are zero: Split::counters;
+  // when the grid before this one clears them, it waits for that grid first).
+  if (split.count_after_previous) wait_for_previous_grid();
   __threadfence();
   __syncthreads();
   const int64_t item = static_cast<int64_t>(seq) * gridDim.y + kvh;
@@ -756,13 +759,11 @@ template <class T, class KV, int D, int WR>
 __global__ void __launch_bounds__(128, (Config<D, WR, KV>::kCtasPerSm))
     decode_kernel(const __grid_constant__ cuda::AttentionParams p, const Split split) {
   decode_item<T, KV, D, WR>(p, split);
-#if __CUDA_ARCH__ >= 900
   // A mixed launch starts this grid while its prefill grid runs its last CTAs
   // (Overlap::previous): a CTA leaves only once that grid has completed, so the merge and
   // everything after this launch on the stream still follow both grids. Launched any other
   // way, the grid has no prerequisite and this returns at once.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  wait_for_previous_grid();
 }
 
 template <class T, class KV, int D, int WR>

@@ -60,7 +60,6 @@ StepBuffers::StepBuffers(const BatchLimits &limits, int32_t device, int32_t head
   DeviceGuard guard(device);
   try {
     meta_->split = allocate_split_workspace_cuda(device, head_dim, int64_t{limits.max_seqs} * num_kv_heads, nullptr);
-    meta_->split_allocation = meta_->split.data;
     if (meta_->split.data) cuda::check_cuda(cudaStreamSynchronize(nullptr), "zeroing the split workspace's counters");
   } catch (const Error &e) {
     if (e.code() != Errc::OutOfMemory) throw;
