@@ -760,10 +760,14 @@ __global__ void __launch_bounds__(128, (Config<D, WR, KV>::kCtasPerSm))
     decode_kernel(const __grid_constant__ cuda::AttentionParams p, const Split split) {
   decode_item<T, KV, D, WR>(p, split);
   // A mixed launch starts this grid while its prefill grid runs its last CTAs
-  // (Overlap::previous): a CTA leaves only once that grid has completed, so the merge and
-  // everything after this launch on the stream still follow both grids. Launched any other
-  // way, the grid has no prerequisite and this returns at once.
-  wait_for_previous_grid();
+  // (Overlap::previous). The grid completes only when its last CTA leaves, so one CTA that
+  // waits for that grid keeps everything after this launch on the stream behind both
+  // grids: the last one, which the SMs take up last. Had every CTA waited, each SM the
+  // prefill freed would hold its first decode CTAs idle until the prefill's end and run
+  // no more of them (bench/NOTES.md, "Engine step", session 10). Launched any other way,
+  // the grid has no prerequisite and the wait returns at once.
+  if (blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1 && blockIdx.z == gridDim.z - 1)
+    wait_for_previous_grid();
 }
 
 template <class T, class KV, int D, int WR>

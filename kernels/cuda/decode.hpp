@@ -71,7 +71,7 @@ struct Overlap {
   // (the decode CTAs take the SMs its last CTAs leave idle) or the counter clear
   // (clear_counters). The two must touch disjoint memory (other rows of out and lse, their
   // own parts of the split workspace) but for the counters (Split::count_after_previous);
-  // each decode CTA waits for that grid before it exits, so what follows on the stream
+  // the grid's last CTA waits for that grid before it exits, so what follows on the stream
   // still follows both.
   bool previous = false;
 };

@@ -2,13 +2,14 @@
 // vector (16 bytes when pointers, strides and rows allow it, else the widest that fits)
 // of K and the same of V; the thread's sequence is found by binary search over
 // query_starts, so the launch needs no host-side metadata. FP8 pages: each thread
-// quantizes up to 8 consecutive elements (16-byte loads of bf16/f16, 8-byte stores of
-// e4m3), by the hardware converter on compute capability 8.9+ and elsewhere by the shared
+// quantizes up to 16 consecutive elements (two 16-byte loads of bf16/f16, one 16-byte
+// store of e4m3), by the hardware converter on compute capability 8.9+ and elsewhere by the shared
 // encoder of kernels/fp8_e4m3.hpp; the bytes equal the CPU's either way.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -71,6 +72,18 @@ __device__ inline RowTarget locate(const KvParams &p, int64_t i, int64_t vec_byt
 // G elements per thread: the load of G 16-bit values and the store of G bytes.
 template <int G>
 struct Fp8Vec;
+// Two 16-byte loads of a tensor, one 16-byte store: a thread writes as many page bytes as
+// a thread of the 16-bit copy, so the per-thread locate (a binary search of dependent
+// loads) is paid once per 16 bytes written, not per 8 (8 elements a thread: 60% of the
+// copy bandwidth, bench/NOTES.md "FP8 KV (CUDA)").
+struct alignas(16) Uint4x2 {
+  uint4 lo, hi;
+};
+template <>
+struct Fp8Vec<16> {
+  using In = Uint4x2;
+  using Out = uint4;
+};
 template <>
 struct Fp8Vec<8> {
   using In = uint4;
@@ -196,18 +209,20 @@ void kv_write_fp8(KvParams k, const KvWriteProblem &p, cudaStream_t stream) {
   k.k_scale = p.k_scale;
   k.v_scale = p.v_scale;
   k.row_bytes = p.head_dim;
-  // The most elements per thread that every load (2 bytes each) and store (1 byte) allows.
+  // The most elements per thread that every load (2 bytes each, at most 16-byte
+  // accesses) and store (1 byte) allows.
   const uint64_t in_bits = reinterpret_cast<uintptr_t>(k.k_new) | reinterpret_cast<uintptr_t>(k.v_new) |
                            static_cast<uint64_t>(k.k_tok) | static_cast<uint64_t>(k.k_head) |
                            static_cast<uint64_t>(k.v_tok) | static_cast<uint64_t>(k.v_head);
   const uint64_t out_bits = reinterpret_cast<uintptr_t>(k.k_pages) | reinterpret_cast<uintptr_t>(k.v_pages) |
                             static_cast<uint64_t>(p.head_dim);
-  int g = 8;
-  while (g > 1 && (in_bits % (2 * g) != 0 || out_bits % g != 0)) g /= 2;
+  int g = 16;
+  while (g > 1 && (in_bits % std::min(2 * g, 16) != 0 || out_bits % g != 0)) g /= 2;
   k.vecs_per_row = p.head_dim / g;
   k.total = static_cast<int64_t>(p.total_q) * p.num_kv_heads * k.vecs_per_row;
   const bool bf16 = p.dtype == DType::BF16;
   switch (g) {
+    case 16: launch_fp8<16>(k, bf16, stream); break;
     case 8: launch_fp8<8>(k, bf16, stream); break;
     case 4: launch_fp8<4>(k, bf16, stream); break;
     case 2: launch_fp8<2>(k, bf16, stream); break;
