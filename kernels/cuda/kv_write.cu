@@ -3,8 +3,8 @@
 // of K and the same of V; the thread's sequence is found by binary search over
 // query_starts, so the launch needs no host-side metadata. FP8 pages: each thread
 // quantizes up to 16 consecutive elements (two 16-byte loads of bf16/f16, one 16-byte
-// store of e4m3), by the hardware converter on compute capability 8.9+ and elsewhere by the shared
-// encoder of kernels/fp8_e4m3.hpp; the bytes equal the CPU's either way.
+// store of e4m3), by the hardware converter on compute capability 8.9+ and elsewhere by
+// the shared encoder of kernels/fp8_e4m3.hpp; the bytes equal the CPU's either way.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
