@@ -800,6 +800,32 @@ int main(int argc, char **argv) {
     c.fp8 = true, c.hq = 32, c.hkv = 8, c.scale = 1.0f / 128, c.seqs = {{40000, 1}};
     cases.push_back(c);
   }
+  // Device metadata over several sequences: the sm90a kernel lists the tiles with rows
+  // itself (seq_tile_table.cuh) and plans their split. Few tiles (a split planned on the
+  // device, with and without a workspace), a chunk among many decode rows, and more
+  // sequences with tiles than its table holds (the whole grid walked).
+  std::vector<Case> listed;
+  {
+    Case c;
+    c.hq = 8, c.hkv = 2, c.ps = 32, c.seqs = {{100, 130}, {0, 1}, {77, 200}, {5, 0}};
+    listed.push_back(c);
+    c.workspace = false, c.layout = 0, c.dt = BSPA_DTYPE_F16, c.D = 64;
+    listed.push_back(c);
+    c = Case{};
+    c.hq = 8, c.hkv = 2, c.ps = 64, c.layout = 3, c.seqs = {{3001, 300}};
+    for (int s = 0; s < 40; ++s) c.seqs.push_back({500 + 37 * s, 1 + s % 3});
+    listed.push_back(c);
+    for (int over : {0, 1}) {  // 129 or 140 sequences with tiles (the table holds 128)
+      c = Case{};
+      c.hq = 4, c.hkv = 1, c.ps = 16, c.layout = over ? 4 : 1, c.workspace = over == 0;
+      for (int s = 0; s < (over ? 140 : 129); ++s) {
+        c.seqs.push_back({(s * 53) % 300, 65 + (s * 29) % 150});
+        if (over && s % 10 == 0) c.seqs.push_back({200 + s, 1});  // and decode rows between them
+      }
+      listed.push_back(c);
+    }
+  }
+  cases.insert(cases.end(), listed.begin(), listed.end());
   if (!quick) {
     for (int i = 0; i < 40; ++i) {  // random cases
       Case c;
@@ -838,6 +864,7 @@ int main(int argc, char **argv) {
     for (auto &c : few) c.hq = std::min(c.hq, 2 * c.hkv), c.hq = c.hq < c.hkv ? c.hkv : c.hq;
     few[0].hq = few[0].hkv;
     few[2].hq = 4, few[2].hkv = 2;
+    few.push_back(listed[0]);  // tiles listed by the kernel, split on the device
     cases = few;
   }
   for (size_t i = 0; i < cases.size(); ++i) run_paged(cases[i], seed + i);

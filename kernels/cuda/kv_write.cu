@@ -114,25 +114,25 @@ __device__ inline bool nan16(uint16_t h) {
 __device__ inline uint8_t nan_code(uint16_t h) { return static_cast<uint8_t>(0x7fu | ((h >> 8) & 0x80u)); }
 
 template <int G, bool kBf16>
-__device__ inline void quantize_vec(const typename Fp8Vec<G>::In &in, char *dst, float scale) {
+__device__ inline void quantize_vec(const typename Fp8Vec<G>::In &in, char *dst, const ScaleDivider &divide) {
   uint16_t h[G];
   memcpy(h, &in, sizeof(h));
   uint8_t q[G];
-  float x[G];
-#pragma unroll
-  for (int j = 0; j < G; ++j)
-    x[j] = kBf16 ? __uint_as_float(static_cast<uint32_t>(h[j]) << 16) : __half2float(__ushort_as_half(h[j]));
+  auto x = [&](int j) {
+    return kBf16 ? __uint_as_float(static_cast<uint32_t>(h[j]) << 16) : __half2float(__ushort_as_half(h[j]));
+  };
 #if __CUDA_ARCH__ >= 890
   if constexpr (G >= 2) {
     // The hardware converter, two values an instruction: round to nearest even, finite
     // values past 448 and infinities saturated, subnormals; the bytes f32_to_fp8_e4m3
     // gives for every quotient that is not NaN (bench_fp8_check compares them with the
-    // CPU's for every 16-bit input). The division stays IEEE, as the CPU backend's. The
+    // CPU's for every 16-bit input), of the correctly rounded quotient (ScaleDivider). The
     // scalar encoder per element made this write 39% of the copy bandwidth.
 #pragma unroll
     for (int j = 0; j < G; j += 2) {
-      const __nv_fp8x2_storage_t pair =
-          __nv_cvt_float2_to_fp8x2(make_float2(x[j] / scale, x[j + 1] / scale), __NV_SATFINITE, __NV_E4M3);
+      float y[2];  // a pair at a time: a whole vector's quotients held at once cost 16 registers
+      divide.divide<2>([&](int i) { return x(j + i); }, y);
+      const __nv_fp8x2_storage_t pair = __nv_cvt_float2_to_fp8x2(make_float2(y[0], y[1]), __NV_SATFINITE, __NV_E4M3);
       q[j] = nan16<kBf16>(h[j]) ? nan_code(h[j]) : static_cast<uint8_t>(pair & 0xffu);
       q[j + 1] = nan16<kBf16>(h[j + 1]) ? nan_code(h[j + 1]) : static_cast<uint8_t>(pair >> 8);
     }
@@ -141,7 +141,7 @@ __device__ inline void quantize_vec(const typename Fp8Vec<G>::In &in, char *dst,
   {
 #pragma unroll
     for (int j = 0; j < G; ++j)
-      q[j] = nan16<kBf16>(h[j]) ? nan_code(h[j]) : quantize_e4m3(x[j], scale);  // IEEE division, as the CPU's
+      q[j] = nan16<kBf16>(h[j]) ? nan_code(h[j]) : quantize_e4m3(x(j), divide.scale);  // IEEE division, as the CPU's
   }
   typename Fp8Vec<G>::Out out;
   memcpy(&out, q, sizeof(q));
@@ -161,9 +161,8 @@ __global__ void kv_write_fp8_kernel(const __grid_constant__ KvParams p) {
     using In = typename Fp8Vec<G>::In;
     const In k = *reinterpret_cast<const In *>(p.k_new + r.row * p.k_tok + r.head * p.k_head + src);
     const In v = *reinterpret_cast<const In *>(p.v_new + r.row * p.v_tok + r.head * p.v_head + src);
-    const float ks = p.k_scale[r.head], vs = p.v_scale[r.head];
-    quantize_vec<G, kBf16>(k, p.k_pages + r.dst, ks);
-    quantize_vec<G, kBf16>(v, p.v_pages + r.dst, vs);
+    quantize_vec<G, kBf16>(k, p.k_pages + r.dst, ScaleDivider(p.k_scale[r.head]));
+    quantize_vec<G, kBf16>(v, p.v_pages + r.dst, ScaleDivider(p.v_scale[r.head]));
   }
 }
 

@@ -45,8 +45,9 @@
 
 #include "kernels/cuda/key_tile_list.cuh"
 #include "kernels/cuda/launch_check.hpp"
-#include "kernels/cuda/query_tile.cuh"
 #include "kernels/cuda/prefill_sm90.hpp"
+#include "kernels/cuda/query_tile.cuh"
+#include "kernels/cuda/seq_tile_table.cuh"
 #include "kernels/cuda/sm90_primitives.cuh"
 #include "kernels/cuda/softmax.cuh"
 
@@ -75,8 +76,8 @@ struct Config {
   static constexpr int kStages = D == 128 ? 6 : 8;
   static constexpr int kProducers = 128;
   static constexpr int kPerThread = kListCap / kProducers;
-  static constexpr int kSmemBytes =
-      kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 32 + kStages * 4 + 2 * kStages * 8;
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 32 + kStages * 4 +
+                                    2 * kStages * 8 + cuda::kSeqTileTableCap * 4 + 32;
   static_assert(kSmemBytes <= 232448, "shared memory over the sm_90 opt-in limit");
 };
 
@@ -92,10 +93,10 @@ struct ProducerBarrier {
   __device__ __forceinline__ void operator()() const { named_barrier(1, 128); }
 };
 
-template <class T, int D>
+template <class T, int D, bool kListsItems>
 __global__ void __launch_bounds__(384, 1)
     prefill_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ KvTensorMaps maps, const dim3 work,
-                        const SplitPlan split, float4 *partials, int *counters) {
+                        const SplitPlan grid_split, const ItemListing listing, float4 *partials, int *counters) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Config<D>;
   constexpr int BM = C::BM, NH = C::NH, S = C::kStages;
@@ -121,6 +122,13 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t full_v = full_k + kPairs * 8;
   const uint32_t empty_k = full_v + kPairs * 8;
   const uint32_t empty_v = empty_k + kPairs * 8;
+  // kListsItems (ItemListing): the sequences with tiles, after the barriers; then the walk:
+  // its split (one planned here for the listed items, or the host's), its units and the
+  // table's sequences (0: the whole grid is walked), read from shared memory where used
+  // (registers are the producer's limit: 40). Without it, the walk is the parameters'.
+  uint32_t *sTable = reinterpret_cast<uint32_t *>(sEntry + S + (S & 1) + 4 * kPairs * 2);
+  volatile int32_t *sWalk = reinterpret_cast<int32_t *>(sTable + cuda::kSeqTileTableCap);
+  enum { kWays, kFirst, kTail, kUnits, kListed };
   // The producer's stage count n: stage n % S, pair barrier at 8 * (stage / 2).
   auto pair_bar = [](uint32_t bars, int n) { return bars + 8 * ((n % S) >> 1); };
   // A consumer's ring position, kept as stage and phase rather than a stage count (n % S
@@ -153,38 +161,32 @@ __global__ void __launch_bounds__(384, 1)
   // so the stages they exchange line up; the producer starts the next item's list and
   // copies while the consumers finish the current one. Everything the walk depends on is
   // uniform (a branch around wgmma code on a loaded value makes ptxas serialize them).
+  // A launch that lists its items (ItemListing) walks only the grid's tiles that have rows,
+  // (x, the head, fastest; then the table's sequences, each one's late tiles first).
   // Units: the whole items before split.first, then chunk 0 of every split item, chunk 1, ...
-  const int items = static_cast<int>(work.x * work.y * work.z);
-  const int units = static_cast<int>(split.units(items));
-  const int rounds = (units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
-  auto unit_of = [&](int round) {
-    const int pos = (round & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
-    return round * static_cast<int>(gridDim.x) + pos;
+  auto walk = [&](int field, int host_value) {
+    if constexpr (kListsItems)
+      return static_cast<int>(sWalk[field]);
+    else
+      return host_value;
   };
-  struct Unit {
-    int item, chunk, tail;  // tail: the item's index among the split ones (-1: whole)
-  };
-  auto unit_parts = [&](int u) {
-    if (u < split.first) return Unit{u, 0, -1};
-    const int v = u - split.first;
-    return Unit{split.first + v % split.tail, v / split.tail, v % split.tail};
-  };
-  int h = 0, seq = 0, qs = 0, q_len = 0, ctx = 0, t0 = 0, t1 = 0, p0 = 0, p1 = 0, qb0 = 0, qb1 = 0;
-  // Sets the item's tile; false (and no rows: t0 = t1) when the item has none.
-  auto locate = [&](int item) {
-    const int yz = item / static_cast<int>(work.x);
-    cuda::QueryTile tile;
-    h = item % static_cast<int>(work.x);
-    if (!cuda::locate_query_tile<BM>(p, yz % static_cast<int>(work.y), yz / static_cast<int>(work.y),
-                                     static_cast<int>(work.y), tile)) {
-      seq = qs = q_len = ctx = t0 = t1 = p0 = p1 = qb0 = qb1 = 0;
-      return false;
+  int items = static_cast<int>(work.x * work.y * work.z);
+  bool listed = false;
+  if constexpr (kListsItems) {
+    const cuda::SeqTileTable table = cuda::build_seq_tile_table<BM, C::kThreads>(
+        p, static_cast<int>(work.z), static_cast<int>(work.y), sTable, sList);
+    listed = table.count <= cuda::kSeqTileTableCap;
+    if (listed) items = static_cast<int>(work.x) * table.tiles;
+    if (tid == 0) {
+      const SplitPlan split =
+          listed ? plan_split(items, static_cast<int>(gridDim.x), listing.split_capacity) : grid_split;
+      sWalk[kWays] = split.ways, sWalk[kFirst] = split.first, sWalk[kTail] = split.tail;
+      sWalk[kUnits] = static_cast<int>(split.units(items));
+      sWalk[kListed] = listed ? table.count : 0;
     }
-    seq = tile.seq, qs = tile.qs, q_len = tile.q_len, ctx = tile.ctx;
-    t0 = tile.t0, t1 = tile.t1, p0 = tile.p0, p1 = tile.p1, qb0 = tile.qb0, qb1 = tile.qb1;
-    return true;
-  };
-
+  }
+  int units = static_cast<int>(grid_split.units(items));
+  int rounds = (units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   if (tid == 0) {
     for (int q = 0; q < kPairs; ++q) {
       // Each producer thread for both stages (its cp.async copies landed, or its arrival
@@ -197,6 +199,42 @@ __global__ void __launch_bounds__(384, 1)
     fence_mbar_init();
   }
   __syncthreads();
+  if constexpr (kListsItems) {
+    units = sWalk[kUnits];
+    rounds = (units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  }
+  auto unit_of = [&](int round) {
+    const int pos = (round & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+    return round * static_cast<int>(gridDim.x) + pos;
+  };
+  struct Unit {
+    int item, chunk, tail;  // tail: the item's index among the split ones (-1: whole)
+  };
+  auto unit_parts = [&](int u) {
+    const int first = walk(kFirst, grid_split.first), tail = walk(kTail, grid_split.tail);
+    if (u < first) return Unit{u, 0, -1};
+    const int v = u - first;
+    return Unit{first + v % tail, v / tail, v % tail};
+  };
+  int h = 0, seq = 0, qs = 0, q_len = 0, ctx = 0, t0 = 0, t1 = 0, p0 = 0, p1 = 0, qb0 = 0, qb1 = 0;
+  // Sets the item's tile; false (and no rows: t0 = t1) when the item has none.
+  auto locate = [&](int item) {
+    const int yz = item / static_cast<int>(work.x);
+    h = item % static_cast<int>(work.x);
+    int y = yz % static_cast<int>(work.y), z = yz / static_cast<int>(work.y), grid_y = static_cast<int>(work.y);
+    // Listed: the sequence's tiles as grid_y, so its late ones come first.
+    if constexpr (kListsItems)
+      if (const int listed_seqs = sWalk[kListed]; listed_seqs > 0)
+        cuda::find_listed_tile(sTable, listed_seqs, yz, z, y, grid_y);
+    cuda::QueryTile tile;
+    if (!cuda::locate_query_tile<BM>(p, y, z, grid_y, tile)) {
+      seq = qs = q_len = ctx = t0 = t1 = p0 = p1 = qb0 = qb1 = 0;
+      return false;
+    }
+    seq = tile.seq, qs = tile.qs, q_len = tile.q_len, ctx = tile.ctx;
+    t0 = tile.t0, t1 = tile.t1, p0 = tile.p0, p1 = tile.p1, qb0 = tile.qb0, qb1 = tile.qb1;
+    return true;
+  };
 
   if (wg == 0) {
     // ---- producer: list, then gather K/V ------------------------------------------------
@@ -342,8 +380,9 @@ __global__ void __launch_bounds__(384, 1)
         // sList, and counting reads nothing of it.
         for (int c0 = 0; c0 < n_kt; c0 += kListCap) n += list_pass(c0);
         if (n_kt <= kListCap) kept = n;
-        lo = unit.chunk * n / split.ways;
-        hi = (unit.chunk + 1) * n / split.ways;
+        const int ways = walk(kWays, grid_split.ways);
+        lo = unit.chunk * n / ways;
+        hi = (unit.chunk + 1) * n / ways;
       }
       // One tile is held back per pass so the last one can carry kLastTile.
       int held = kNoTiles;
@@ -678,7 +717,8 @@ __global__ void __launch_bounds__(384, 1)
       const int ctid = tid & 127;
       constexpr int kVecs = NH * 8 + 1;  // float4s per thread: O, then (m0, m1, l0, l1)
       auto slot = [&](int chunk) {
-        return partials + (static_cast<int64_t>(chunk * split.tail + unit.tail) * 2 + cg) * (kVecs * 128) + ctid;
+        return partials +
+               (static_cast<int64_t>(chunk * walk(kTail, grid_split.tail) + unit.tail) * 2 + cg) * (kVecs * 128) + ctid;
       };
       float4 *mine = slot(unit.chunk);
 #pragma unroll
@@ -691,12 +731,12 @@ __global__ void __launch_bounds__(384, 1)
       // last unit in, acquire: the pattern of CUDA's threadFenceReduction sample.
       __threadfence();
       named_barrier(2 + cg, 128);
-      if (ctid == 0) sLastIn[cg] = atomicAdd(counters + 2 * unit.tail + cg, 1) == split.ways - 1;
+      if (ctid == 0) sLastIn[cg] = atomicAdd(counters + 2 * unit.tail + cg, 1) == walk(kWays, grid_split.ways) - 1;
       named_barrier(2 + cg, 128);
       last_in = sLastIn[cg] != 0;
       if (last_in) {
         __threadfence();
-        for (int c = 0; c < split.ways; ++c) {
+        for (int c = 0; c < walk(kWays, grid_split.ways); ++c) {
           if (c == unit.chunk) continue;
           const float4 *other = slot(c);
           const float4 st = __ldcg(other + NH * 8 * 128);
@@ -769,7 +809,8 @@ __global__ void __launch_bounds__(384, 1)
 template <class T, int D>
 void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStream_t stream) {
   constexpr int smem = Config<D>::kSmemBytes;
-  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D>>(smem, "cudaFuncSetAttribute(prefill_sm90_kernel)");
+  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, false>>(smem, "cudaFuncSetAttribute(prefill_sm90_kernel)");
+  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, true>>(smem, "cudaFuncSetAttribute(prefill_sm90_kernel)");
   // Persistent: one CTA per SM (the kernel's registers and shared memory allow one) walks
   // the logical grid.
   const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
@@ -781,18 +822,26 @@ void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStr
                                ? static_cast<int64_t>((workspace.bytes - counter_bytes) / split_unit_bytes(D))
                                : 0;
   const SplitPlan split = plan_split(items, sms, capacity);
+  // Without a work list over several sequences the kernel lists the tiles that have rows
+  // (ItemListing) and plans their split itself: every CTA is launched, and the counters of
+  // any split it may plan are cleared.
+  ItemListing listing;
+  listing.by_kernel = item_listing_allowed() && p.work == nullptr && grid.z > 1 && int64_t{grid.y} * grid.z <= 65535;
+  if (listing.by_kernel) listing.split_capacity = static_cast<int32_t>(std::min<int64_t>(capacity, 2 * int64_t{sms}));
   int *counters = nullptr;
   float4 *partials = nullptr;
-  if (split.ways > 1) {
+  if (split.ways > 1 || listing.split_capacity > 0) {
     counters = static_cast<int *>(workspace.data);
     partials = reinterpret_cast<float4 *>(static_cast<char *>(workspace.data) + counter_bytes);
-    cuda::check_cuda(cudaMemsetAsync(counters, 0, sizeof(int) * 2 * split.tail, stream), "clearing the split counters");
+    const int64_t cleared = listing.split_capacity > 0 ? sms : split.tail;
+    cuda::check_cuda(cudaMemsetAsync(counters, 0, sizeof(int) * 2 * cleared, stream), "clearing the split counters");
   }
   const int64_t units = split.units(items);
-  const int ctas = static_cast<int>(std::min<int64_t>(units, sms));
+  const int ctas = listing.by_kernel ? sms : static_cast<int>(std::min<int64_t>(units, sms));
   if (ctas == 0) return;
   const KvTensorMaps maps = encode_kv_maps(p, std::is_same_v<T, __nv_bfloat16>, D, static_cast<int>(grid.x) / p.group);
-  prefill_sm90_kernel<T, D><<<ctas, Config<D>::kThreads, smem, stream>>>(p, maps, grid, split, partials, counters);
+  const auto kernel = listing.by_kernel ? prefill_sm90_kernel<T, D, true> : prefill_sm90_kernel<T, D, false>;
+  kernel<<<ctas, Config<D>::kThreads, smem, stream>>>(p, maps, grid, split, listing, partials, counters);
   cuda::check_launch("prefill_sm90_kernel", stream);
 }
 

@@ -40,10 +40,43 @@ size_t split_counter_bytes(int sms);
 constexpr int64_t kSplitMaxRounds = 8;
 size_t split_workspace_bytes(int head_dim, int sms);
 
-// The split that finishes the launch soonest if items cost alike (ways 2..4, the tail's
-// units fitting in `capacity_units`), or none. Heavy-first order puts the lightest items
-// last, so a split is never worse than the unsplit tail by this measure.
-SplitPlan plan_split(int64_t items, int sms, int64_t capacity_units);
+// The split that finishes the launch soonest if items cost alike (ways 2..kMaxSplitWays,
+// the tail's units fitting in `capacity_units`), or none. Heavy-first order puts the
+// lightest items last, so a split is never worse than the unsplit tail by this measure.
+// Host and device: a kernel that lists its own items (ItemListing) plans its split itself.
+constexpr int kMaxSplitWays = 4;
+__host__ __device__ inline SplitPlan plan_split(int64_t items, int sms, int64_t capacity_units) {
+  const SplitPlan none;
+  if (sms <= 0 || items <= 0 || items >= kSplitMaxRounds * sms) return none;
+  const int64_t tail = items % sms;
+  if (tail == 0) return none;
+  // Time of the tail in item-rounds: ceil(tail * ways / sms) rounds of 1/ways of an item.
+  int best = 1;
+  double best_time = 1.0;
+  for (int ways = 2; ways <= kMaxSplitWays; ++ways) {
+    const int64_t units = tail * ways;
+    if (units > capacity_units || units > 2 * static_cast<int64_t>(sms)) break;
+    const double time = static_cast<double>((units + sms - 1) / sms) / ways;
+    if (time < best_time) best = ways, best_time = time;
+  }
+  if (best == 1) return none;
+  SplitPlan plan;
+  plan.ways = best;
+  plan.first = static_cast<int32_t>(items - tail);
+  plan.tail = static_cast<int32_t>(tail);
+  return plan;
+}
+
+// A launch without a work list over several sequences (device metadata): the kernel lists
+// the (sequence, tile) items that have rows itself (seq_tile_table.cuh) and walks only
+// those, planning their split with plan_split over the launch's CTAs (one per SM). Where
+// the table cannot hold the batch it walks the whole grid with the host's split.
+struct ItemListing {
+  int32_t by_kernel = 0;
+  int32_t split_capacity = 0;  // workspace units its split may use (the counters cleared)
+};
+// BSPA_CUDA_LIST_TILES=0 (read once) keeps every launch on the whole grid: for A/B timing.
+bool item_listing_allowed();
 
 // A TMA box: one key tile's 64 tokens by one 64-column (128-byte) half of the head dim.
 constexpr int kTmaBoxTokens = 64;

@@ -57,6 +57,10 @@
  *  - BSPA_CUDA_OVERLAP = 0: a launch with decode rows and longer queries runs its decode
  *    kernel after the prefill kernel has finished instead of beside its last CTAs (compute
  *    capability 9.0); same results, for comparison.
+ *  - BSPA_CUDA_LIST_TILES = 0: the sm90 kernel walks every (sequence, query tile, head)
+ *    item of a launch without a work list (bspa_prefill_paged over several sequences)
+ *    instead of listing the items that have rows first; for comparison (results equal
+ *    within rounding: the split of the last round may differ).
  *
  * Security: prefix caching shares KV between requests with equal prefixes, which is
  * observable through timing. Sequences of different tenants must use different salts
