@@ -101,10 +101,10 @@ struct ScaleDivider {
   float scale, recip;
   bool fast;  // the scale in [2^-40, 2^40]
   BSPA_HOST_DEVICE explicit ScaleDivider(float s) : scale(s), recip(1.0f / s), fast(s >= 0x1p-40f && s <= 0x1p40f) {}
-  // y[j] = x(j) / scale for j < N; x(j) gives the j-th value (called again for a group
-  // that is divided, so the values need not stay in registers meanwhile).
+  // y[j] = x(j) / scale for j < N by the fast rule, true when every quotient is in its
+  // range (none is NaN then); false leaves y undefined.
   template <int N, class Values>
-  BSPA_HOST_DEVICE void divide(Values x, float (&y)[N]) const {
+  BSPA_HOST_DEVICE bool divide_in_range(Values x, float (&y)[N]) const {
     bool in_range = fast;
 #ifdef __CUDA_ARCH__
 #pragma unroll
@@ -114,7 +114,13 @@ struct ScaleDivider {
       in_range &= aq >= 0x1p-40f && aq <= 0x1p40f;
       y[j] = fmaf(fmaf(-q, scale, xj), recip, q);
     }
-    if (!in_range) {
+    return in_range;
+  }
+  // y[j] = x(j) / scale for j < N; x(j) gives the j-th value (called again for a group
+  // that is divided, so the values need not stay in registers meanwhile).
+  template <int N, class Values>
+  BSPA_HOST_DEVICE void divide(Values x, float (&y)[N]) const {
+    if (!divide_in_range<N>(x, y)) {
 #ifdef __CUDA_ARCH__
 #pragma unroll
 #endif

@@ -76,9 +76,11 @@ struct Config {
   static constexpr int kStages = D == 128 ? 6 : 8;
   static constexpr int kProducers = 128;
   static constexpr int kPerThread = kListCap / kProducers;
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 32 + kStages * 4 +
-                                    2 * kStages * 8 + cuda::kSeqTileTableCap * 4 + 32;
-  static_assert(kSmemBytes <= 232448, "shared memory over the sm_90 opt-in limit");
+  static constexpr int kSmemBytes =
+      kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 32 + kStages * 4 + 2 * kStages * 8;
+  // A launch that lists its items (ItemListing) also holds the table and its walk, last.
+  static constexpr int kListingSmemBytes = kSmemBytes + cuda::kSeqTileTableCap * 4 + 32;
+  static_assert(kListingSmemBytes <= 232448, "shared memory over the sm_90 opt-in limit");
 };
 
 // Byte offset of 16-byte chunk c (of D/8) of row r in a ROWS-row operand: 64-column halves
@@ -808,9 +810,9 @@ __global__ void __launch_bounds__(384, 1)
 // The launch of one instantiation (explicitly instantiated per dtype in prefill_sm90_<dtype>.cu).
 template <class T, int D>
 void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStream_t stream) {
-  constexpr int smem = Config<D>::kSmemBytes;
+  constexpr int smem = Config<D>::kSmemBytes, listing_smem = Config<D>::kListingSmemBytes;
   cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, false>>(smem, "cudaFuncSetAttribute(prefill_sm90_kernel)");
-  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, true>>(smem, "cudaFuncSetAttribute(prefill_sm90_kernel)");
+  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, true>>(listing_smem, "cudaFuncSetAttribute(prefill_sm90_kernel)");
   // Persistent: one CTA per SM (the kernel's registers and shared memory allow one) walks
   // the logical grid.
   const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
@@ -841,7 +843,8 @@ void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStr
   if (ctas == 0) return;
   const KvTensorMaps maps = encode_kv_maps(p, std::is_same_v<T, __nv_bfloat16>, D, static_cast<int>(grid.x) / p.group);
   const auto kernel = listing.by_kernel ? prefill_sm90_kernel<T, D, true> : prefill_sm90_kernel<T, D, false>;
-  kernel<<<ctas, Config<D>::kThreads, smem, stream>>>(p, maps, grid, split, listing, partials, counters);
+  kernel<<<ctas, Config<D>::kThreads, listing.by_kernel ? listing_smem : smem, stream>>>(p, maps, grid, split, listing,
+                                                                                         partials, counters);
   cuda::check_launch("prefill_sm90_kernel", stream);
 }
 
