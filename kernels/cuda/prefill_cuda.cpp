@@ -216,7 +216,11 @@ size_t prefill_split_bytes(int32_t device, int32_t head_dim) {
 int32_t cuda_decode_max_query_len() {
   static const int32_t value = [] {
     const char *e = std::getenv("BSPA_CUDA_DECODE");
-    return e != nullptr && std::strcmp(e, "0") == 0 ? 0 : kCudaDecodeMaxQueryLen;
+    if (e == nullptr) return kCudaDecodeMaxQueryLen;
+    // 0 (no decode kernel) or 1..kCudaDecodeMaxQueryLen (the longest query it takes).
+    const int n = std::atoi(e);
+    return n >= 0 && n <= kCudaDecodeMaxQueryLen && std::strcmp(e, std::to_string(n).c_str()) == 0 ? n
+                                                                                                   : kCudaDecodeMaxQueryLen;
   }();
   return value;
 }

@@ -715,7 +715,8 @@ BSPA_API bspa_status bspa_kv_write(bspa_pool *pool, const bspa_batch *batch, con
  * heads per KV head), and on GPUs with less than about 120 KB of shared memory per block
  * (sm86, sm89) head_dim 128 rows stay on the prefill kernels. A mixed batch launches both on `stream` from this one call. Results are the
  * same function either way (within rounding); BSPA_CUDA_DECODE=0 in the environment
- * (read once per process) sends every row to the prefill kernels.
+ * (read once per process) sends every row to the prefill kernels, BSPA_CUDA_DECODE=N
+ * (1..8) only the rows of sequences with up to N new tokens to the decode kernel.
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (layer; a CSR layout shorter
  * than a sequence), BSPA_ERR_SHAPE_MISMATCH (also: out or lse with overlapping rows),
  * BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH, BSPA_ERR_INVALID_ARGUMENT
