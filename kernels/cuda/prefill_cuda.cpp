@@ -57,11 +57,12 @@ void dispatch_kv(const sm80::Params &prm, bool e4m3, int head_dim, int bm, dim3 
 }
 
 template <class T>
-void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, const SplitWorkspace &split, cudaStream_t stream) {
+void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, int64_t total_rows, const SplitWorkspace &split,
+                   cudaStream_t stream) {
   if (head_dim == 64)
-    sm90::launch<T, 64>(prm, grid, split, stream);
+    sm90::launch<T, 64>(prm, grid, total_rows, split, stream);
   else
-    sm90::launch<T, 128>(prm, grid, split, stream);
+    sm90::launch<T, 128>(prm, grid, total_rows, split, stream);
 }
 
 // BSPA_CUDA_PATH=sm80|sm90 forces a kernel family for 16-bit pages (to time or test both on
@@ -175,9 +176,9 @@ bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
   }
   if (use_sm90) {
     if (p.dtype == DType::BF16)
-      dispatch_sm90<__nv_bfloat16>(prm, p.head_dim, grid, p.split, stream);
+      dispatch_sm90<__nv_bfloat16>(prm, p.head_dim, grid, p.total_q, p.split, stream);
     else
-      dispatch_sm90<__half>(prm, p.head_dim, grid, p.split, stream);
+      dispatch_sm90<__half>(prm, p.head_dim, grid, p.total_q, p.split, stream);
   } else if (p.dtype == DType::BF16) {
     dispatch_kv<__nv_bfloat16>(prm, e4m3, p.head_dim, bm, grid, stream);
   } else {
@@ -219,8 +220,9 @@ int32_t cuda_decode_max_query_len() {
     if (e == nullptr) return kCudaDecodeMaxQueryLen;
     // 0 (no decode kernel) or 1..kCudaDecodeMaxQueryLen (the longest query it takes).
     const int n = std::atoi(e);
-    return n >= 0 && n <= kCudaDecodeMaxQueryLen && std::strcmp(e, std::to_string(n).c_str()) == 0 ? n
-                                                                                                   : kCudaDecodeMaxQueryLen;
+    return n >= 0 && n <= kCudaDecodeMaxQueryLen && std::strcmp(e, std::to_string(n).c_str()) == 0
+               ? n
+               : kCudaDecodeMaxQueryLen;
   }();
   return value;
 }

@@ -809,7 +809,7 @@ __global__ void __launch_bounds__(384, 1)
 
 // The launch of one instantiation (explicitly instantiated per dtype in prefill_sm90_<dtype>.cu).
 template <class T, int D>
-void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStream_t stream) {
+void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace &workspace, cudaStream_t stream) {
   constexpr int smem = Config<D>::kSmemBytes, listing_smem = Config<D>::kListingSmemBytes;
   cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, false>>(smem, "cudaFuncSetAttribute(prefill_sm90_kernel)");
   cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, true>>(listing_smem, "cudaFuncSetAttribute(prefill_sm90_kernel)");
@@ -829,7 +829,13 @@ void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStr
   // any split it may plan are cleared.
   ItemListing listing;
   listing.by_kernel = item_listing_allowed() && p.work == nullptr && grid.z > 1 && int64_t{grid.y} * grid.z <= 65535;
-  if (listing.by_kernel) listing.split_capacity = static_cast<int32_t>(std::min<int64_t>(capacity, 2 * int64_t{sms}));
+  // It lists at least the heads times the tiles of the rows that no decode kernel takes
+  // (sum of ceil(q / BM) >= sum of q / BM): with kSplitMaxRounds rounds of those it plans
+  // no split, and its counters need no clearing (one launch fewer on the stream).
+  const int64_t prefill_rows = std::max<int64_t>(0, total_rows - int64_t{p.decode_max_query_len} * grid.z);
+  const bool may_split = int64_t{grid.x} * (prefill_rows / Config<D>::BM) < kSplitMaxRounds * sms;
+  if (listing.by_kernel && may_split)
+    listing.split_capacity = static_cast<int32_t>(std::min<int64_t>(capacity, 2 * int64_t{sms}));
   int *counters = nullptr;
   float4 *partials = nullptr;
   if (split.ways > 1 || listing.split_capacity > 0) {

@@ -94,7 +94,8 @@ struct KvTensorMaps {
 };
 KvTensorMaps encode_kv_maps(const Params &p, bool bf16, int head_dim, int num_kv_heads);
 
+// total_rows: the launch's query rows (q's first dimension), a host-side bound on its items.
 template <class T, int D>
-void launch(const Params &p, dim3 grid, const SplitWorkspace &workspace, cudaStream_t stream);
+void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace &workspace, cudaStream_t stream);
 
 }  // namespace bspa::kernels::sm90
