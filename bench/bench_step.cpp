@@ -423,6 +423,20 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
   add("floor: empty kernel launch, 512-byte parameter", host_time(reps, [&] {
         CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(empty512), dim3(1), dim3(32), param_args, 0, nullptr));
       }));
+  // What a launch of bspa's shape adds to the floor: the decode grid of these sequences
+  // (8 KV heads x 64 sequences of 128 threads), and 100 KB of dynamic shared memory (the
+  // decode and prefill kernels take 70-227 KB).
+  add("floor: empty kernel, 512-byte parameter, 512 CTAs", host_time(reps, [&] {
+        CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(empty512), dim3(1, 8, 64), dim3(128), param_args, 0,
+                                 nullptr));
+      }));
+  constexpr int kBigSmem = 100 * 1024;
+  CUDA_OK(cudaFuncSetAttribute(reinterpret_cast<const void *>(empty512), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               kBigSmem));
+  add("floor: empty kernel, 512-byte parameter, 100 KB smem", host_time(reps, [&] {
+        CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(empty512), dim3(1), dim3(32), param_args, kBigSmem,
+                                 nullptr));
+      }));
   bspa_batch *one = nullptr;
   add("bspa_batch_create (one step)", host_time(reps, [&] {
         bspa_batch_destroy(one);
