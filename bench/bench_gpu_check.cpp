@@ -826,6 +826,17 @@ int main(int argc, char **argv) {
     }
   }
   cases.insert(cases.end(), listed.begin(), listed.end());
+  // Pages under 64 tokens on the sm90a kernel: whole key tiles by TMA, a box per page (8
+  // boxes of 8 rows at 8-token pages), sequence ends by gathers; 4-token pages by gathers
+  // only (under the swizzle's 8 rows); token-major pages order the TMA dimensions apart.
+  std::vector<Case> small_pages;
+  for (int ps : {8, 4, 16}) {
+    Case c;
+    c.hq = 8, c.hkv = 2, c.ps = ps, c.layout = ps == 16 ? 3 : 1, c.token_major = ps == 16;
+    c.seqs = {{777, 300}, {64, 129}, {0, 70}};
+    small_pages.push_back(c);
+  }
+  cases.insert(cases.end(), small_pages.begin(), small_pages.end());
   if (!quick) {
     for (int i = 0; i < 40; ++i) {  // random cases
       Case c;
@@ -864,7 +875,8 @@ int main(int argc, char **argv) {
     for (auto &c : few) c.hq = std::min(c.hq, 2 * c.hkv), c.hq = c.hq < c.hkv ? c.hkv : c.hq;
     few[0].hq = few[0].hkv;
     few[2].hq = 4, few[2].hkv = 2;
-    few.push_back(listed[0]);  // tiles listed by the kernel, split on the device
+    few.push_back(listed[0]);       // tiles listed by the kernel, split on the device
+    few.push_back(small_pages[0]);  // a key tile in eight TMA boxes
     cases = few;
   }
   for (size_t i = 0; i < cases.size(); ++i) run_paged(cases[i], seed + i);

@@ -117,7 +117,11 @@ namespace {
 KvTensorMaps encode_uncached(const Params &p, bool bf16, int head_dim, int num_kv_heads) {
   KvTensorMaps m{};
   const int page_size = 1 << p.page_shift;
-  if (page_size < kTmaBoxTokens || p.num_pages <= 0 || !tma_allowed()) return m;
+  // Boxes of min(64, page_size) tokens: pages of 8..32 tokens give a key tile in several
+  // (the kernel places each at its page's row offset); under 8 rows a box would break the
+  // swizzle's 8-row period, and the kernel gathers such pages with cp.async.
+  if (page_size < kTmaMinPageTokens || p.num_pages <= 0 || !tma_allowed()) return m;
+  const uint32_t box_tokens = static_cast<uint32_t>(std::min(page_size, kTmaBoxTokens));
   PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
   if (!encode) return m;
   const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -131,7 +135,7 @@ KvTensorMaps encode_uncached(const Params &p, bool bf16, int head_dim, int num_k
     };
     // A page id past num_pages reads zeros through TMA (such ids are the caller's error on
     // CUDA, as for the cp.async path, which reads whatever lies there).
-    std::array<Dim, 3> d = {Dim{tok, static_cast<uint64_t>(page_size), kTmaBoxTokens, 0},
+    std::array<Dim, 3> d = {Dim{tok, static_cast<uint64_t>(page_size), box_tokens, 0},
                             Dim{head, static_cast<uint64_t>(num_kv_heads), 1, 1},
                             Dim{page, static_cast<uint64_t>(p.num_pages), 1, 2}};
     std::stable_sort(d.begin(), d.end(), [](const Dim &a, const Dim &b) { return a.stride < b.stride; });

@@ -95,7 +95,7 @@ struct ProducerBarrier {
   __device__ __forceinline__ void operator()() const { named_barrier(1, 128); }
 };
 
-template <class T, int D, bool kListsItems>
+template <class T, int D, bool kListsItems, bool kPageBoxes>
 __global__ void __launch_bounds__(384, 1)
     prefill_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ KvTensorMaps maps, const dim3 work,
                         const SplitPlan grid_split, const ItemListing listing, float4 *partials, int *counters) {
@@ -257,9 +257,15 @@ __global__ void __launch_bounds__(384, 1)
       const int k0 = (entry & kTileIndexMask) * kKeyTile;
       const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
       // A whole tile in one page (tiles are 64-aligned) takes one block-table read, shared
-      // by K and V and issued before the waits below, which hide its latency.
-      const bool one_page = entry != kNoTiles && p.page_shift >= 6 && k0 + kKeyTile <= kv_len;
-      const int64_t page = one_page ? bt[k0 >> p.page_shift] : 0;
+      // by K and V and issued before the waits below, which hide its latency. kPageBoxes
+      // (pages of 8..32 tokens, TMA descriptors made): a whole tile goes by TMA, a box per
+      // page, thread j reading the tile's j-th page id (before the waits likewise).
+      const bool whole_tile = entry != kNoTiles && k0 + kKeyTile <= kv_len;
+      const bool one_page = !kPageBoxes && whole_tile && p.page_shift >= 6;
+      const bool tma = kPageBoxes ? whole_tile : one_page && maps.valid;
+      const int64_t page = kPageBoxes
+                               ? (whole_tile && tid < (kKeyTile >> p.page_shift) ? bt[(k0 >> p.page_shift) + tid] : 0)
+                               : (one_page ? bt[k0 >> p.page_shift] : 0);
       // One tensor's tile: rows past the sequence are zero-filled.
       auto copy = [&](uint32_t dst, const void *base_v, int64_t head_stride, int64_t page_stride, int64_t tok_stride) {
         const T *base = static_cast<const T *>(base_v) + static_cast<int64_t>(kvh) * head_stride;
@@ -308,19 +314,31 @@ __global__ void __launch_bounds__(384, 1)
           }
         }
       };
-      // A whole-page tile goes by TMA: thread 0 expects its bytes and issues a box per
-      // 64-column half, the others only arrive (so each stage has the same arrivals).
+      // A tile by TMA: thread 0 expects its bytes and issues a box per 64-column half, the
+      // others only arrive (so each stage has the same arrivals). kPageBoxes: thread j
+      // issues the boxes of the tile's j-th page, each of page_size rows at its row offset
+      // (a multiple of 8 rows, so the 128-byte swizzle, which TMA takes from the address,
+      // lays the rows out as one 64-row box would); the phase waits for thread 0's bytes
+      // and arrival whenever the boxes land.
       static_assert(C::kTileBytes == NH * kTmaBoxTokens * kTmaBoxColumns * static_cast<int>(sizeof(T)),
-                    "thread 0 expects a tile's bytes from NH boxes");
-      const bool tma = one_page && maps.valid;
+                    "thread 0 expects a tile's bytes from NH boxes of 64 rows or their page-sized parts");
       auto load_boxes = [&](uint32_t dst, const CUtensorMap &map, uint32_t bar) {
-        if (tid == 0) {
-          mbar_arrive_expect_tx(bar, C::kTileBytes);
-          const int slot = k0 & page_mask, pg = static_cast<int>(page);
+        auto boxes = [&](uint32_t to, int slot) {
+          const int pg = static_cast<int>(page);
           auto coord = [&](int dim) { return maps.dim_tok == dim ? slot : maps.dim_head == dim ? kvh : pg; };
 #pragma unroll
           for (int hh = 0; hh < NH; ++hh)
-            tma_load_4d(dst + hh * kHalfStride, &map, hh * 64, coord(1), coord(2), coord(3), bar);
+            tma_load_4d(to + hh * kHalfStride, &map, hh * 64, coord(1), coord(2), coord(3), bar);
+        };
+        if constexpr (kPageBoxes) {
+          if (tid == 0)
+            mbar_arrive_expect_tx(bar, C::kTileBytes);
+          else
+            mbar_arrive(bar);
+          if (tid < (kKeyTile >> p.page_shift)) boxes(dst + (static_cast<uint32_t>(tid) << (p.page_shift + 7)), 0);
+        } else if (tid == 0) {
+          mbar_arrive_expect_tx(bar, C::kTileBytes);
+          boxes(dst, k0 & page_mask);
         } else {
           mbar_arrive(bar);
         }
@@ -811,8 +829,11 @@ __global__ void __launch_bounds__(384, 1)
 template <class T, int D>
 void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace &workspace, cudaStream_t stream) {
   constexpr int smem = Config<D>::kSmemBytes, listing_smem = Config<D>::kListingSmemBytes;
-  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, false>>(smem, "cudaFuncSetAttribute(prefill_sm90_kernel)");
-  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, true>>(listing_smem, "cudaFuncSetAttribute(prefill_sm90_kernel)");
+  constexpr const char *kSetSmem = "cudaFuncSetAttribute(prefill_sm90_kernel)";
+  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, false, false>>(smem, kSetSmem);
+  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, false, true>>(smem, kSetSmem);
+  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, true, false>>(listing_smem, kSetSmem);
+  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, true, true>>(listing_smem, kSetSmem);
   // Persistent: one CTA per SM (the kernel's registers and shared memory allow one) walks
   // the logical grid.
   const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
@@ -848,7 +869,15 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
   const int ctas = listing.by_kernel ? sms : static_cast<int>(std::min<int64_t>(units, sms));
   if (ctas == 0) return;
   const KvTensorMaps maps = encode_kv_maps(p, std::is_same_v<T, __nv_bfloat16>, D, static_cast<int>(grid.x) / p.group);
-  const auto kernel = listing.by_kernel ? prefill_sm90_kernel<T, D, true> : prefill_sm90_kernel<T, D, false>;
+  // Pages of 8..32 tokens with descriptors take the kernel that assembles a key tile from
+  // a TMA box per page; the others keep the one-box (or gather) producer, whose code the
+  // per-page boxes made slower at 64-token pages (5-9% when one kernel did both:
+  // bench/NOTES.md, "Pages under 64 tokens").
+  const bool page_boxes = maps.valid && p.page_shift < 6;
+  const auto kernel =
+      listing.by_kernel
+          ? (page_boxes ? prefill_sm90_kernel<T, D, true, true> : prefill_sm90_kernel<T, D, true, false>)
+          : (page_boxes ? prefill_sm90_kernel<T, D, false, true> : prefill_sm90_kernel<T, D, false, false>);
   kernel<<<ctas, Config<D>::kThreads, listing.by_kernel ? listing_smem : smem, stream>>>(p, maps, grid, split, listing,
                                                                                          partials, counters);
   cuda::check_launch("prefill_sm90_kernel", stream);

@@ -78,15 +78,18 @@ struct ItemListing {
 // BSPA_CUDA_LIST_TILES=0 (read once) keeps every launch on the whole grid: for A/B timing.
 bool item_listing_allowed();
 
-// A TMA box: one key tile's 64 tokens by one 64-column (128-byte) half of the head dim.
+// A TMA box: one key tile's 64 tokens by one 64-column (128-byte) half of the head dim,
+// or one page's tokens where pages are shorter (kTmaMinPageTokens and up).
 constexpr int kTmaBoxTokens = 64;
 constexpr int kTmaBoxColumns = 64;
+constexpr int kTmaMinPageTokens = 8;
 
 // TMA descriptors of the paged K and V (dimension 0 the head dim, then token-in-page, KV
-// head and page in the order of their strides), for the producer to copy a whole-page
-// 64-token tile as two 64-column boxes. valid = 0 (and cp.async gathers instead) where the
-// pages are shorter than a tile, K and V order their dimensions differently, the driver
-// cannot describe them (or has no encoder), or BSPA_CUDA_TMA=0.
+// head and page in the order of their strides), for the producer to copy a 64-token tile
+// as two 64-column boxes (a box per page and half where pages are shorter). valid = 0 (and
+// cp.async gathers instead) where pages are shorter than kTmaMinPageTokens, K and V order
+// their dimensions differently, the driver cannot describe them (or has no encoder), or
+// BSPA_CUDA_TMA=0.
 struct KvTensorMaps {
   CUtensorMap k, v;
   int32_t valid = 0;
