@@ -47,6 +47,9 @@ struct Case {
   // e4m3 pages with per-head scales (q and out of dt): the CPU oracle and the GPU read the
   // same bytes, quantized here from N(0,1) values.
   bool fp8 = false;
+  // max_query_len of the launch: 0 the longest query; more a loose bound (as a CUDA graph
+  // captured for a bucket passes its limit).
+  int max_query_len = 0;
 };
 
 const DLDevice kCpu{kDLCPU, 0};
@@ -224,7 +227,7 @@ void run_paged(const Case &c, uint64_t seed) {
     a.block_table = tbt.dl();
     a.query_starts = tqs.dl();
     a.context_lens = tcl.dl();
-    a.max_query_len = max_q;
+    a.max_query_len = c.max_query_len > 0 ? c.max_query_len : max_q;
     a.layout = layout;
     a.scale = scale;
     Tensor tws(ws, dev, DLDataType{kDLUInt, 8, 1}, {static_cast<int64_t>(ws_bytes)});
@@ -814,6 +817,15 @@ int main(int argc, char **argv) {
     c = Case{};
     c.hq = 8, c.hkv = 2, c.ps = 64, c.layout = 3, c.seqs = {{3001, 300}};
     for (int s = 0; s < 40; ++s) c.seqs.push_back({500 + 37 * s, 1 + s % 3});
+    listed.push_back(c);
+    c = Case{};  // exactly the 128 sequences with tiles the table holds
+    c.hq = 4, c.hkv = 1, c.ps = 16, c.layout = 2;
+    for (int s = 0; s < 128; ++s) c.seqs.push_back({(s * 41) % 250, 65 + (s * 13) % 100});
+    listed.push_back(c);
+    c = Case{};  // a loose max_query_len: 600 sequences x 128 tiles of grid (listed: 100 x 1-2)
+    c.hq = 4, c.hkv = 1, c.ps = 32, c.max_query_len = 16384;
+    for (int s = 0; s < 600; ++s)
+      c.seqs.push_back(s % 6 == 0 ? std::pair<int, int>{s, 65 + s % 66} : std::pair<int, int>{100 + s, 1});
     listed.push_back(c);
     for (int over : {0, 1}) {  // 129 or 140 sequences with tiles (the table holds 128)
       c = Case{};

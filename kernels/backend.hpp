@@ -40,10 +40,11 @@ constexpr int32_t kCudaTileRows = 128;
 // Sequences with 1..kCudaDecodeMaxQueryLen new tokens (decode, speculative verification)
 // take the CUDA decode kernel (kernels/cuda/decode.hpp) rather than the prefill tiling.
 constexpr int32_t kCudaDecodeMaxQueryLen = 8;
-// kCudaDecodeMaxQueryLen, or 0 when BSPA_CUDA_DECODE=0 turns the decode kernel off (to time
-// or test the prefill kernels on decode rows); read once per process, so batch planning
-// (which leaves the decode rows out of the prefill work list) and launches agree. 0 in a
-// build without CUDA.
+// kCudaDecodeMaxQueryLen, or what BSPA_CUDA_DECODE=N (0..kCudaDecodeMaxQueryLen) asks for:
+// 0 turns the decode kernel off (to time or test the prefill kernels on decode rows), N
+// sends only queries of up to N tokens to it (to time its tile sizes); any other value is
+// ignored. Read once per process, so batch planning (which leaves the decode rows out of
+// the prefill work list) and launches agree. 0 in a build without CUDA.
 int32_t cuda_decode_max_query_len();
 // Query rows per work item on the CPU.
 constexpr int32_t kCpuTileRows = 32;

@@ -90,21 +90,25 @@ BSPA_HOST_DEVICE inline uint8_t quantize_e4m3(float x, float scale) {
 // x / scale rounded to nearest even, as IEEE division gives it, for many x and one scale
 // (the CUDA kv write's quantizer: a division per element held it under the copy
 // bandwidth): the scale's reciprocal r = RN(1 / scale) once, then q = RN(x * r) and one
-// correction RN(q + (x - q * scale) * r), the remainder exact through an fma. With q within
-// an ulp of the quotient and r correctly rounded, that is the correctly rounded quotient
-// (Markstein's theorem) as long as nothing leaves the normal range: the rule holds for
-// scales and quotients in [2^-40, 2^40] (the remainder then at least 2^-104), and a group
-// with any other quotient (zeros, whose sign the fma would lose; NaN, inf; values that
-// round to zero in e4m3 or saturate) is divided instead. tests/cpp/test_scale_divider.cpp
-// checks it bit for bit against division for every bf16 and f16 value over many scales.
+// correction RN(q + (x - q * scale) * r), the remainder exact through an fma. q can miss
+// the quotient by a little more than an ulp, so Markstein's theorem does not cover every
+// x; for 16-bit x (11 or 8 significant bits) the correction is exact all the same: checked
+// exhaustively near rounding midpoints for every scale significand (the session-11 review)
+// and bit for bit against division by tests/cpp/test_scale_divider.cpp. The fast path
+// takes scales and quotients in [2^-40, 2^40]: a non-zero remainder is at least
+// ulp(q) * ulp(scale) >= 2^-126, still normal, and nothing overflows; a group with any
+// other quotient (zeros, whose sign the fma would lose; NaN, inf; the far tails) is
+// divided instead. Quotients in [2^-40, 2^-10) and (448, 2^40] stay on the fast path
+// (e4m3 rounds them to zero or saturates them either way).
 struct ScaleDivider {
   float scale, recip;
   bool fast;  // the scale in [2^-40, 2^40]
   BSPA_HOST_DEVICE explicit ScaleDivider(float s) : scale(s), recip(1.0f / s), fast(s >= 0x1p-40f && s <= 0x1p40f) {}
-  // y[j] = x(j) / scale for j < N by the fast rule, true when every quotient is in its
-  // range (none is NaN then); false leaves y undefined.
+  // y[j] = x(j) / scale for j < N, x(j) giving the j-th value (called again for a group
+  // that is divided, so the values need not stay in registers meanwhile). Returns whether
+  // the fast rule gave them, which tells that none of the x was NaN.
   template <int N, class Values>
-  BSPA_HOST_DEVICE bool divide_in_range(Values x, float (&y)[N]) const {
+  BSPA_HOST_DEVICE bool divide(Values x, float (&y)[N]) const {
     bool in_range = fast;
 #ifdef __CUDA_ARCH__
 #pragma unroll
@@ -114,18 +118,12 @@ struct ScaleDivider {
       in_range &= aq >= 0x1p-40f && aq <= 0x1p40f;
       y[j] = fmaf(fmaf(-q, scale, xj), recip, q);
     }
-    return in_range;
-  }
-  // y[j] = x(j) / scale for j < N; x(j) gives the j-th value (called again for a group
-  // that is divided, so the values need not stay in registers meanwhile).
-  template <int N, class Values>
-  BSPA_HOST_DEVICE void divide(Values x, float (&y)[N]) const {
-    if (!divide_in_range<N>(x, y)) {
+    if (in_range) return true;
 #ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
-      for (int j = 0; j < N; ++j) y[j] = x(j) / scale;
-    }
+    for (int j = 0; j < N; ++j) y[j] = x(j) / scale;
+    return false;
   }
 };
 

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cuda/env_switch.hpp"
 #include "kernels/cuda/prefill_sm90.hpp"
 
 namespace bspa::kernels::sm90 {
@@ -43,10 +44,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 // BSPA_CUDA_TMA=0 turns TMA off (every tile by cp.async gathers): to time or test them.
 bool tma_allowed() {
-  static const bool allowed = [] {  // read once per process
-    const char *e = std::getenv("BSPA_CUDA_TMA");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
+  static const bool allowed = cuda::env_flag("BSPA_CUDA_TMA", true);  // read once per process
   return allowed;
 }
 

@@ -134,8 +134,7 @@ __device__ inline void quantize_vec(const typename Fp8Vec<G>::In &in, char *dst,
       // range, neither value is NaN: the NaN tests are paid only by pairs out of range.
       float y[2];
       const auto xs = [&](int i) { return x(j + i); };
-      const bool in_range = divide.divide_in_range<2>(xs, y);
-      if (!in_range) y[0] = x(j) / divide.scale, y[1] = x(j + 1) / divide.scale;
+      const bool in_range = divide.divide<2>(xs, y);
       const __nv_fp8x2_storage_t pair = __nv_cvt_float2_to_fp8x2(make_float2(y[0], y[1]), __NV_SATFINITE, __NV_E4M3);
       q[j] = static_cast<uint8_t>(pair & 0xffu), q[j + 1] = static_cast<uint8_t>(pair >> 8);
       if (!in_range) {

@@ -1,5 +1,7 @@
 #include "kernels/cuda/launch_check.hpp"
 
+#include "kernels/cuda/env_switch.hpp"
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -7,10 +9,7 @@
 namespace bspa::kernels::cuda {
 
 bool debug_sync_enabled() {
-  static const bool on = [] {
-    const char *v = std::getenv("BSPA_CUDA_DEBUG");
-    return v && *v && std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_flag("BSPA_CUDA_DEBUG", false);
   return on;
 }
 

@@ -11,11 +11,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cuda/decode.hpp"
+#include "kernels/cuda/env_switch.hpp"
 #include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/prefill_sm80.hpp"
 #include "kernels/cuda/prefill_sm90.hpp"
@@ -103,11 +103,7 @@ Path requested_path() {
 
 // BSPA_DECODE_SPLITS=N (a diagnostic), read once per process: 0 when unset or out of range.
 int32_t forced_decode_splits() {
-  static const int32_t n = [] {
-    const char *e = std::getenv("BSPA_DECODE_SPLITS");
-    const long v = e ? std::strtol(e, nullptr, 10) : 0;
-    return v >= 1 && v <= 1024 ? static_cast<int32_t>(v) : 0;
-  }();
+  static const int32_t n = cuda::env_int("BSPA_DECODE_SPLITS", 1, 1024, 0);
   return n;
 }
 
@@ -115,10 +111,7 @@ int32_t forced_decode_splits() {
 // its prefill grid has completed instead of overlapping the prefill's last CTAs: to time
 // the overlap against the serial launch in one process.
 bool mixed_overlap_enabled() {
-  static const bool on = [] {
-    const char *e = std::getenv("BSPA_CUDA_OVERLAP");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
+  static const bool on = cuda::env_flag("BSPA_CUDA_OVERLAP", true);
   return on;
 }
 
@@ -215,15 +208,8 @@ size_t prefill_split_bytes(int32_t device, int32_t head_dim) {
 }  // namespace
 
 int32_t cuda_decode_max_query_len() {
-  static const int32_t value = [] {
-    const char *e = std::getenv("BSPA_CUDA_DECODE");
-    if (e == nullptr) return kCudaDecodeMaxQueryLen;
-    // 0 (no decode kernel) or 1..kCudaDecodeMaxQueryLen (the longest query it takes).
-    const int n = std::atoi(e);
-    return n >= 0 && n <= kCudaDecodeMaxQueryLen && std::strcmp(e, std::to_string(n).c_str()) == 0
-               ? n
-               : kCudaDecodeMaxQueryLen;
-  }();
+  // 0 (no decode kernel) or 1..kCudaDecodeMaxQueryLen (the longest query it takes).
+  static const int32_t value = cuda::env_int("BSPA_CUDA_DECODE", 0, kCudaDecodeMaxQueryLen, kCudaDecodeMaxQueryLen);
   return value;
 }
 

@@ -10,9 +10,10 @@
 //    at most three query blocks) and fetches K and V of each through the block table into
 //    a ring of stages, stored as 128-byte-swizzled 64-column halves that wgmma reads
 //    through descriptors: a tile inside one page by TMA (one 64 x 64 box per half, from
-//    descriptors of the pool made per launch: kv_tensor_map.cpp), any other (pages under
-//    64 tokens, a sequence's partial last tile, zero-filled past its end) by cp.async
-//    gathers. A stage carries its tile's list entry. Stages go in pairs (one consumer
+//    descriptors of the pool made per launch: kv_tensor_map.cpp), a tile over pages of
+//    8..32 tokens by a TMA box per page and half (kPageBoxes, a variant of its own), any
+//    other (pages under 8 tokens, a sequence's partial last tile, zero-filled past its
+//    end) by cp.async gathers. A stage carries its tile's list entry. Stages go in pairs (one consumer
 //    step), each pair with four mbarriers: K landed (cp.async.mbarrier.arrive, or the TMA
 //    bytes) with both entries written, V landed, K free (both consumers' S done), V free
 //    (their PV done). Stages are filled one at a time, K then V: a pair's first K is
@@ -78,7 +79,7 @@ struct Config {
   static constexpr int kPerThread = kListCap / kProducers;
   static constexpr int kSmemBytes =
       kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 32 + kStages * 4 + 2 * kStages * 8;
-  // A launch that lists its items (ItemListing) also holds the table and its walk, last.
+  // A launch that lists its items (TileListing) also holds the table and its walk, last.
   static constexpr int kListingSmemBytes = kSmemBytes + cuda::kSeqTileTableCap * 4 + 32;
   static_assert(kListingSmemBytes <= 232448, "shared memory over the sm_90 opt-in limit");
 };
@@ -95,10 +96,10 @@ struct ProducerBarrier {
   __device__ __forceinline__ void operator()() const { named_barrier(1, 128); }
 };
 
-template <class T, int D, bool kListsItems, bool kPageBoxes>
+template <class T, int D, bool kListsTiles, bool kPageBoxes>
 __global__ void __launch_bounds__(384, 1)
     prefill_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ KvTensorMaps maps, const dim3 work,
-                        const SplitPlan grid_split, const ItemListing listing, float4 *partials, int *counters) {
+                        const SplitPlan grid_split, const TileListing listing, float4 *partials, int *counters) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Config<D>;
   constexpr int BM = C::BM, NH = C::NH, S = C::kStages;
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t full_v = full_k + kPairs * 8;
   const uint32_t empty_k = full_v + kPairs * 8;
   const uint32_t empty_v = empty_k + kPairs * 8;
-  // kListsItems (ItemListing): the sequences with tiles, after the barriers; then the walk:
+  // kListsTiles (TileListing): the sequences with tiles, after the barriers; then the walk:
   // its split (one planned here for the listed items, or the host's), its units and the
   // table's sequences (0: the whole grid is walked), read from shared memory where used
   // (registers are the producer's limit: 40). Without it, the walk is the parameters'.
@@ -163,21 +164,21 @@ __global__ void __launch_bounds__(384, 1)
   // so the stages they exchange line up; the producer starts the next item's list and
   // copies while the consumers finish the current one. Everything the walk depends on is
   // uniform (a branch around wgmma code on a loaded value makes ptxas serialize them).
-  // A launch that lists its items (ItemListing) walks only the grid's tiles that have rows,
+  // A launch that lists its items (TileListing) walks only the grid's tiles that have rows,
   // (x, the head, fastest; then the table's sequences, each one's late tiles first).
   // Units: the whole items before split.first, then chunk 0 of every split item, chunk 1, ...
   auto walk = [&](int field, int host_value) {
-    if constexpr (kListsItems)
+    if constexpr (kListsTiles)
       return static_cast<int>(sWalk[field]);
     else
       return host_value;
   };
   int items = static_cast<int>(work.x * work.y * work.z);
   bool listed = false;
-  if constexpr (kListsItems) {
+  if constexpr (kListsTiles) {
     const cuda::SeqTileTable table = cuda::build_seq_tile_table<BM, C::kThreads>(
         p, static_cast<int>(work.z), static_cast<int>(work.y), sTable, sList);
-    listed = table.count <= cuda::kSeqTileTableCap;
+    listed = table.count <= cuda::kSeqTileTableCap && table.tiles <= 0xffff;
     if (listed) items = static_cast<int>(work.x) * table.tiles;
     if (tid == 0) {
       const SplitPlan split =
@@ -201,7 +202,7 @@ __global__ void __launch_bounds__(384, 1)
     fence_mbar_init();
   }
   __syncthreads();
-  if constexpr (kListsItems) {
+  if constexpr (kListsTiles) {
     units = sWalk[kUnits];
     rounds = (units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   }
@@ -225,7 +226,7 @@ __global__ void __launch_bounds__(384, 1)
     h = item % static_cast<int>(work.x);
     int y = yz % static_cast<int>(work.y), z = yz / static_cast<int>(work.y), grid_y = static_cast<int>(work.y);
     // Listed: the sequence's tiles as grid_y, so its late ones come first.
-    if constexpr (kListsItems)
+    if constexpr (kListsTiles)
       if (const int listed_seqs = sWalk[kListed]; listed_seqs > 0)
         cuda::find_listed_tile(sTable, listed_seqs, yz, z, y, grid_y);
     cuda::QueryTile tile;
@@ -839,6 +840,7 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
   const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
   check(items <= (int64_t{1} << 30), Errc::NotSupported,
         "the sm90a prefill walks at most 2^30 (query tile, head) items (", items, " needed)");
+  if (items == 0) return;
   const int sms = cuda::multiprocessor_count();
   const size_t counter_bytes = split_counter_bytes(sms);
   const int64_t capacity = workspace.data && workspace.bytes > counter_bytes
@@ -846,13 +848,14 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
                                : 0;
   const SplitPlan split = plan_split(items, sms, capacity);
   // Without a work list over several sequences the kernel lists the tiles that have rows
-  // (ItemListing) and plans their split itself: every CTA is launched, and the counters of
+  // (TileListing) and plans their split itself: every CTA is launched, and the counters of
   // any split it may plan are cleared.
-  ItemListing listing;
-  listing.by_kernel = item_listing_allowed() && p.work == nullptr && grid.z > 1 && int64_t{grid.y} * grid.z <= 65535;
+  TileListing listing;
+  listing.by_kernel = tile_listing_allowed() && p.work == nullptr && grid.z > 1;
   // It lists at least the heads times the tiles of the rows that no decode kernel takes
   // (sum of ceil(q / BM) >= sum of q / BM): with kSplitMaxRounds rounds of those it plans
-  // no split, and its counters need no clearing (one launch fewer on the stream).
+  // no split, and its counters need no clearing (one launch fewer on the stream). A wrong
+  // bound would cost speed only: with no capacity the kernel plans no split.
   const int64_t prefill_rows = std::max<int64_t>(0, total_rows - int64_t{p.decode_max_query_len} * grid.z);
   const bool may_split = int64_t{grid.x} * (prefill_rows / Config<D>::BM) < kSplitMaxRounds * sms;
   if (listing.by_kernel && may_split)

@@ -43,7 +43,7 @@ size_t split_workspace_bytes(int head_dim, int sms);
 // The split that finishes the launch soonest if items cost alike (ways 2..kMaxSplitWays,
 // the tail's units fitting in `capacity_units`), or none. Heavy-first order puts the
 // lightest items last, so a split is never worse than the unsplit tail by this measure.
-// Host and device: a kernel that lists its own items (ItemListing) plans its split itself.
+// Host and device: a kernel that lists its own items (TileListing) plans its split itself.
 constexpr int kMaxSplitWays = 4;
 __host__ __device__ inline SplitPlan plan_split(int64_t items, int sms, int64_t capacity_units) {
   const SplitPlan none;
@@ -67,16 +67,17 @@ __host__ __device__ inline SplitPlan plan_split(int64_t items, int sms, int64_t 
   return plan;
 }
 
-// A launch without a work list over several sequences (device metadata): the kernel lists
-// the (sequence, tile) items that have rows itself (seq_tile_table.cuh) and walks only
+// Tile listing: a launch without a work list over several sequences (device metadata)
+// lists the query tiles that have rows in the kernel (seq_tile_table.cuh) and walks only
 // those, planning their split with plan_split over the launch's CTAs (one per SM). Where
-// the table cannot hold the batch it walks the whole grid with the host's split.
-struct ItemListing {
-  int32_t by_kernel = 0;
-  int32_t split_capacity = 0;  // workspace units its split may use (the counters cleared)
+// the table cannot hold the batch (over 128 sequences with tiles, or 65535 tiles) it
+// walks the whole grid with the host's split.
+struct TileListing {
+  int32_t by_kernel = 0;       // the host's choice (which kernel variant it launches)
+  int32_t split_capacity = 0;  // workspace units the kernel's split may use (the counters cleared)
 };
 // BSPA_CUDA_LIST_TILES=0 (read once) keeps every launch on the whole grid: for A/B timing.
-bool item_listing_allowed();
+bool tile_listing_allowed();
 
 // A TMA box: one key tile's 64 tokens by one 64-column (128-byte) half of the head dim,
 // or one page's tokens where pages are shorter (kTmaMinPageTokens and up).

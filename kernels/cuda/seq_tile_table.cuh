@@ -20,8 +20,9 @@ namespace bspa::kernels::cuda {
 constexpr int kSeqTileTableCap = 128;
 
 // The table: per sequence with tiles, in batch order, its index << 16 | the end of its
-// tiles in the launch's order (the tiles before it plus its own). Both fit 16 bits: the
-// host lists only launches of at most 65535 (sequence, tile) grid items.
+// tiles in the launch's order (the tiles before it plus its own). Both fit 16 bits when
+// it is used: launches have at most 65535 sequences, and the kernel walks the whole grid
+// when the listed tiles number more than 65535 (their ends would not fit).
 struct SeqTileTable {
   int count;  // sequences with tiles (over kSeqTileTableCap: the table is incomplete)
   int tiles;  // their tiles

@@ -1,11 +1,10 @@
 // The sm90a kernel's walk of a launch (prefill_sm90.hpp): how much workspace the split of
 // its last round takes (when it pays: plan_split, in the header, which the kernel also
-// runs), and whether the kernel may list its own items (ItemListing).
+// runs), and whether the kernel may list its own items (TileListing).
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
+#include "kernels/cuda/env_switch.hpp"
 #include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/prefill_sm90.hpp"
 
@@ -16,11 +15,8 @@ size_t split_workspace_bytes(int head_dim, int sms) {
   return split_counter_bytes(sms) + split_unit_bytes(head_dim) * 2 * static_cast<size_t>(sms);
 }
 
-bool item_listing_allowed() {
-  static const bool allowed = [] {  // read once per process
-    const char *e = std::getenv("BSPA_CUDA_LIST_TILES");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
+bool tile_listing_allowed() {
+  static const bool allowed = cuda::env_flag("BSPA_CUDA_LIST_TILES", true);  // read once per process
   return allowed;
 }
 

@@ -1,9 +1,12 @@
 // The CUDA kv write's division by a head's scale (ScaleDivider, kernels/fp8_e4m3.hpp:
 // reciprocal once, one fma correction per value) against IEEE division, on the host: for
 // every bf16 and every f16 value over scales across the whole float range (powers of two,
-// values near them, random ones, the fast path's edges), the quotient must be the same
-// float bit for bit, so the stored e4m3 bytes are the ones the CPU backend's x / scale
-// gives. Internal (it includes the library's kernel headers); no GPU needed.
+// values near them, random ones, the fast path's edges, significands where x * RN(1/s)
+// misses the quotient by more than an ulp), in the groups of 2 the kernel divides and in
+// groups of 16, the quotient must be the same float bit for bit, so the stored e4m3 bytes
+// are the ones the CPU backend's x / scale gives; and ordinary values must take the fast
+// path (else the test would pass on division alone). Internal (it includes the library's
+// kernel headers); no GPU needed.
 #include <criterion/criterion.h>
 
 #include <cmath>
@@ -34,6 +37,9 @@ std::vector<float> scales_to_try() {
     for (int d = -3; d <= 3; ++d) s.push_back(fp8_bits_f32(fp8_f32_bits(edge) + d));
   for (float v : {1.0f / 128, 0.0123f, 0.1f, 0.3f, 1.0f / 3, 0.7f, 2.5f, 3.0f, 7.0f, 448.0f, 1e-30f, 1e30f, 3e38f})
     s.push_back(v);
+  // x * RN(1/s) misses x / s by more than an ulp here (e.g. x = 0x1.e3cp+0): the correction
+  // must still land on the quotient.
+  for (float v : {0x1.fbe8c6p+0f, 0x1.fbe8c6p-5f, 0x1.fbe8c6p+7f}) s.push_back(v);
   for (uint32_t m : {0x7fffffu, 0x7ffffeu, 0x000001u, 0x400000u})  // significands of all ones, of one ulp
     for (int e = -20; e <= 20; e += 5) s.push_back(fp8_bits_f32((static_cast<uint32_t>(127 + e) << 23) | m));
   std::mt19937 rng(12345);
@@ -42,23 +48,22 @@ std::vector<float> scales_to_try() {
   return s;
 }
 
-// Every 16-bit value (decoded by `decode`) in groups of 16, as the kernel divides them.
-template <class Decode>
+// Every 16-bit value (decoded by `decode`) in groups of N, as the kernel (N = 2) divides them.
+template <int N, class Decode>
 void check_all(const char *what, Decode decode) {
   std::vector<float> xs(65536);
   for (uint32_t h = 0; h < 65536; ++h) xs[h] = decode(static_cast<uint16_t>(h));
   int64_t mismatches = 0;
   for (float s : scales_to_try()) {
     const ScaleDivider divider(s);
-    for (uint32_t base = 0; base < 65536; base += 16) {
-      float x[16], y[16];
-      std::memcpy(x, &xs[base], sizeof(x));
-      divider.divide<16>([&](int j) { return x[j]; }, y);
-      for (int j = 0; j < 16; ++j) {
-        const float want = x[j] / s;
+    for (uint32_t base = 0; base < 65536; base += N) {
+      float y[N];
+      divider.divide<N>([&](int j) { return xs[base + j]; }, y);
+      for (int j = 0; j < N; ++j) {
+        const float x = xs[base + j], want = x / s;
         const bool same = fp8_f32_bits(y[j]) == fp8_f32_bits(want) || (std::isnan(want) && std::isnan(y[j]));
         if (!same && mismatches++ < 5)
-          cr_log_error("%s: %a / %a = %a, the divider gave %a", what, static_cast<double>(x[j]), static_cast<double>(s),
+          cr_log_error("%s: %a / %a = %a, the divider gave %a", what, static_cast<double>(x), static_cast<double>(s),
                        static_cast<double>(want), static_cast<double>(y[j]));
       }
     }
@@ -66,22 +71,31 @@ void check_all(const char *what, Decode decode) {
   cr_expect_eq(mismatches, 0, "%s: %lld quotients differ from division", what, static_cast<long long>(mismatches));
 }
 
+float bf16_to_float(uint16_t h) { return fp8_bits_f32(static_cast<uint32_t>(h) << 16); }
+
 }  // namespace
 
 Test(scale_divider, every_bf16_value_over_many_scales) {
-  check_all("bf16", [](uint16_t h) { return fp8_bits_f32(static_cast<uint32_t>(h) << 16); });
+  check_all<2>("bf16, pairs", bf16_to_float);
+  check_all<16>("bf16, groups of 16", bf16_to_float);
 }
 
-Test(scale_divider, every_f16_value_over_many_scales) { check_all("f16", half_to_float); }
+Test(scale_divider, every_f16_value_over_many_scales) {
+  check_all<2>("f16, pairs", half_to_float);
+  check_all<16>("f16, groups of 16", half_to_float);
+}
 
-// Groups of 16 where only one value is out of the fast path's range (here a zero): every
-// value of the group, the zero's sign included, is still the division's.
-Test(scale_divider, one_value_out_of_range_divides_the_group) {
+// Ordinary values take the fast rule (and agree with division); a group with one value out
+// of its range (here a zero) is divided, every value of it, the zero's sign included.
+Test(scale_divider, fast_path_taken_and_left) {
   const ScaleDivider divider(0.37f);
   float x[16], y[16];
   for (int j = 0; j < 16; ++j) x[j] = 0.1f * static_cast<float>(j + 1);
+  cr_expect(divider.divide<16>([&](int j) { return x[j]; }, y), "ordinary values took the division");
+  for (int j = 0; j < 16; ++j) cr_expect_eq(fp8_f32_bits(y[j]), fp8_f32_bits(x[j] / 0.37f), "value %d", j);
   x[5] = -0.0f;
-  divider.divide<16>([&](int j) { return x[j]; }, y);
+  cr_expect_not(divider.divide<16>([&](int j) { return x[j]; }, y), "a zero took the fast rule");
   for (int j = 0; j < 16; ++j) cr_expect_eq(fp8_f32_bits(y[j]), fp8_f32_bits(x[j] / 0.37f), "value %d", j);
   cr_expect(std::signbit(y[5]), "-0 / scale keeps its sign");
+  cr_expect_not(ScaleDivider(0x1p-41f).divide<16>([&](int j) { return x[j] + 1.0f; }, y), "a scale under 2^-40");
 }

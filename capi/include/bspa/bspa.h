@@ -52,8 +52,11 @@
  *  - BSPA_CUDA_DEBUG = 1: every launch synchronises its stream and checks it, so an
  *    asynchronous fault is reported by the call that caused it (not graph capturable).
  *  - BSPA_CUDA_TMA = 0: the sm90 kernel fetches every K/V tile with cp.async gathers
- *    instead of TMA (by default a 64-token tile inside one page of 64 tokens or more
- *    goes by TMA); same results, for comparison and testing.
+ *    instead of TMA (by default a whole 64-token tile goes by TMA from pages of 8 tokens
+ *    or more: one box per page under 64); same results, for comparison and testing.
+ *  - BSPA_CUDA_DECODE = 0 | 1..8: no decode kernel, or one for queries of up to N new
+ *    tokens only (default 8; see bspa_prefill; other values are ignored); same results
+ *    within rounding, for comparison.
  *  - BSPA_CUDA_OVERLAP = 0: a launch with decode rows and longer queries runs its decode
  *    kernel after the prefill kernel has finished instead of beside its last CTAs (compute
  *    capability 9.0); same results, for comparison.
