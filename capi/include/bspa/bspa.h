@@ -800,7 +800,11 @@ BSPA_API bspa_status bspa_prefill_workspace_bytes(int32_t device_type, int32_t d
  *    table's width); above 8 with several sequences, both the prefill and the decode
  *    kernel are launched (the metadata stays on the device), each skipping the other's
  *    sequences; above 8 with one sequence, only the prefill kernel. (Pool batches route
- *    exactly: bspa_batch_create sees the lengths.)
+ *    exactly: bspa_batch_create sees the lengths.) On compute capability 9.0 the prefill
+ *    kernel of such a launch lists the query tiles of the sequences with more than 8 new
+ *    tokens on the device and walks only those, so decode sequences and a loose bound
+ *    cost it little; with over 128 such sequences (or 65535 tiles) it walks every
+ *    (sequence, tile) of the grid instead, empty ones included.
  *  FP8 pages (since version 3): k_pages and v_pages of dtype {BSPA_DL_FLOAT8_E4M3FN, 8, 1}
  *    or {kDLUInt, 8, 1} hold e4m3 (BSPA_DTYPE_FP8_E4M3); q and out are then bf16 or f16
  *    (one dtype), and k_scale / v_scale are required. */
