@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/device_layout.hpp"
+#include "kernels/cuda/warp_scan.cuh"
 
 namespace bspa::kernels::cuda {
 
@@ -58,12 +59,7 @@ __device__ __forceinline__ int compact_key_tiles(Classify classify, int c0, int 
     }
   }
   // Block-wide exclusive scan of the counts: a warp scan, then the warps' totals.
-  int incl = count;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += v;
-  }
+  const int incl = warp_inclusive_sum(count, lane);
   if (lane == 31) scan[warp] = incl;
   sync();
   int base = 0, total = 0;

@@ -10,8 +10,6 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda/env_switch.hpp"
 #include "kernels/cuda/prefill_sm90.hpp"

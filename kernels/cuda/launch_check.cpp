@@ -1,10 +1,8 @@
 #include "kernels/cuda/launch_check.hpp"
 
-#include "kernels/cuda/env_switch.hpp"
-
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
+
+#include "kernels/cuda/env_switch.hpp"
 
 namespace bspa::kernels::cuda {
 

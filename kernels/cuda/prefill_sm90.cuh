@@ -174,11 +174,10 @@ __global__ void __launch_bounds__(384, 1)
       return host_value;
   };
   int items = static_cast<int>(work.x * work.y * work.z);
-  bool listed = false;
   if constexpr (kListsTiles) {
     const cuda::SeqTileTable table = cuda::build_seq_tile_table<BM, C::kThreads>(
         p, static_cast<int>(work.z), static_cast<int>(work.y), sTable, sList);
-    listed = table.count <= cuda::kSeqTileTableCap && table.tiles <= 0xffff;
+    const bool listed = table.count <= cuda::kSeqTileTableCap && table.tiles <= 0xffff;
     if (listed) items = static_cast<int>(work.x) * table.tiles;
     if (tid == 0) {
       const SplitPlan split =
@@ -829,12 +828,6 @@ __global__ void __launch_bounds__(384, 1)
 // The launch of one instantiation (explicitly instantiated per dtype in prefill_sm90_<dtype>.cu).
 template <class T, int D>
 void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace &workspace, cudaStream_t stream) {
-  constexpr int smem = Config<D>::kSmemBytes, listing_smem = Config<D>::kListingSmemBytes;
-  constexpr const char *kSetSmem = "cudaFuncSetAttribute(prefill_sm90_kernel)";
-  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, false, false>>(smem, kSetSmem);
-  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, false, true>>(smem, kSetSmem);
-  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, true, false>>(listing_smem, kSetSmem);
-  cuda::allow_dynamic_smem<prefill_sm90_kernel<T, D, true, true>>(listing_smem, kSetSmem);
   // Persistent: one CTA per SM (the kernel's registers and shared memory allow one) walks
   // the logical grid.
   const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
@@ -850,15 +843,15 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
   // Without a work list over several sequences the kernel lists the tiles that have rows
   // (TileListing) and plans their split itself: every CTA is launched, and the counters of
   // any split it may plan are cleared.
+  const bool list_tiles = tile_listing_allowed() && p.work == nullptr && grid.z > 1;
   TileListing listing;
-  listing.by_kernel = tile_listing_allowed() && p.work == nullptr && grid.z > 1;
   // It lists at least the heads times the tiles of the rows that no decode kernel takes
   // (sum of ceil(q / BM) >= sum of q / BM): with kSplitMaxRounds rounds of those it plans
   // no split, and its counters need no clearing (one launch fewer on the stream). A wrong
   // bound would cost speed only: with no capacity the kernel plans no split.
   const int64_t prefill_rows = std::max<int64_t>(0, total_rows - int64_t{p.decode_max_query_len} * grid.z);
   const bool may_split = int64_t{grid.x} * (prefill_rows / Config<D>::BM) < kSplitMaxRounds * sms;
-  if (listing.by_kernel && may_split)
+  if (list_tiles && may_split)
     listing.split_capacity = static_cast<int32_t>(std::min<int64_t>(capacity, 2 * int64_t{sms}));
   int *counters = nullptr;
   float4 *partials = nullptr;
@@ -869,7 +862,7 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
     cuda::check_cuda(cudaMemsetAsync(counters, 0, sizeof(int) * 2 * cleared, stream), "clearing the split counters");
   }
   const int64_t units = split.units(items);
-  const int ctas = listing.by_kernel ? sms : static_cast<int>(std::min<int64_t>(units, sms));
+  const int ctas = list_tiles ? sms : static_cast<int>(std::min<int64_t>(units, sms));
   if (ctas == 0) return;
   const KvTensorMaps maps = encode_kv_maps(p, std::is_same_v<T, __nv_bfloat16>, D, static_cast<int>(grid.x) / p.group);
   // Pages of 8..32 tokens with descriptors take the kernel that assembles a key tile from
@@ -877,12 +870,18 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
   // per-page boxes made slower at 64-token pages (5-9% when one kernel did both:
   // bench/NOTES.md, "Pages under 64 tokens").
   const bool page_boxes = maps.valid && p.page_shift < 6;
-  const auto kernel =
-      listing.by_kernel
-          ? (page_boxes ? prefill_sm90_kernel<T, D, true, true> : prefill_sm90_kernel<T, D, true, false>)
-          : (page_boxes ? prefill_sm90_kernel<T, D, false, true> : prefill_sm90_kernel<T, D, false, false>);
-  kernel<<<ctas, Config<D>::kThreads, listing.by_kernel ? listing_smem : smem, stream>>>(p, maps, grid, split, listing,
-                                                                                         partials, counters);
+  // The variant's shared memory is allowed once per device (allow_dynamic_smem caches it).
+  auto run = [&](auto lists_tiles, auto boxes_pages) {
+    constexpr bool kLists = decltype(lists_tiles)::value, kBoxes = decltype(boxes_pages)::value;
+    constexpr int bytes = kLists ? Config<D>::kListingSmemBytes : Config<D>::kSmemBytes;
+    constexpr auto kernel = prefill_sm90_kernel<T, D, kLists, kBoxes>;
+    cuda::allow_dynamic_smem<kernel>(bytes, "cudaFuncSetAttribute(prefill_sm90_kernel)");
+    kernel<<<ctas, Config<D>::kThreads, bytes, stream>>>(p, maps, grid, split, listing, partials, counters);
+  };
+  if (list_tiles)
+    page_boxes ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
+  else
+    page_boxes ? run(std::false_type{}, std::true_type{}) : run(std::false_type{}, std::false_type{});
   cuda::check_launch("prefill_sm90_kernel", stream);
 }
 

@@ -73,7 +73,6 @@ __host__ __device__ inline SplitPlan plan_split(int64_t items, int sms, int64_t 
 // the table cannot hold the batch (over 128 sequences with tiles, or 65535 tiles) it
 // walks the whole grid with the host's split.
 struct TileListing {
-  int32_t by_kernel = 0;       // the host's choice (which kernel variant it launches)
   int32_t split_capacity = 0;  // workspace units the kernel's split may use (the counters cleared)
 };
 // BSPA_CUDA_LIST_TILES=0 (read once) keeps every launch on the whole grid: for A/B timing.

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/prefill_sm80.hpp"
+#include "kernels/cuda/warp_scan.cuh"
 
 namespace bspa::kernels::cuda {
 
@@ -64,12 +65,7 @@ __device__ __forceinline__ SeqTileTable build_seq_tile_table(const sm80::Params 
       if (q > p.decode_max_query_len) n = min((q + BM - 1) / BM, grid_y);
     }
     const unsigned has = __ballot_sync(0xffffffffu, n > 0);
-    int inclusive = n;  // tiles of this warp's sequences up to this one
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
-      if (lane >= o) inclusive += v;
-    }
+    const int inclusive = warp_inclusive_sum(n, lane);  // tiles of this warp's sequences up to this one
     if (lane == 31) scratch[warp] = inclusive, scratch[kWarps + warp] = __popc(has);
     __syncthreads();
     int tiles_before = tiles, count_before = count;
