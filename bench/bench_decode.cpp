@@ -6,6 +6,7 @@
 // server. Every case reads far more than L2 holds (>= 134 MB), so launches need no rotation.
 // CUDA events around each queued launch, warm-up, median of many.
 //   bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE] [--kv fp8]
+//                [--case SEQSxCTX]
 // --kv fp8: the pages hold e4m3 (half the bytes; q and out stay bf16), with per-head scales;
 // the mixed-step rows are left out.
 // "bytes" is the K/V a decode must read: every key of the sequence per KV head (dense), or
@@ -129,12 +130,27 @@ int main(int argc, char **argv) {
       ->check(CLI::Range(1, 1 << 16));
   app.add_flag("--quick", quick, "fewer iterations");
   app.add_option("--only", only_name, "one case by name");
+  std::string extra_case;
+  app.add_option("--case", extra_case,
+                 "an extra case SEQSxCTX (e.g. 1x1023: a launch's fixed cost; one that fits in L2 reads from it)");
   app.add_option("--kv", kv, "page dtype (fp8: e4m3 pages with per-head scales, no mixed rows)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   if (const int rc = gpu::parse_flags(app, argc, argv); rc >= 0) return rc;
   const char *json = json_path.empty() ? nullptr : json_path.c_str(), *commit = commit_name.c_str();
   const char *only = only_name.empty() ? nullptr : only_name.c_str();
   const bool fp8 = kv == "fp8";
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  if (!extra_case.empty()) {
+    int seqs = 0, ctx = 0;
+    char tail = 0;
+    if (std::sscanf(extra_case.c_str(), "%dx%d%c", &seqs, &ctx, &tail) != 2 || seqs < 1 || ctx < 0 ||
+        int64_t{seqs} * (ctx + q) > kMaxTokens) {
+      std::fprintf(stderr, "--case %s: expected SEQSxCTX, at most %lld tokens in all\n", extra_case.c_str(),
+                   static_cast<long long>(kMaxTokens));
+      return 2;
+    }
+    cases.push_back({extra_case.c_str(), seqs, ctx});
+  }
   int32_t n = 0;
   if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
     std::printf("SKIP: no CUDA device\n");
@@ -250,7 +266,7 @@ int main(int argc, char **argv) {
               fp8 ? "fp8_e4m3" : "bf16");
   std::printf("%-10s %5s %-6s %10s %9s %9s %8s\n", "case", "page", "layout", "ms", "GB", "GB/s", "host_us");
   for (int ps : page_sizes) {
-    for (const Case &c : kCases) {
+    for (const Case &c : cases) {
       if (only && std::strcmp(only, c.name) != 0) continue;
       const std::vector<std::pair<int, int> > seqs(c.seqs, {c.ctx, q});
       for (int sp = 0; sp < 2; ++sp) {

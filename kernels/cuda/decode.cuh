@@ -51,11 +51,19 @@ constexpr int kKeyTile = cuda::kKeyTileTokens;
 
 // KV: the page element type, T or uint8_t for e4m3 (fp8_tile.cuh: staged as bytes, widened
 // in shared memory into the 16-bit tile the matrix code reads).
-template <int D, int WR, class KV>
+// kQuads: groups of four warps in the CTA, each with its own ring and barrier, quad q
+// taking listed tiles q, q + kQuads, ... (the key groups of every quad are merged at the
+// end). Two for launches of at most one CTA an SM (Split::two_quads): alone on its SM, one
+// quad's four warps (one a scheduler) issue a tile's ~400 dependent instructions at about
+// one every six cycles, so a tile took ~1 us whatever the memory did (ncu, bench/NOTES.md
+// "CUDA decode", session 12); a second quad fills those cycles.
+template <int D, int WR, class KV, int kQuads = 1>
 struct Config {
   static constexpr bool kFp8 = sizeof(KV) == 1;
-  static constexpr int kThreads = 128;
-  static constexpr int kKeyWarps = 4 / WR;
+  static constexpr int kQuadThreads = 128;
+  static constexpr int kThreads = kQuadThreads * kQuads;
+  static constexpr int kKeyWarps = 4 / WR;  // key groups of a quad
+  static constexpr int kKeyGroups = kKeyWarps * kQuads;
   static constexpr int kRows = 16 * WR;
   static constexpr int kWarpKeys = kKeyTile / kKeyWarps;  // keys of a tile one warp computes
   static constexpr int kRowBytes = D * 2;                 // of Q and of the 16-bit K/V tiles
@@ -68,15 +76,17 @@ struct Config {
   // e4m3 stages are half the bytes and (with no 16-bit tile to widen into) three CTAs fit
   // an SM: 3 x 3 tiles of 16 KB.
   static constexpr int kStages = kFp8 ? (D == 128 ? 4 : 6) : (D == 128 ? 3 : 4);
-  static constexpr int kCtasPerSm = ctas_per_sm(kFp8, 16 * WR);  // the launch bounds' (decode.hpp)
-  static constexpr int kListCap = 1024;                          // key tiles classified per pass (64k tokens)
+  static constexpr int kCtasPerSm = kQuads > 1 ? 1 : ctas_per_sm(kFp8, 16 * WR);  // the launch bounds' (decode.hpp)
+  static constexpr int kListCap = 1024;  // key tiles classified per pass (64k tokens)
   static constexpr int kPerThread = kListCap / kThreads;
-  static constexpr int kRowsPerPass = kThreads / kChunks;  // K/V rows one cp.async pass covers
-  // The key groups' partial states after the loop, in the (then idle) stage ring.
-  static constexpr int kReduceBytes = kKeyWarps * kRows * (D + 2) * 4;
+  static constexpr int kRowsPerPass = kQuadThreads / kChunks;   // K/V rows one cp.async pass of a quad covers
+  static constexpr int kRingBytes = 2 * kStages * kStageBytes;  // a quad's K and V stages
+  // The key groups' partial states after the loop, in the (then idle) stage rings.
+  static constexpr int kReduceBytes = kKeyGroups * kRows * (D + 2) * 4;
   // (+ kRows ints: the e4m3 path's per-row Q exponent shifts, after the listing's scratch.)
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kStageBytes + kListCap * 4 + 64 + kRows * 4 + 1024;
-  static_assert(kReduceBytes <= 2 * kStages * kStageBytes, "the reduction must fit in the stage ring");
+  static constexpr int kSmemBytes = kQBytes + kQuads * kRingBytes + kListCap * 4 + 64 + kRows * 4 + 1024;
+  static_assert(kReduceBytes <= kQuads * kRingBytes, "the reduction must fit in the stage rings");
+  static_assert(kThreads / 32 <= 16, "the listing's scratch holds a count per warp");
   static_assert(kWarpKeys % 16 == 0, "a warp's keys are whole k-steps of the PV product");
   static_assert(kRowsPerPass % 8 == 0, "a pass covers whole swizzle groups");
 };
@@ -178,21 +188,37 @@ static __device__ __noinline__ unsigned group_sees_block(const cuda::DeviceLayou
 }
 
 // One CTA's (sequence, KV head, key split) item; returns early for CTAs with no rows.
-template <class T, class KV, int D, int WR>
+template <class T, class KV, int D, int WR, int kQuads>
 __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, const Split &split) {
-  using C = Config<D, WR, KV>;
+  using C = Config<D, WR, KV, kQuads>;
   constexpr int S = C::kStages, KW = C::kWarpKeys, RB = C::kRowBytes, SB = C::kStageBytes;
   extern __shared__ __align__(128) char smem_raw[];
   char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // This thread's quad and its place in it (with one quad, known to the compiler).
+  const int quad = kQuads == 1 ? 0 : warp >> 2, qtid = kQuads == 1 ? tid : tid & (C::kQuadThreads - 1);
   char *sQ = smem;
-  char *sK = sQ + C::kQBytes;
+  char *sRings = sQ + C::kQBytes;
+  char *sK = sRings + quad * C::kRingBytes;  // this quad's ring
   char *sV = sK + S * SB;
-  int32_t *sList = reinterpret_cast<int32_t *>(sV + S * SB);
+  int32_t *sList = reinterpret_cast<int32_t *>(sRings + kQuads * C::kRingBytes);
   int32_t *sScan = sList + C::kListCap;
+  // A barrier of this thread's quad: named barrier 1 + quad (0 is __syncthreads'), its id
+  // an immediate in each branch (a register id left compute-sanitizer's racecheck matching
+  // the quads' barriers wrongly and reporting hazards across the CTA's final barrier).
+  auto quad_sync = [quad] {
+    static_assert(kQuads <= 2, "a named barrier for each quad");
+    if constexpr (kQuads == 1)
+      __syncthreads();
+    else if (quad == 0)
+      asm volatile("bar.sync 1, %0;" ::"n"(C::kQuadThreads) : "memory");
+    else
+      asm volatile("bar.sync 2, %0;" ::"n"(C::kQuadThreads) : "memory");
+  };
   int32_t *sRowShift = sScan + 16;  // [kRows]: Q's exponent shift per row (e4m3 path with f16 operands)
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wr = warp % WR, wk = warp / WR;  // this warp's row group and key group
+  const int quad_warp = kQuads == 1 ? warp : warp & 3;
+  const int wr = quad_warp % WR, wk = quad_warp / WR;  // this warp's row group and key group in its quad
   const int split_idx = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   // The three metadata loads at once: the context is part of the exit test (a negative one
   // is no sequence either), evaluated without short-circuit, so the compiler cannot sink its
@@ -291,8 +317,9 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   } else {
     const T *q = static_cast<const T *>(p.q);
 #pragma unroll
-    for (int i = 0; i < C::kRows * (D / 8) / C::kThreads; ++i) {
+    for (int i = 0; i < (C::kRows * (D / 8) + C::kThreads - 1) / C::kThreads; ++i) {
       const int idx = tid + i * C::kThreads;
+      if (C::kRows * (D / 8) % C::kThreads != 0 && idx >= C::kRows * (D / 8)) break;
       const int r = idx / (D / 8), c = idx % (D / 8);
       const bool valid = r < rows;
       const int t = r / G, g = r - t * G;
@@ -310,7 +337,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   // (e4m3: rows of D bytes in the e4m3_swz layout; a pass is 16 or 32 rows, whole periods
   // of both swizzles, so the destinations of a thread's passes differ by kPassBytes.)
   constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
-  const int kr0 = tid / C::kChunks, kc = tid % C::kChunks;
+  const int kr0 = qtid / C::kChunks, kc = qtid % C::kChunks;
   uint32_t kv_dst0;
   if constexpr (C::kFp8)
     kv_dst0 = fp8::e4m3_swz<D>(kr0, kc);
@@ -502,8 +529,10 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       total = min(max(want_hi - listed_before, 0), listed) - first;
       listed_before += listed;
     }
-    // One tile loop for every layout (a loop per kind doubled the kernel's code).
-    auto entry_at = [&](int i) { return sList[first + i]; };
+    // One tile loop for every layout (a loop per kind doubled the kernel's code). Quad q
+    // takes entries q, q + kQuads, ... of the split's.
+    if constexpr (kQuads > 1) total = total > quad ? (total - quad + kQuads - 1) / kQuads : 0;
+    auto entry_at = [&](int i) { return sList[first + quad + kQuads * i]; };
     // The rows' softmax scales: the e4m3 path's Q shifts undone (their shared array was
     // written with Q, before the listing's barrier).
     float row_scale[2];
@@ -527,7 +556,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     if (S - 1 < total) fetch_pages(entry_at(S - 1), pages);  // the pages of the next tile to copy
     for (int it = 0; it < total; ++it) {
       cp_async_wait<S - 2>();
-      __syncthreads();  // tile `it` landed; every warp is done with the stage refilled below
+      quad_sync();  // tile `it` landed; every warp of the quad is done with the stage refilled below
       if (it + S - 1 < total) {
         load_kv(entry_at(it + S - 1), (it + S - 1) % S, pages);
         if (it + S < total) fetch_pages(entry_at(it + S), pages);  // used next iteration
@@ -681,20 +710,22 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   }
 
   cp_async_wait<0>();  // the Q copy of a split without key tiles
-  // Merge the key groups: each warp's (m, l, O) for its rows into the idle ring, then each
-  // thread combines a pair of columns of a row across the key groups.
-  float *red_o = reinterpret_cast<float *>(sK);                                      // [kKeyWarps][kRows][D]
-  float2 *red_ml = reinterpret_cast<float2 *>(red_o + C::kKeyWarps * C::kRows * D);  // [kKeyWarps][kRows]
+  // Merge the key groups (of every quad): each warp's (m, l, O) for its rows into the idle
+  // rings (the last pass ended with a barrier of the whole CTA), then each thread combines
+  // four columns of a row across the key groups.
+  float *red_o = reinterpret_cast<float *>(sRings);                                   // [kKeyGroups][kRows][D]
+  float2 *red_ml = reinterpret_cast<float2 *>(red_o + C::kKeyGroups * C::kRows * D);  // [kKeyGroups][kRows]
+  const int key_group = quad * C::kKeyWarps + wk;
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     float sum = l[rr];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const int r = wr * 16 + (lane >> 2) + rr * 8;
-    if ((lane & 3) == 0) red_ml[wk * C::kRows + r] = make_float2(m[rr], sum);
+    if ((lane & 3) == 0) red_ml[key_group * C::kRows + r] = make_float2(m[rr], sum);
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
-      float *dst = red_o + (wk * C::kRows + r) * D;
+      float *dst = red_o + (key_group * C::kRows + r) * D;
       if constexpr (C::kFp8) {  // n-tile dt = 4a + b, column n: output column 32a + 4n + b (V above)
         const int col = 32 * (dt >> 2) + 8 * (lane & 3) + (dt & 3);
         dst[col] = o[dt][2 * rr] * v_scale;
@@ -712,9 +743,9 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   // Four columns of a row a thread (4 x 128 rows x columns: one pass at GQA 4).
   for (int idx = tid; idx < rows * (D / 4); idx += C::kThreads) {
     const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
-    const cuda::MergedRow mr = cuda::merge_row_stats(C::kKeyWarps, [&](int w) { return red_ml[w * C::kRows + r]; });
+    const cuda::MergedRow mr = cuda::merge_row_stats(C::kKeyGroups, [&](int w) { return red_ml[w * C::kRows + r]; });
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int w = 0; w < C::kKeyWarps; ++w) {
+    for (int w = 0; w < C::kKeyGroups; ++w) {
       const float wt = cuda::merge_weight(mr, red_ml[w * C::kRows + r]);
       if (wt != 0.f) {
         const float4 v = *reinterpret_cast<const float4 *>(red_o + (w * C::kRows + r) * D + col);
@@ -755,10 +786,10 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   merge_units<T, D>(p, split, split.partials + item * split.splits * unit_floats(split.rows, D), rows, G, qs, kvh);
 }
 
-template <class T, class KV, int D, int WR>
-__global__ void __launch_bounds__(128, (Config<D, WR, KV>::kCtasPerSm))
+template <class T, class KV, int D, int WR, int kQuads>
+__global__ void __launch_bounds__(Config<D, WR, KV, kQuads>::kThreads, (Config<D, WR, KV, kQuads>::kCtasPerSm))
     decode_kernel(const __grid_constant__ cuda::AttentionParams p, const Split split) {
-  decode_item<T, KV, D, WR>(p, split);
+  decode_item<T, KV, D, WR, kQuads>(p, split);
   // A mixed launch starts this grid while its prefill grid runs its last CTAs
   // (Overlap::previous). The grid completes only when its last CTA leaves, so one CTA that
   // waits for that grid keeps everything after this launch on the stream behind both
@@ -770,19 +801,21 @@ __global__ void __launch_bounds__(128, (Config<D, WR, KV>::kCtasPerSm))
     wait_for_previous_grid();
 }
 
-template <class T, class KV, int D, int WR>
+template <class T, class KV, int D, int WR, int kQuads = 1>
 void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, const Split &split,
                  const Overlap &overlap, cudaStream_t stream) {
-  constexpr int smem = Config<D, WR, KV>::kSmemBytes;
-  cuda::allow_dynamic_smem<decode_kernel<T, KV, D, WR>>(smem, "cudaFuncSetAttribute(decode_kernel)");
-  cuda::launch_programmatic(decode_kernel<T, KV, D, WR>, dim3(split.splits, num_kv_heads, num_seqs), dim3(128), smem,
-                            stream, overlap.previous, "decode_kernel", p, split);
+  using C = Config<D, WR, KV, kQuads>;
+  cuda::allow_dynamic_smem<decode_kernel<T, KV, D, WR, kQuads>>(C::kSmemBytes, "cudaFuncSetAttribute(decode_kernel)");
+  cuda::launch_programmatic(decode_kernel<T, KV, D, WR, kQuads>, dim3(split.splits, num_kv_heads, num_seqs),
+                            dim3(C::kThreads), C::kSmemBytes, stream, overlap.previous, "decode_kernel", p, split);
 }
 
 template <class T, class KV, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
             const Split &split, const Overlap &overlap, cudaStream_t stream) {
-  if (max_rows <= 16)
+  if (max_rows <= 16 && split.two_quads)
+    launch_rows<T, KV, D, 1, 2>(p, num_seqs, num_kv_heads, split, overlap, stream);
+  else if (max_rows <= 16)
     launch_rows<T, KV, D, 1>(p, num_seqs, num_kv_heads, split, overlap, stream);
   else if (max_rows <= 32)
     launch_rows<T, KV, D, 2>(p, num_seqs, num_kv_heads, split, overlap, stream);
@@ -791,10 +824,11 @@ void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_hea
 }
 
 template <int D, class KV>
-constexpr size_t shared_bytes_for(int32_t max_rows) {
-  return max_rows <= 16   ? Config<D, 1, KV>::kSmemBytes
-         : max_rows <= 32 ? Config<D, 2, KV>::kSmemBytes
-                          : Config<D, 4, KV>::kSmemBytes;
+constexpr size_t shared_bytes_for(int32_t max_rows, bool two_quads) {
+  return max_rows <= 16 && two_quads ? Config<D, 1, KV, 2>::kSmemBytes
+         : max_rows <= 16            ? Config<D, 1, KV>::kSmemBytes
+         : max_rows <= 32            ? Config<D, 2, KV>::kSmemBytes
+                                     : Config<D, 4, KV>::kSmemBytes;
 }
 
 }  // namespace bspa::kernels::decode

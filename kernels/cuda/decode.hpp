@@ -35,6 +35,10 @@ struct Split {
   // decode grid overlaps (clear_counters, Overlap::previous): each CTA waits for that grid
   // before it counts itself.
   bool count_after_previous = false;
+  // The grid puts at most one CTA on an SM (few items, e.g. batch 1): launches of up to 16
+  // rows run the kernel variant of two quads of warps, each with its own ring (decode.cuh,
+  // Config::kQuads). Host only: it picks the variant.
+  bool two_quads = false;
 };
 
 // A unit: rows x D output floats, then rows x (max, sum), padded to a multiple of 4 floats
@@ -83,8 +87,8 @@ void clear_counters(int32_t *counters, int64_t n, cudaStream_t stream);
 
 // Dynamic shared memory of the instantiation that a launch of `max_rows` rows uses (the
 // same for both 16-bit element types; e4m3 pages stage bytes and widen them, so theirs
-// differs); 0 for a head_dim the kernel lacks.
-size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages);
+// differs), with two quads (Split::two_quads) or one; 0 for a head_dim the kernel lacks.
+size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages, bool two_quads = false);
 
 // Launches the decode kernel over grid (splits, num_kv_heads, num_seqs); with splits > 1
 // split.counters are zero on the stream when the grid counts (cleared before it, by the

@@ -115,6 +115,13 @@ bool mixed_overlap_enabled() {
   return on;
 }
 
+// BSPA_CUDA_DECODE_QUADS=1 (a diagnostic, read once) keeps launches of one CTA an SM on the
+// decode kernel of one quad of warps, to time the two-quad variant against it in one process.
+bool decode_two_quads_enabled() {
+  static const int32_t quads = cuda::env_int("BSPA_CUDA_DECODE_QUADS", 1, 2, 2);
+  return quads == 2;
+}
+
 bool built_with_sm90a() { return std::strstr(BSPA_CUDA_ARCHS_STRING, "90a") != nullptr; }
 
 // Compute capability 9.0 (sm_90a code runs on nothing else), cached per device.
@@ -378,12 +385,17 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
                                  : 0;
     // plan_splits bounds splits by capacity / items; pass what keeps splits * indexed within it.
     const int64_t room = indexed > 0 ? capacity / indexed * items : 0;
-    split.splits = decode::plan_splits(items, p.decode_max_keys, cuda::multiprocessor_count(device.device()),
-                                       decode::ctas_per_sm(e4m3, split.rows), room,
+    const int32_t sms = cuda::multiprocessor_count(device.device());
+    split.splits = decode::plan_splits(items, p.decode_max_keys, sms, decode::ctas_per_sm(e4m3, split.rows), room,
                                        /*even_out_waves=*/layout.kind == Layout::Kind::Dense);
     // BSPA_DECODE_SPLITS=N forces N splits where the workspace has room (a diagnostic, to
     // time the split planner's choice against others).
     if (const int32_t n = forced_decode_splits(); n > 0 && n * indexed <= capacity) split.splits = n;
+    // At most one CTA an SM (every CTA of the grid, those of sequences it skips included):
+    // two quads of warps a CTA, where the device has their shared memory.
+    split.two_quads = decode_two_quads_enabled() && int64_t{split.splits} * indexed <= sms &&
+                      decode::shared_bytes(p.head_dim, split.rows, e4m3, /*two_quads=*/true) <=
+                          static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()));
     if (split.splits > 1) {
       split.counters = static_cast<int32_t *>(decode_workspace.data);
       split.partials = reinterpret_cast<float *>(static_cast<char *>(decode_workspace.data) + counter_bytes);
