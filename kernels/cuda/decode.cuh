@@ -51,9 +51,9 @@ constexpr int kKeyTile = cuda::kKeyTileTokens;
 
 // KV: the page element type, T or uint8_t for e4m3 (fp8_tile.cuh: staged as bytes, widened
 // in shared memory into the 16-bit tile the matrix code reads).
-// kQuads: groups of four warps in the CTA, each with its own ring and barrier, quad q
-// taking listed tiles q, q + kQuads, ... (the key groups of every quad are merged at the
-// end). Two for launches of at most one CTA an SM (Split::two_quads): alone on its SM, one
+// kQuads: groups of four warps in the CTA, each with its own ring, quad q taking listed
+// tiles q, q + kQuads, ... in step with the others (the key groups of every quad are merged
+// at the end). Two for launches of at most one CTA an SM (Split::two_quads): alone on its SM, one
 // quad's four warps (one a scheduler) issue a tile's ~400 dependent instructions at about
 // one every six cycles, so a tile took ~1 us whatever the memory did (ncu, bench/NOTES.md
 // "CUDA decode", session 12); a second quad fills those cycles.
@@ -203,18 +203,6 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   char *sV = sK + S * SB;
   int32_t *sList = reinterpret_cast<int32_t *>(sRings + kQuads * C::kRingBytes);
   int32_t *sScan = sList + C::kListCap;
-  // A barrier of this thread's quad: named barrier 1 + quad (0 is __syncthreads'), its id
-  // an immediate in each branch (a register id left compute-sanitizer's racecheck matching
-  // the quads' barriers wrongly and reporting hazards across the CTA's final barrier).
-  auto quad_sync = [quad] {
-    static_assert(kQuads <= 2, "a named barrier for each quad");
-    if constexpr (kQuads == 1)
-      __syncthreads();
-    else if (quad == 0)
-      asm volatile("bar.sync 1, %0;" ::"n"(C::kQuadThreads) : "memory");
-    else
-      asm volatile("bar.sync 2, %0;" ::"n"(C::kQuadThreads) : "memory");
-  };
   int32_t *sRowShift = sScan + 16;  // [kRows]: Q's exponent shift per row (e4m3 path with f16 operands)
 
   const int quad_warp = kQuads == 1 ? warp : warp & 3;
@@ -530,7 +518,11 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       listed_before += listed;
     }
     // One tile loop for every layout (a loop per kind doubled the kernel's code). Quad q
-    // takes entries q, q + kQuads, ... of the split's.
+    // takes entries q, q + kQuads, ... of the split's; the quads step together (`steps`
+    // iterations, the CTA's barrier each), a quad without a tile of its own in the last one
+    // only keeping the barrier. (Quads on their own named barriers had Q, which both read
+    // and only some threads copy, unordered with the other quad's reads.)
+    const int steps = (total + kQuads - 1) / kQuads;
     if constexpr (kQuads > 1) total = total > quad ? (total - quad + kQuads - 1) / kQuads : 0;
     auto entry_at = [&](int i) { return sList[first + quad + kQuads * i]; };
     // The rows' softmax scales: the e4m3 path's Q shifts undone (their shared array was
@@ -554,14 +546,16 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       cp_async_commit();
     }
     if (S - 1 < total) fetch_pages(entry_at(S - 1), pages);  // the pages of the next tile to copy
-    for (int it = 0; it < total; ++it) {
+    for (int it = 0; it < steps; ++it) {
       cp_async_wait<S - 2>();
-      quad_sync();  // tile `it` landed; every warp of the quad is done with the stage refilled below
+      __syncthreads();  // tile `it` landed; every warp is done with the stage refilled below
       if (it + S - 1 < total) {
         load_kv(entry_at(it + S - 1), (it + S - 1) % S, pages);
         if (it + S < total) fetch_pages(entry_at(it + S), pages);  // used next iteration
       }
       cp_async_commit();
+      if constexpr (kQuads > 1)
+        if (it >= total) continue;  // this quad's tiles are done; the other's last one is not
       const int entry = entry_at(it);
       const int stage = it % S;
       [[maybe_unused]] const uint32_t tK = smem_addr(sK + stage * SB), tV = smem_addr(sV + stage * SB);
