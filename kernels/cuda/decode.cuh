@@ -546,6 +546,27 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       cp_async_commit();
     }
     if (S - 1 < total) fetch_pages(entry_at(S - 1), pages);  // the pages of the next tile to copy
+    // Two quads: the warp's Q fragments stay in registers through the pass rather than being
+    // read from shared memory at every tile (eight ldmatrix a tile at D 128, on the chain of
+    // a warp whose tile is issue-latency bound). Q's copy group is the oldest: all but the
+    // S - 1 tile groups after it complete, then the CTA's barrier makes every thread's copy
+    // visible.
+    uint32_t q_frag[kQuads > 1 ? D / 16 : 1][4];
+    if constexpr (kQuads > 1) {
+      cp_async_wait<S - 1>();
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        ldmatrix_x4(xo(q_off, kk), q_frag[kk][0], q_frag[kk][1], q_frag[kk][2], q_frag[kk][3]);
+    }
+    auto q_fragment = [&](int kk, uint32_t(&a)[4]) {
+      if constexpr (kQuads > 1) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = q_frag[kk][i];
+      } else {
+        ldmatrix_x4(xo(q_off, kk), a[0], a[1], a[2], a[3]);
+      }
+    };
     for (int it = 0; it < steps; ++it) {
       cp_async_wait<S - 2>();
       __syncthreads();  // tile `it` landed; every warp is done with the stage refilled below
@@ -579,7 +600,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
           for (int w = 0; w < 4; ++w) {
             const int kk = 4 * m + w;
             uint32_t a[4];
-            ldmatrix_x4(xo(q_off, kk), a[0], a[1], a[2], a[3]);
+            q_fragment(kk, a);
 #pragma unroll
             for (int nt = 0; nt < KW / 8; ++nt) {
               const uint32_t word = w == 0 ? kw[nt].x : w == 1 ? kw[nt].y : w == 2 ? kw[nt].z : kw[nt].w;
@@ -593,7 +614,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           uint32_t a[4];
-          ldmatrix_x4(xo(q_off, kk), a[0], a[1], a[2], a[3]);
+          q_fragment(kk, a);
 #pragma unroll
           for (int np = 0; np < KW / 16; ++np) {
             uint32_t b0, b1, b2, b3;
