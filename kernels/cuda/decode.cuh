@@ -79,7 +79,9 @@ struct Config {
   static constexpr int kCtasPerSm = kQuads > 1 ? 1 : ctas_per_sm(kFp8, 16 * WR);  // the launch bounds' (decode.hpp)
   static constexpr int kListCap = 1024;  // key tiles classified per pass (64k tokens)
   static constexpr int kPerThread = kListCap / kThreads;
-  static constexpr int kRowsPerPass = kQuadThreads / kChunks;   // K/V rows one cp.async pass of a quad covers
+  // A chunk column's threads of a quad: a tile's rows over them are kKeyTile / kRowsPerPass
+  // consecutive rows a thread (decode_item's kPasses).
+  static constexpr int kRowsPerPass = kQuadThreads / kChunks;
   static constexpr int kRingBytes = 2 * kStages * kStageBytes;  // a quad's K and V stages
   // The key groups' partial states after the loop, in the (then idle) stage rings.
   static constexpr int kReduceBytes = kKeyGroups * kRows * (D + 2) * 4;
@@ -88,7 +90,7 @@ struct Config {
   static_assert(kReduceBytes <= kQuads * kRingBytes, "the reduction must fit in the stage rings");
   static_assert(kThreads / 32 <= 16, "the listing's scratch holds a count per warp");
   static_assert(kWarpKeys % 16 == 0, "a warp's keys are whole k-steps of the PV product");
-  static_assert(kRowsPerPass % 8 == 0, "a pass covers whole swizzle groups");
+  static_assert(kKeyTile % kRowsPerPass == 0, "a tile's rows divide evenly over a chunk column's threads");
 };
 
 // Combines the split units of one item (sequence, KV head): `units` are its splits'
@@ -318,72 +320,65 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     cp_async_commit();
   }
 
-  // K/V loads of one key tile into a stage (as the sm80 prefill: chunk kc of rows kr0 + i *
-  // kRowsPerPass). The block-table entries of a tile (one when pages hold whole tiles, else
-  // one per row this thread copies) are read a tile ahead of its copies (fetch_pages), so
-  // the table's latency hides behind a tile of work instead of stalling the copies.
-  // (e4m3: rows of D bytes in the e4m3_swz layout; a pass is 16 or 32 rows, whole periods
-  // of both swizzles, so the destinations of a thread's passes differ by kPassBytes.)
+  // K/V loads of one key tile into a stage. Thread (kr0, kc) copies chunk kc of the tile's
+  // rows kr0 * kPasses .. + kPasses - 1: consecutive keys, so with pages of at least
+  // kPasses tokens (8 at D 128 over 16-bit pages, 4 or 2 otherwise) they lie in one page and
+  // a tile costs a thread one block-table entry and one 64-bit address, its passes a row
+  // apart. (Rows kr0 + i * kRowsPerPass, as before session 12, gave each pass its own page
+  // under 64-token pages: eight entries and eight 64-bit addresses a tile at 16-token pages.)
+  // Smaller pages read an entry a row. The entries are read a tile ahead of the copies
+  // (fetch_pages), so the table's latency hides behind a tile of work. The destinations
+  // are the tile's swizzled rows (sm80::swz, or fp8::e4m3_swz for e4m3 bytes).
   constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
+  constexpr int kPasses = kKeyTile / C::kRowsPerPass;  // rows a thread copies a tile
   const int kr0 = qtid / C::kChunks, kc = qtid % C::kChunks;
-  uint32_t kv_dst0;
-  if constexpr (C::kFp8)
-    kv_dst0 = fp8::e4m3_swz<D>(kr0, kc);
-  else
-    kv_dst0 = swz<D>(kr0, kc);
-  constexpr int kPassBytes = C::kRowsPerPass * C::kPageRowBytes;
-  const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * kChunkElems;
-  const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * kChunkElems;
-  const int64_t k_step = static_cast<int64_t>(C::kRowsPerPass) * p.k_tok;
-  const int64_t v_step = static_cast<int64_t>(C::kRowsPerPass) * p.v_tok;
-  const bool tile_in_page = p.page_shift >= 6;
-  constexpr int kPasses = kKeyTile / C::kRowsPerPass;
+  const int row0 = kr0 * kPasses;  // this thread's first row of a tile
+  auto kv_dst = [&](int i) -> uint32_t {
+    if constexpr (C::kFp8)
+      return fp8::e4m3_swz<D>(row0 + i, kc);
+    else
+      return swz<D>(row0 + i, kc);
+  };
+  const bool one_page = (1 << p.page_shift) >= kPasses;
   auto fetch_pages = [&](int entry, int(&pages)[kPasses]) {
-    const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
-    if (tile_in_page) {
-      pages[0] = bt[k0 >> p.page_shift];
+    const int j0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile + row0;
+    if (one_page) {
+      pages[0] = j0 < kv_len ? bt[j0 >> p.page_shift] : 0;
     } else {
 #pragma unroll
-      for (int i = 0; i < kPasses; ++i) {
-        const int j = k0 + kr0 + i * C::kRowsPerPass;
-        pages[i] = j < kv_len ? bt[j >> p.page_shift] : 0;
-      }
+      for (int i = 0; i < kPasses; ++i) pages[i] = j0 + i < kv_len ? bt[(j0 + i) >> p.page_shift] : 0;
     }
   };
   auto load_kv = [&](int entry, int stage, const int(&pages)[kPasses]) {
-    const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
-    const uint32_t dk = smem_addr(sK + stage * SB) + kv_dst0;
-    const uint32_t dv = smem_addr(sV + stage * SB) + kv_dst0;
-    if (tile_in_page) {
-      const int64_t page = pages[0];
-      const int slot0 = k0 & page_mask;
-      const KV *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
-      const KV *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
+    const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile, j0 = k0 + row0;
+    const uint32_t dk = smem_addr(sK + stage * SB), dv = smem_addr(sV + stage * SB);
+    if (one_page) {
+      const int64_t page = pages[0], slot0 = j0 & page_mask;
+      const KV *ks = kbase + page * p.k_page + slot0 * p.k_tok + kc * kChunkElems;
+      const KV *vs = vbase + page * p.v_page + slot0 * p.v_tok + kc * kChunkElems;
       if (k0 + kKeyTile <= kv_len) {
 #pragma unroll
-        for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
-          cp_async_16(dk + i * kPassBytes, ks);
-          cp_async_16(dv + i * kPassBytes, vs);
+        for (int i = 0; i < kPasses; ++i, ks += p.k_tok, vs += p.v_tok) {
+          cp_async_16(dk + kv_dst(i), ks);
+          cp_async_16(dv + kv_dst(i), vs);
         }
       } else {
 #pragma unroll
-        for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
-          const bool valid = k0 + kr0 + i * C::kRowsPerPass < kv_len;  // zero-filled past the end
-          cp_async_16(dk + i * kPassBytes, ks, valid);
-          cp_async_16(dv + i * kPassBytes, vs, valid);
+        for (int i = 0; i < kPasses; ++i, ks += p.k_tok, vs += p.v_tok) {
+          const bool valid = j0 + i < kv_len;  // zero-filled past the end
+          cp_async_16(dk + kv_dst(i), valid ? ks : kbase, valid);
+          cp_async_16(dv + kv_dst(i), valid ? vs : vbase, valid);
         }
       }
     } else {
 #pragma unroll
       for (int i = 0; i < kPasses; ++i) {
-        const int j = k0 + kr0 + i * C::kRowsPerPass;
-        const bool valid = j < kv_len;
-        const int64_t page = pages[i];
-        const int64_t slot = j & page_mask;
+        const bool valid = j0 + i < kv_len;
+        const int64_t page = pages[i], slot = (j0 + i) & page_mask;
         const KV *ks = kbase + page * p.k_page + slot * p.k_tok + kc * kChunkElems;
         const KV *vs = vbase + page * p.v_page + slot * p.v_tok + kc * kChunkElems;
-        cp_async_16(dk + i * kPassBytes, valid ? ks : kbase, valid);
-        cp_async_16(dv + i * kPassBytes, valid ? vs : vbase, valid);
+        cp_async_16(dk + kv_dst(i), valid ? ks : kbase, valid);
+        cp_async_16(dv + kv_dst(i), valid ? vs : vbase, valid);
       }
     }
   };
