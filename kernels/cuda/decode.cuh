@@ -320,29 +320,43 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     cp_async_commit();
   }
 
-  // K/V loads of one key tile into a stage. Thread (kr0, kc) copies chunk kc of the tile's
-  // rows kr0 * kPasses .. + kPasses - 1: consecutive keys, so with pages of at least
-  // kPasses tokens (8 at D 128 over 16-bit pages, 4 or 2 otherwise) they lie in one page and
-  // a tile costs a thread one block-table entry and one 64-bit address, its passes a row
-  // apart. (Rows kr0 + i * kRowsPerPass, as before session 12, gave each pass its own page
-  // under 64-token pages: eight entries and eight 64-bit addresses a tile at 16-token pages.)
-  // Smaller pages read an entry a row. The entries are read a tile ahead of the copies
-  // (fetch_pages), so the table's latency hides behind a tile of work. The destinations
-  // are the tile's swizzled rows (sm80::swz, or fp8::e4m3_swz for e4m3 bytes).
+  // K/V loads of one key tile into a stage. Under pages of 64 tokens or more (a tile in one
+  // page) thread (kr0, kc) copies chunk kc of rows kr0 + i * kRowsPerPass, i < kPasses, the
+  // passes a constant offset apart in the swizzled tile. Under smaller pages that gave each
+  // pass its own page (eight block-table entries and eight 64-bit addresses a tile at
+  // 16-token pages), so there the thread copies consecutive rows kr0 * kPasses + i instead:
+  // with pages of at least kPasses tokens (8 at D 128 over 16-bit pages, 4 or 2 otherwise)
+  // one entry and one address a tile, the passes a row apart; smaller pages read an entry a
+  // row. (The consecutive rows at 64-token pages cost e4m3 pages 2-14%: their destinations
+  // are computed a pass, in a kernel that is issue bound; bench/NOTES.md, session 12.) The
+  // entries are read a tile ahead of the copies (fetch_pages), so the table's latency hides
+  // behind a tile of work. Destinations: sm80::swz rows, or fp8::e4m3_swz for e4m3 bytes.
   constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   constexpr int kPasses = kKeyTile / C::kRowsPerPass;  // rows a thread copies a tile
   const int kr0 = qtid / C::kChunks, kc = qtid % C::kChunks;
-  const int row0 = kr0 * kPasses;  // this thread's first row of a tile
-  auto kv_dst = [&](int i) -> uint32_t {
+  auto swizzled = [&](int r) -> uint32_t {
     if constexpr (C::kFp8)
-      return fp8::e4m3_swz<D>(row0 + i, kc);
+      return fp8::e4m3_swz<D>(r, kc);
     else
-      return swz<D>(row0 + i, kc);
+      return swz<D>(r, kc);
   };
+  // Pages of whole tiles: rows kr0 + i * kRowsPerPass (a pass covers whole periods of both
+  // swizzles, so a thread's destinations differ by kPassBytes).
+  const bool tile_in_page = p.page_shift >= 6;
+  const uint32_t kv_dst0 = swizzled(kr0);
+  constexpr int kPassBytes = C::kRowsPerPass * C::kPageRowBytes;
+  const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * kChunkElems;
+  const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * kChunkElems;
+  const int64_t k_step = static_cast<int64_t>(C::kRowsPerPass) * p.k_tok;
+  const int64_t v_step = static_cast<int64_t>(C::kRowsPerPass) * p.v_tok;
+  // Smaller pages: rows row0 + i.
+  const int row0 = kr0 * kPasses;
   const bool one_page = (1 << p.page_shift) >= kPasses;
   auto fetch_pages = [&](int entry, int(&pages)[kPasses]) {
-    const int j0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile + row0;
-    if (one_page) {
+    const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile, j0 = k0 + row0;
+    if (tile_in_page) {
+      pages[0] = bt[k0 >> p.page_shift];
+    } else if (one_page) {
       pages[0] = j0 < kv_len ? bt[j0 >> p.page_shift] : 0;
     } else {
 #pragma unroll
@@ -351,24 +365,36 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   };
   auto load_kv = [&](int entry, int stage, const int(&pages)[kPasses]) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile, j0 = k0 + row0;
-    const uint32_t dk = smem_addr(sK + stage * SB), dv = smem_addr(sV + stage * SB);
-    if (one_page) {
-      const int64_t page = pages[0], slot0 = j0 & page_mask;
-      const KV *ks = kbase + page * p.k_page + slot0 * p.k_tok + kc * kChunkElems;
-      const KV *vs = vbase + page * p.v_page + slot0 * p.v_tok + kc * kChunkElems;
+    const uint32_t sk = smem_addr(sK + stage * SB), sv = smem_addr(sV + stage * SB);
+    if (tile_in_page) {
+      const uint32_t dk = sk + kv_dst0, dv = sv + kv_dst0;
+      const int64_t page = pages[0];
+      const int slot0 = k0 & page_mask;
+      const KV *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
+      const KV *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
       if (k0 + kKeyTile <= kv_len) {
 #pragma unroll
-        for (int i = 0; i < kPasses; ++i, ks += p.k_tok, vs += p.v_tok) {
-          cp_async_16(dk + kv_dst(i), ks);
-          cp_async_16(dv + kv_dst(i), vs);
+        for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
+          cp_async_16(dk + i * kPassBytes, ks);
+          cp_async_16(dv + i * kPassBytes, vs);
         }
       } else {
 #pragma unroll
-        for (int i = 0; i < kPasses; ++i, ks += p.k_tok, vs += p.v_tok) {
-          const bool valid = j0 + i < kv_len;  // zero-filled past the end
-          cp_async_16(dk + kv_dst(i), valid ? ks : kbase, valid);
-          cp_async_16(dv + kv_dst(i), valid ? vs : vbase, valid);
+        for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
+          const bool valid = k0 + kr0 + i * C::kRowsPerPass < kv_len;  // zero-filled past the end
+          cp_async_16(dk + i * kPassBytes, ks, valid);
+          cp_async_16(dv + i * kPassBytes, vs, valid);
         }
+      }
+    } else if (one_page) {
+      const int64_t page = pages[0], slot0 = j0 & page_mask;
+      const KV *ks = kbase + page * p.k_page + slot0 * p.k_tok + kc * kChunkElems;
+      const KV *vs = vbase + page * p.v_page + slot0 * p.v_tok + kc * kChunkElems;
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i, ks += p.k_tok, vs += p.v_tok) {
+        const bool valid = j0 + i < kv_len;  // zero-filled past the end
+        cp_async_16(sk + swizzled(row0 + i), valid ? ks : kbase, valid);
+        cp_async_16(sv + swizzled(row0 + i), valid ? vs : vbase, valid);
       }
     } else {
 #pragma unroll
@@ -377,8 +403,8 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
         const int64_t page = pages[i], slot = (j0 + i) & page_mask;
         const KV *ks = kbase + page * p.k_page + slot * p.k_tok + kc * kChunkElems;
         const KV *vs = vbase + page * p.v_page + slot * p.v_tok + kc * kChunkElems;
-        cp_async_16(dk + kv_dst(i), valid ? ks : kbase, valid);
-        cp_async_16(dv + kv_dst(i), valid ? vs : vbase, valid);
+        cp_async_16(sk + swizzled(row0 + i), valid ? ks : kbase, valid);
+        cp_async_16(sv + swizzled(row0 + i), valid ? vs : vbase, valid);
       }
     }
   };
