@@ -320,39 +320,95 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     cp_async_commit();
   }
 
-  // K/V loads of one key tile into a stage. Under pages of 64 tokens or more (a tile in one
-  // page) thread (kr0, kc) copies chunk kc of rows kr0 + i * kRowsPerPass, i < kPasses, the
-  // passes a constant offset apart in the swizzled tile. Under smaller pages that gave each
-  // pass its own page (eight block-table entries and eight 64-bit addresses a tile at
-  // 16-token pages), so there the thread copies consecutive rows kr0 * kPasses + i instead:
-  // with pages of at least kPasses tokens (8 at D 128 over 16-bit pages, 4 or 2 otherwise)
-  // one entry and one address a tile, the passes a row apart; smaller pages read an entry a
-  // row. (The consecutive rows at 64-token pages cost e4m3 pages 2-14%: their destinations
-  // are computed a pass, in a kernel that is issue bound; bench/NOTES.md, session 12.) The
-  // entries are read a tile ahead of the copies (fetch_pages), so the table's latency hides
-  // behind a tile of work. Destinations: sm80::swz rows, or fp8::e4m3_swz for e4m3 bytes.
+  // K/V loads of one key tile into a stage, two ways:
+  //  - e4m3 pages (fetch_pages_e4m3 / load_kv_e4m3): thread (kr0, kc) copies chunk kc of
+  //    rows kr0 + i * kRowsPerPass, i < kPasses, the passes a constant offset apart in the
+  //    swizzled tile (a pass is 16 or 32 rows, whole periods of both swizzles); under pages
+  //    of fewer than 64 tokens each pass finds its own page.
+  //  - 16-bit pages (fetch_pages_16 / load_kv_16): the same under pages of whole tiles;
+  //    under smaller pages the thread copies consecutive rows kr0 * kPasses + i, so with
+  //    pages of at least kPasses tokens (8 at D 128) it reads one block-table entry and
+  //    builds one 64-bit address a tile instead of one a pass (eight at 16-token pages);
+  //    pages under kPasses tokens read an entry a row.
+  // e4m3 pages keep the first way under every page size: the consecutive rows sped their
+  // 16-token pages up 2-8% but slowed their 64-token pages 0.5-7%, the one-quad e4m3 kernel
+  // sitting at its 170-register bound (bench/NOTES.md, "CUDA decode", session 12); each
+  // way's code is the one measured (session 12: f71bf01's for e4m3, 1091588's for 16 bits).
+  // The entries are read a tile ahead of the copies (fetch_pages), so the table's latency
+  // hides behind a tile of work.
   constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
-  constexpr int kPasses = kKeyTile / C::kRowsPerPass;  // rows a thread copies a tile
   const int kr0 = qtid / C::kChunks, kc = qtid % C::kChunks;
-  auto swizzled = [&](int r) -> uint32_t {
-    if constexpr (C::kFp8)
-      return fp8::e4m3_swz<D>(r, kc);
-    else
-      return swz<D>(r, kc);
-  };
-  // Pages of whole tiles: rows kr0 + i * kRowsPerPass (a pass covers whole periods of both
-  // swizzles, so a thread's destinations differ by kPassBytes).
-  const bool tile_in_page = p.page_shift >= 6;
-  const uint32_t kv_dst0 = swizzled(kr0);
+  uint32_t kv_dst0;
+  if constexpr (C::kFp8)
+    kv_dst0 = fp8::e4m3_swz<D>(kr0, kc);
+  else
+    kv_dst0 = swz<D>(kr0, kc);
   constexpr int kPassBytes = C::kRowsPerPass * C::kPageRowBytes;
   const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * kChunkElems;
   const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * kChunkElems;
   const int64_t k_step = static_cast<int64_t>(C::kRowsPerPass) * p.k_tok;
   const int64_t v_step = static_cast<int64_t>(C::kRowsPerPass) * p.v_tok;
-  // Smaller pages: rows row0 + i.
+  const bool tile_in_page = p.page_shift >= 6;
+  constexpr int kPasses = kKeyTile / C::kRowsPerPass;
+  // A tile inside one page (pages of 64 tokens or more), either way: rows kr0 + i *
+  // kRowsPerPass from `page` into the stage at dk / dv (this thread's first destinations).
+  auto load_whole_tile = [&](int k0, uint32_t dk, uint32_t dv, int64_t page) {
+    const int slot0 = k0 & page_mask;
+    const KV *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
+    const KV *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
+    if (k0 + kKeyTile <= kv_len) {
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
+        cp_async_16(dk + i * kPassBytes, ks);
+        cp_async_16(dv + i * kPassBytes, vs);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
+        const bool valid = k0 + kr0 + i * C::kRowsPerPass < kv_len;  // zero-filled past the end
+        cp_async_16(dk + i * kPassBytes, ks, valid);
+        cp_async_16(dv + i * kPassBytes, vs, valid);
+      }
+    }
+  };
+  auto fetch_pages_e4m3 = [&](int entry, int(&pages)[kPasses]) {
+    const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
+    if (tile_in_page) {
+      pages[0] = bt[k0 >> p.page_shift];
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        const int j = k0 + kr0 + i * C::kRowsPerPass;
+        pages[i] = j < kv_len ? bt[j >> p.page_shift] : 0;
+      }
+    }
+  };
+  auto load_kv_e4m3 = [&](int entry, int stage, const int(&pages)[kPasses]) {
+    const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
+    const uint32_t dk = smem_addr(sK + stage * SB) + kv_dst0;
+    const uint32_t dv = smem_addr(sV + stage * SB) + kv_dst0;
+    if (tile_in_page) {
+      load_whole_tile(k0, dk, dv, pages[0]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        const int j = k0 + kr0 + i * C::kRowsPerPass;
+        const bool valid = j < kv_len;
+        const int64_t page = pages[i];
+        const int64_t slot = j & page_mask;
+        const KV *ks = kbase + page * p.k_page + slot * p.k_tok + kc * kChunkElems;
+        const KV *vs = vbase + page * p.v_page + slot * p.v_tok + kc * kChunkElems;
+        cp_async_16(dk + i * kPassBytes, valid ? ks : kbase, valid);
+        cp_async_16(dv + i * kPassBytes, valid ? vs : vbase, valid);
+      }
+    }
+  };
+
+  // 16-bit pages under 64 tokens: rows row0 + i.
+  auto swizzled = [&](int r) -> uint32_t { return swz<D>(r, kc); };
   const int row0 = kr0 * kPasses;
   const bool one_page = (1 << p.page_shift) >= kPasses;
-  auto fetch_pages = [&](int entry, int(&pages)[kPasses]) {
+  auto fetch_pages_16 = [&](int entry, int(&pages)[kPasses]) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile, j0 = k0 + row0;
     if (tile_in_page) {
       pages[0] = bt[k0 >> p.page_shift];
@@ -363,29 +419,11 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       for (int i = 0; i < kPasses; ++i) pages[i] = j0 + i < kv_len ? bt[(j0 + i) >> p.page_shift] : 0;
     }
   };
-  auto load_kv = [&](int entry, int stage, const int(&pages)[kPasses]) {
+  auto load_kv_16 = [&](int entry, int stage, const int(&pages)[kPasses]) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile, j0 = k0 + row0;
     const uint32_t sk = smem_addr(sK + stage * SB), sv = smem_addr(sV + stage * SB);
     if (tile_in_page) {
-      const uint32_t dk = sk + kv_dst0, dv = sv + kv_dst0;
-      const int64_t page = pages[0];
-      const int slot0 = k0 & page_mask;
-      const KV *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
-      const KV *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
-      if (k0 + kKeyTile <= kv_len) {
-#pragma unroll
-        for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
-          cp_async_16(dk + i * kPassBytes, ks);
-          cp_async_16(dv + i * kPassBytes, vs);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
-          const bool valid = k0 + kr0 + i * C::kRowsPerPass < kv_len;  // zero-filled past the end
-          cp_async_16(dk + i * kPassBytes, ks, valid);
-          cp_async_16(dv + i * kPassBytes, vs, valid);
-        }
-      }
+      load_whole_tile(k0, sk + kv_dst0, sv + kv_dst0, pages[0]);
     } else if (one_page) {
       const int64_t page = pages[0], slot0 = j0 & page_mask;
       const KV *ks = kbase + page * p.k_page + slot0 * p.k_tok + kc * kChunkElems;
@@ -407,6 +445,19 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
         cp_async_16(sv + swizzled(row0 + i), valid ? vs : vbase, valid);
       }
     }
+  };
+
+  auto fetch_pages = [&](int entry, int(&pages)[kPasses]) {
+    if constexpr (C::kFp8)
+      fetch_pages_e4m3(entry, pages);
+    else
+      fetch_pages_16(entry, pages);
+  };
+  auto load_kv = [&](int entry, int stage, const int(&pages)[kPasses]) {
+    if constexpr (C::kFp8)
+      load_kv_e4m3(entry, stage, pages);
+    else
+      load_kv_16(entry, stage, pages);
   };
 
   // This thread's two rows (mma fragment rows lane / 4 and lane / 4 + 8 of its row group):
