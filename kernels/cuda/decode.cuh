@@ -30,6 +30,7 @@
 #include "kernels/cuda/decode.hpp"
 #include "kernels/cuda/fp8_tile.cuh"
 #include "kernels/cuda/key_tile_list.cuh"
+#include "kernels/cuda/kv_tile_copy.cuh"
 #include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/sm80_primitives.cuh"
 #include "kernels/cuda/softmax.cuh"
@@ -356,20 +357,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     const int slot0 = k0 & page_mask;
     const KV *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
     const KV *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
-    if (k0 + kKeyTile <= kv_len) {
-#pragma unroll
-      for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
-        cp_async_16(dk + i * kPassBytes, ks);
-        cp_async_16(dv + i * kPassBytes, vs);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
-        const bool valid = k0 + kr0 + i * C::kRowsPerPass < kv_len;  // zero-filled past the end
-        cp_async_16(dk + i * kPassBytes, ks, valid);
-        cp_async_16(dv + i * kPassBytes, vs, valid);
-      }
-    }
+    cuda::copy_tile_in_page<kPasses, C::kRowsPerPass, kPassBytes>(dk, dv, ks, vs, k_step, v_step, k0, kr0, kv_len);
   };
   auto fetch_pages_e4m3 = [&](int entry, int(&pages)[kPasses]) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;

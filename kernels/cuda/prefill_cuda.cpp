@@ -328,9 +328,10 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // Every check comes before the first launch (a failed call writes nothing).
   const int32_t planned = cuda_decode_max_query_len();
   int32_t decode_max = std::min(planned, decode::kMaxRows / prm.group);
+  const size_t max_shared = static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()));
   if (decode_max > 0 &&
-      (p.num_seqs > 65535 || decode::shared_bytes(p.head_dim, std::min(p.max_query_len, decode_max) * prm.group, e4m3) >
-                                 static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()))))
+      (p.num_seqs > 65535 ||
+       decode::shared_bytes(p.head_dim, std::min(p.max_query_len, decode_max) * prm.group, e4m3) > max_shared))
     decode_max = 0;
   const bool known = p.decode_seqs >= 0;
   const bool route_decode =
@@ -394,8 +395,7 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     // At most one CTA an SM (every CTA of the grid, those of sequences it skips included):
     // two quads of warps a CTA, where the device has their shared memory.
     split.two_quads = decode_two_quads_enabled() && int64_t{split.splits} * indexed <= sms &&
-                      decode::shared_bytes(p.head_dim, split.rows, e4m3, /*two_quads=*/true) <=
-                          static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()));
+                      decode::shared_bytes(p.head_dim, split.rows, e4m3, /*two_quads=*/true) <= max_shared;
     if (split.splits > 1) {
       split.counters = static_cast<int32_t *>(decode_workspace.data);
       split.partials = reinterpret_cast<float *>(static_cast<char *>(decode_workspace.data) + counter_bytes);

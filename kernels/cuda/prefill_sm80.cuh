@@ -21,6 +21,7 @@
 
 #include "kernels/cuda/fp8_tile.cuh"
 #include "kernels/cuda/key_tile_list.cuh"
+#include "kernels/cuda/kv_tile_copy.cuh"
 #include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/query_tile.cuh"
 #include "kernels/cuda/prefill_sm80.hpp"
@@ -134,21 +135,7 @@ __global__ void __launch_bounds__(128, BM == 128 ? 2 : 3) prefill_sm80_kernel(co
       const int slot0 = k0 & page_mask;
       const KV *ks = kbase + page * p.k_page + static_cast<int64_t>(slot0) * p.k_tok + k_thr;
       const KV *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
-      if (k0 + kKeyTile <= kv_len) {  // every tile but a sequence's last
-#pragma unroll
-        for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
-          cp_async_16(dk + i * kPassBytes, ks);
-          cp_async_16(dv + i * kPassBytes, vs);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < kPasses; ++i, ks += k_step, vs += v_step) {
-          // Rows past kv_len are zero-filled (nothing read); their addresses stay in the page.
-          const bool valid = k0 + kr0 + i * C::kRowsPerPass < kv_len;
-          cp_async_16(dk + i * kPassBytes, ks, valid);
-          cp_async_16(dv + i * kPassBytes, vs, valid);
-        }
-      }
+      cuda::copy_tile_in_page<kPasses, C::kRowsPerPass, kPassBytes>(dk, dv, ks, vs, k_step, v_step, k0, kr0, kv_len);
     } else {
 #pragma unroll
       for (int i = 0; i < kPasses; ++i) {
