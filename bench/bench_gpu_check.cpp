@@ -536,8 +536,11 @@ void run_fp8_codes(bspa_dtype dt, int q_len) {
   std::vector<uint8_t> kv(2 * kPs * D, 0);  // [page][slot][d]: slot 0 the codes, slots 1.. zero
   for (int code = 0; code < 256; ++code)
     if ((code & 0x7f) != 0x7f) kv[(code / D) * kPs * D + code % D] = static_cast<uint8_t>(code);
-  std::vector<int32_t> bt(kSeqs), qs(kSeqs + 1), cl(kSeqs, 0);
-  for (int s = 0; s < kSeqs; ++s) bt[s] = s / D, qs[s] = s * q_len;
+  // A sequence's first page holds its codes; queries over one page (the checked row 0 sees
+  // key 0 only) continue on page 1.
+  const int cols = (q_len + kPs - 1) / kPs;
+  std::vector<int32_t> bt(static_cast<size_t>(kSeqs) * cols, 1), qs(kSeqs + 1), cl(kSeqs, 0);
+  for (int s = 0; s < kSeqs; ++s) bt[static_cast<size_t>(s) * cols] = s / D, qs[s] = s * q_len;
   qs[kSeqs] = kSeqs * q_len;
   const int T = kSeqs * q_len;
   std::vector<uint16_t> q(static_cast<size_t>(T) * D, 0);
@@ -554,7 +557,7 @@ void run_fp8_codes(bspa_dtype dt, int q_len) {
   Tensor tk(dkv, kGpu, bytes, {2, 1, kPs, D}), tq(dq, kGpu, hdt, {T, 1, D}), to(dout, kGpu, hdt, {T, 1, D});
   Tensor tl(dlse, kGpu, gpu::dl_f32(), {1, T}), tks(dsc, kGpu, gpu::dl_f32(), {1}),
       tvs(dsc + 1, kGpu, gpu::dl_f32(), {1});
-  Tensor tbt(dbt, kGpu, gpu::dl_i32(), {kSeqs, 1}), tqs(dqs, kGpu, gpu::dl_i32(), {kSeqs + 1}),
+  Tensor tbt(dbt, kGpu, gpu::dl_i32(), {kSeqs, cols}), tqs(dqs, kGpu, gpu::dl_i32(), {kSeqs + 1}),
       tcl(dcl, kGpu, gpu::dl_i32(), {kSeqs});
   bspa_paged_args a;
   bspa_paged_args_init(&a);
@@ -583,7 +586,10 @@ void run_fp8_codes(bspa_dtype dt, int q_len) {
   else
     ++failures;
   std::printf("%s  e4m3 codes exact through the %s kernel, %s q: %d outputs and %d lse differ\n", ok ? "ok  " : "FAIL",
-              q_len <= 8 ? "decode" : "sm80 prefill", dt == BSPA_DTYPE_BF16 ? "bf16" : "f16", bad_out, bad_lse);
+              q_len <= 8    ? "decode"
+              : q_len <= 64 ? "sm80 prefill"
+                            : "prefill (sm90a on cc 9.0)",
+              dt == BSPA_DTYPE_BF16 ? "bf16" : "f16", bad_out, bad_lse);
   for (void *p :
        {(void *)dkv, (void *)dbt, (void *)dqs, (void *)dcl, (void *)dq, (void *)dout, (void *)dlse, (void *)dsc})
     cudaFree(p);
@@ -784,9 +790,9 @@ int main(int argc, char **argv) {
     }
   }
   {
-    // e4m3 pages (decode kernel for q <= 8, the sm80 prefill kernel otherwise, on every GPU):
-    // both q dtypes, D 64/128, GQA 1/4/8, pages 16-256, every layout, decode and prefill rows
-    // in one launch, split and not, unaligned contexts, and the prefix identity.
+    // e4m3 pages (decode kernel for q <= 8, the prefill kernels otherwise): both q dtypes, D 64/128, GQA 1/4/8, pages
+    // 16-256, every layout, decode and prefill rows in one launch, split and not, unaligned contexts, and the prefix
+    // identity.
     for (int i = 0; i < (quick ? 8 : 24); ++i) {
       Case c = varied_shape(i);
       c.fp8 = true;
@@ -802,6 +808,29 @@ int main(int argc, char **argv) {
     Case c;  // a long split decode over e4m3 pages
     c.fp8 = true, c.hq = 32, c.hkv = 8, c.scale = 1.0f / 128, c.seqs = {{40000, 1}};
     cases.push_back(c);
+  }
+  std::vector<Case> fp8_prefill;
+  {
+    // e4m3 prefill rows of several query tiles (the sm90a kernel on compute capability 9.0,
+    // whose producer widens each tile into its ring): every page size from 4 (gathers) over
+    // 8..32 (a TMA box per page) to 256 (one box a tile), tiles past a sequence's end
+    // (gathered), one sequence and several (kernel-listed tiles), split last rounds, the
+    // prefix identity.
+    static const int page_sizes[] = {4, 8, 16, 32, 64, 128, 256};
+    for (int i = 0; i < (quick ? 7 : 21); ++i) {
+      Case c = varied_shape(i + 5);
+      c.fp8 = true;
+      c.ps = page_sizes[i % 7];
+      const int ctx = 64 * rng.range(0, 30) + mods[i % 8];
+      if (i % 3 == 0)
+        c.seqs = {{ctx, 129 + 97 * (i % 5)}, {ctx / 3 + 5, 1}, {ctx + 131, 700 + i}};
+      else
+        c.seqs = {{ctx, 1000 + 61 * i}};
+      c.identity = i % 4 == 2;
+      if (c.identity) c.seqs.resize(1);
+      cases.push_back(c);
+      fp8_prefill.push_back(c);
+    }
   }
   // Device metadata over several sequences: the sm90a kernel lists the tiles with rows
   // itself (seq_tile_table.cuh) and plans their split. Few tiles (a split planned on the
@@ -889,6 +918,7 @@ int main(int argc, char **argv) {
     few[2].hq = 4, few[2].hkv = 2;
     few.push_back(listed[0]);       // tiles listed by the kernel, split on the device
     few.push_back(small_pages[0]);  // a key tile in eight TMA boxes
+    few.push_back(fp8_prefill[3]);  // e4m3 pages of 32 tokens, three sequences, widened by the sm90a producer
     cases = few;
   }
   for (size_t i = 0; i < cases.size(); ++i) run_paged(cases[i], seed + i);
@@ -900,7 +930,7 @@ int main(int argc, char **argv) {
     run_pool(BSPA_DTYPE_BF16, 128, 4, 1, 128, 4, seed + 1002);
   }
   for (bspa_dtype dt : {BSPA_DTYPE_BF16, BSPA_DTYPE_F16})
-    for (int q_len : {1, 9}) run_fp8_codes(dt, q_len);
+    for (int q_len : {1, 9, 130}) run_fp8_codes(dt, q_len);
   run_not_supported();
   std::printf("gpu check: %d passed, %d failed\n", passed, failures);
   return failures ? 1 : 0;

@@ -50,11 +50,12 @@ bool tma_allowed() {
 struct MapKey {
   const void *k, *v;
   int64_t k_tok, k_head, k_page, v_tok, v_head, v_page, num_pages;
-  int32_t page_shift, head_dim, num_kv_heads, bf16;
+  int32_t page_shift, head_dim, num_kv_heads;
+  KvElement element;
   bool operator==(const MapKey &o) const {
     return k == o.k && v == o.v && k_tok == o.k_tok && k_head == o.k_head && k_page == o.k_page && v_tok == o.v_tok &&
            v_head == o.v_head && v_page == o.v_page && num_pages == o.num_pages && page_shift == o.page_shift &&
-           head_dim == o.head_dim && num_kv_heads == o.num_kv_heads && bf16 == o.bf16;
+           head_dim == o.head_dim && num_kv_heads == o.num_kv_heads && element == o.element;
   }
 };
 
@@ -88,20 +89,20 @@ class MapCache {
   int next_ = 0;
 };
 
-KvTensorMaps encode_uncached(const Params &p, bool bf16, int head_dim, int num_kv_heads);
+KvTensorMaps encode_uncached(const Params &p, KvElement element, int head_dim, int num_kv_heads);
 
 }  // namespace
 
-KvTensorMaps encode_kv_maps(const Params &p, bool bf16, int head_dim, int num_kv_heads) {
+KvTensorMaps encode_kv_maps(const Params &p, KvElement element, int head_dim, int num_kv_heads) {
   MapKey key;
   key.k = p.k, key.v = p.v;
   key.k_tok = p.k_tok, key.k_head = p.k_head, key.k_page = p.k_page;
   key.v_tok = p.v_tok, key.v_head = p.v_head, key.v_page = p.v_page;
   key.num_pages = p.num_pages;
-  key.page_shift = p.page_shift, key.head_dim = head_dim, key.num_kv_heads = num_kv_heads, key.bf16 = bf16;
+  key.page_shift = p.page_shift, key.head_dim = head_dim, key.num_kv_heads = num_kv_heads, key.element = element;
   thread_local MapCache cache;
   if (const KvTensorMaps *hit = cache.find(key)) return *hit;
-  const KvTensorMaps m = encode_uncached(p, bf16, head_dim, num_kv_heads);
+  const KvTensorMaps m = encode_uncached(p, element, head_dim, num_kv_heads);
   // Only what the driver encoded: a refused lookup (say, during a capture that forbids it)
   // is tried again by the next launch.
   if (m.valid) cache.insert(key, m);
@@ -110,7 +111,7 @@ KvTensorMaps encode_kv_maps(const Params &p, bool bf16, int head_dim, int num_kv
 
 namespace {
 
-KvTensorMaps encode_uncached(const Params &p, bool bf16, int head_dim, int num_kv_heads) {
+KvTensorMaps encode_uncached(const Params &p, KvElement element, int head_dim, int num_kv_heads) {
   KvTensorMaps m{};
   const int page_size = 1 << p.page_shift;
   // Boxes of min(64, page_size) tokens: pages of 8..32 tokens give a key tile in several
@@ -120,7 +121,15 @@ KvTensorMaps encode_uncached(const Params &p, bool bf16, int head_dim, int num_k
   const uint32_t box_tokens = static_cast<uint32_t>(std::min(page_size, kTmaBoxTokens));
   PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
   if (!encode) return m;
-  const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const bool e4m3 = element == KvElement::E4m3;
+  const CUtensorMapDataType type = e4m3                         ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : element == KvElement::Bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  // 16-bit pages: 64-column (128-byte) boxes; e4m3: whole rows of D bytes, swizzled by
+  // their own width (the staging layout the kernel widens from: e4m3_stage_off).
+  const int64_t elem_bytes = e4m3 ? 1 : 2;
+  const uint32_t box_columns = e4m3 ? static_cast<uint32_t>(head_dim) : kTmaBoxColumns;
+  const CUtensorMapSwizzle swizzle = e4m3 && head_dim == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
   int order[3] = {1, 2, 3};  // dimension of token, head, page
   auto one = [&](CUtensorMap &map, const void *base, int64_t tok, int64_t head, int64_t page) {
     struct Dim {
@@ -136,14 +145,14 @@ KvTensorMaps encode_uncached(const Params &p, bool bf16, int head_dim, int num_k
                             Dim{page, static_cast<uint64_t>(p.num_pages), 1, 2}};
     std::stable_sort(d.begin(), d.end(), [](const Dim &a, const Dim &b) { return a.stride < b.stride; });
     cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), d[0].extent, d[1].extent, d[2].extent};
-    cuuint64_t strides[3] = {static_cast<cuuint64_t>(d[0].stride) * 2, static_cast<cuuint64_t>(d[1].stride) * 2,
-                             static_cast<cuuint64_t>(d[2].stride) * 2};
-    cuuint32_t box[4] = {kTmaBoxColumns, d[0].box, d[1].box, d[2].box};
+    cuuint64_t strides[3] = {static_cast<cuuint64_t>(d[0].stride * elem_bytes),
+                             static_cast<cuuint64_t>(d[1].stride * elem_bytes),
+                             static_cast<cuuint64_t>(d[2].stride * elem_bytes)};
+    cuuint32_t box[4] = {box_columns, d[0].box, d[1].box, d[2].box};
     cuuint32_t step[4] = {1, 1, 1, 1};
     for (int i = 0; i < 3; ++i) order[d[i].which] = 1 + i;
     return encode(&map, type, 4, const_cast<void *>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                  swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
   };
   const bool ok_k = one(m.k, p.k, p.k_tok, p.k_head, p.k_page);
   const int k_order[3] = {order[0], order[1], order[2]};

@@ -56,17 +56,25 @@ void dispatch_kv(const sm80::Params &prm, bool e4m3, int head_dim, int bm, dim3 
     dispatch<T, T>(prm, head_dim, bm, grid, stream);
 }
 
-template <class T>
+template <class T, class KV>
 void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, int64_t total_rows, const SplitWorkspace &split,
                    cudaStream_t stream) {
   if (head_dim == 64)
-    sm90::launch<T, 64>(prm, grid, total_rows, split, stream);
+    sm90::launch<T, KV, 64>(prm, grid, total_rows, split, stream);
   else
-    sm90::launch<T, 128>(prm, grid, total_rows, split, stream);
+    sm90::launch<T, KV, 128>(prm, grid, total_rows, split, stream);
 }
 
-// BSPA_CUDA_PATH=sm80|sm90 forces a kernel family for 16-bit pages (to time or test both on
-// one GPU; e4m3 pages always take sm80);
+template <class T>
+void dispatch_sm90_kv(const sm80::Params &prm, bool e4m3, int head_dim, dim3 grid, int64_t total_rows,
+                      const SplitWorkspace &split, cudaStream_t stream) {
+  if (e4m3)
+    dispatch_sm90<T, uint8_t>(prm, head_dim, grid, total_rows, split, stream);
+  else
+    dispatch_sm90<T, T>(prm, head_dim, grid, total_rows, split, stream);
+}
+
+// BSPA_CUDA_PATH=sm80|sm90 forces a kernel family (to time or test both on one GPU);
 // unset or "auto": sm90 on compute capability 9.0 when this build carries sm_90a code, for
 // query tiles of 128 rows (shorter queries keep sm80's 64-row tiles); it is faster than sm80
 // on every bench/ case there (bench/NOTES.md, "CUDA prefill (sm90a path)").
@@ -154,10 +162,8 @@ bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
   check(path != Path::Sm90 || sm90_ok, Errc::NotSupported,
         "BSPA_CUDA_PATH = sm90 needs a compute capability 9.0 device and a build with sm_90a (BSPA_CUDA_ARCHS = ",
         BSPA_CUDA_ARCHS_STRING, ")");
-  // e4m3 pages: the sm80 kernel, which widens them in shared memory (the sm90a kernel's TMA
-  // boxes feed wgmma 16-bit tiles directly; it has no widening stage), whatever
-  // BSPA_CUDA_PATH asks for: it picks between two families only for 16-bit pages.
-  const bool use_sm90 = !e4m3 && (path == Path::Sm90 || (path == Path::Auto && sm90_ok && p.max_query_len > 64));
+  // e4m3 pages take the same route: both families widen them to 16-bit operands.
+  const bool use_sm90 = path == Path::Sm90 || (path == Path::Auto && sm90_ok && p.max_query_len > 64);
   const int bm = use_sm90 || p.max_query_len > 64 ? 128 : 64;
   dim3 grid;
   if (p.work && p.work_tile_rows % bm == 0) {
@@ -176,9 +182,9 @@ bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
   }
   if (use_sm90) {
     if (p.dtype == DType::BF16)
-      dispatch_sm90<__nv_bfloat16>(prm, p.head_dim, grid, p.total_q, p.split, stream);
+      dispatch_sm90_kv<__nv_bfloat16>(prm, e4m3, p.head_dim, grid, p.total_q, p.split, stream);
     else
-      dispatch_sm90<__half>(prm, p.head_dim, grid, p.total_q, p.split, stream);
+      dispatch_sm90_kv<__half>(prm, e4m3, p.head_dim, grid, p.total_q, p.split, stream);
   } else if (p.dtype == DType::BF16) {
     dispatch_kv<__nv_bfloat16>(prm, e4m3, p.head_dim, bm, grid, stream);
   } else {

@@ -1,5 +1,5 @@
 // The instantiations of the sm80 prefill kernel over e4m3 pages (q and out bf16 or f16).
-// They also serve sm90 GPUs: the sm90a kernel reads 16-bit pages only.
+// On sm90 GPUs the sm90a kernel takes them for queries over 64 rows (prefill_sm90_e4m3.cu).
 #include "kernels/cuda/prefill_sm80.cuh"
 
 namespace bspa::kernels::sm80 {

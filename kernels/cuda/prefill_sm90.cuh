@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/fp8_tile.cuh"
 #include "kernels/cuda/key_tile_list.cuh"
 #include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/prefill_sm90.hpp"
@@ -62,7 +63,7 @@ constexpr int kLastTile = 1 << 27;  // stage entry flag: no tile of this query t
 constexpr int kNoTiles = -1;        // stage entry of a query tile that sees no key tile
 constexpr int kTileIndexMask = kLastTile - 1;
 
-template <int D>
+template <int D, bool kE4m3 = false>
 struct Config {
   static constexpr int BM = kTileRows;
   static constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
@@ -74,15 +75,36 @@ struct Config {
   static constexpr int kTileBytes = kKeyTile * D * 2;
   // A consumer step holds four stages (PV of its two, S of the next two): six leave the
   // producer two tiles ahead. Six D128 stages and Q take all but 3 KB of the 227 KB.
-  static constexpr int kStages = D == 128 ? 6 : 8;
+  // e4m3 pages: the ring stays 16-bit (wgmma's operands) and the producer widens each
+  // tile into it from a staging slot its bytes landed in (kStaging slots of K and V, at
+  // D 128 in the room of two ring stages): the slots keep the reads from memory ahead, and
+  // a widening (shared to shared) refills a freed stage in well under a step.
+  static constexpr int kStages = D == 128 ? (kE4m3 ? 4 : 6) : 8;
+  static constexpr int kStaging = kE4m3 ? (D == 128 ? 4 : 8) : 0;
+  static constexpr int kStagingTileBytes = kKeyTile * D;  // one tensor's e4m3 tile
   static constexpr int kProducers = 128;
   static constexpr int kPerThread = kListCap / kProducers;
-  static constexpr int kSmemBytes =
-      kQBytes + 2 * kStages * kTileBytes + kListCap * 4 + 32 + kStages * 4 + 2 * kStages * 8;
+  // Q, the ring, the staging, the list and scan, the stage entries, the pair barriers,
+  // then the staging slots' barriers and entries.
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + 2 * kStaging * kStagingTileBytes +
+                                    kListCap * 4 + 32 + kStages * 4 + 2 * kStages * 8 + kStaging * 12;
   // A launch that lists its items (TileListing) also holds the table and its walk, last.
   static constexpr int kListingSmemBytes = kSmemBytes + cuda::kSeqTileTableCap * 4 + 32;
   static_assert(kListingSmemBytes <= 232448, "shared memory over the sm_90 opt-in limit");
 };
+
+// Byte offset of 16-byte chunk c (of D/16) of row r in an e4m3 staging tile: D bytes a row,
+// as TMA lays a box out with the 128-byte (D 128) or 64-byte (D 64) swizzle, which the
+// gathers follow. Eight consecutive rows at one chunk hit eight different bank groups, as
+// the widening reads them.
+template <int D>
+__device__ __forceinline__ uint32_t e4m3_stage_off(int r, int c) {
+  static_assert(D == 64 || D == 128, "e4m3 staging rows of 64 or 128 bytes");
+  if constexpr (D == 128)
+    return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
+  else
+    return static_cast<uint32_t>(r * 64 + ((c ^ ((r >> 1) & 3)) << 4));
+}
 
 // Byte offset of 16-byte chunk c (of D/8) of row r in a ROWS-row operand: 64-column halves
 // of ROWS x 128 bytes each, chunks XOR-swizzled within 8-row atoms (the wgmma 128B mode).
@@ -96,13 +118,17 @@ struct ProducerBarrier {
   __device__ __forceinline__ void operator()() const { named_barrier(1, 128); }
 };
 
-template <class T, int D, bool kListsTiles, bool kPageBoxes>
+// KV: T (16-bit pages) or uint8_t (e4m3 pages, p.k_scale / p.v_scale per KV head).
+template <class T, class KV, int D, bool kListsTiles, bool kPageBoxes>
 __global__ void __launch_bounds__(384, 1)
     prefill_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ KvTensorMaps maps, const dim3 work,
                         const SplitPlan grid_split, const TileListing listing, float4 *partials, int *counters) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = Config<D>;
+  constexpr bool kE4m3 = std::is_same_v<KV, uint8_t>;
+  static_assert(kE4m3 || std::is_same_v<KV, T>, "pages of q's type or e4m3");
+  using C = Config<D, kE4m3>;
   constexpr int BM = C::BM, NH = C::NH, S = C::kStages;
+  constexpr int L = C::kStaging > 0 ? C::kStaging : 1;  // staging slots (e4m3; none is laid out otherwise)
   // No alignment slack fits next to six stages: the dynamic shared memory of a kernel
   // without static shared memory starts 1 KiB-aligned (swizzle atoms need it); checked.
   extern __shared__ __align__(1024) char smem[];
@@ -113,7 +139,8 @@ __global__ void __launch_bounds__(384, 1)
   char *sQ = smem;
   char *sK = sQ + C::kQBytes;
   char *sV = sK + S * C::kTileBytes;
-  int32_t *sList = reinterpret_cast<int32_t *>(sV + S * C::kTileBytes);
+  char *sStaging = sV + S * C::kTileBytes;  // e4m3: slot j's K at 2 j tiles, its V after
+  int32_t *sList = reinterpret_cast<int32_t *>(sStaging + 2 * C::kStaging * C::kStagingTileBytes);
   int32_t *sScan = sList + kListCap;
   int32_t *sLastIn = sScan + 4;  // per consumer warpgroup: its split unit was the item's last
   int32_t *sEntry = sScan + 8;   // the list entry of each stage's tile
@@ -129,7 +156,11 @@ __global__ void __launch_bounds__(384, 1)
   // its split (one planned here for the listed items, or the host's), its units and the
   // table's sequences (0: the whole grid is walked), read from shared memory where used
   // (registers are the producer's limit: 40). Without it, the walk is the parameters'.
-  uint32_t *sTable = reinterpret_cast<uint32_t *>(sEntry + S + (S & 1) + 4 * kPairs * 2);
+  // e4m3: after the pair barriers, a barrier per staging slot (its K and V landed) and the
+  // list entry of the slot's tile.
+  const uint32_t staged = empty_v + kPairs * 8;
+  int32_t *sStagedEntry = sEntry + S + (S & 1) + 4 * kPairs * 2 + 2 * C::kStaging;
+  uint32_t *sTable = reinterpret_cast<uint32_t *>(sStagedEntry + C::kStaging);
   volatile int32_t *sWalk = reinterpret_cast<int32_t *>(sTable + cuda::kSeqTileTableCap);
   enum { kWays, kFirst, kTail, kUnits, kListed };
   // The producer's stage count n: stage n % S, pair barrier at 8 * (stage / 2).
@@ -198,6 +229,7 @@ __global__ void __launch_bounds__(384, 1)
       mbar_init(empty_k + 8 * q, 8);  // one arrival per consumer warp
       mbar_init(empty_v + 8 * q, 8);
     }
+    for (int j = 0; j < C::kStaging; ++j) mbar_init(staged + 8 * j, C::kProducers);  // each producer thread once
     fence_mbar_init();
   }
   __syncthreads();
@@ -249,9 +281,126 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int kRowStep = C::kProducers / C::kChunks;
     const int c = tid % C::kChunks, r0 = tid / C::kChunks;
     int filled = 0;  // stages filled so far (ring position and phase)
+    // e4m3 pages: a tile's bytes land in staging slot `fetched % L` (fetch), and the oldest
+    // slot is widened into the next ring stage (widen) when every slot is taken, and the
+    // rest when the item ends; the ring's waits and arrivals are the 16-bit path's.
+    int fetched = 0;  // tiles whose bytes were requested
+    auto fetch = [&](int entry) {
+      const int slot = fetched % L;
+      const uint32_t bar = staged + 8 * slot;
+      const uint32_t dst = smem_addr(sStaging) + slot * 2 * C::kStagingTileBytes;  // K, then V
+      const int k0 = (entry & kTileIndexMask) * kKeyTile;
+      const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
+      const bool whole_tile = entry != kNoTiles && k0 + kKeyTile <= kv_len;
+      const bool tma = maps.valid && whole_tile && (kPageBoxes || p.page_shift >= 6);
+      const int boxes = kPageBoxes ? (kKeyTile >> p.page_shift) : 1;  // thread j: the tile's j-th page
+      const int pg = tma && tid < boxes ? bt[(k0 >> p.page_shift) + tid] : 0;
+      // Every producer thread has widened the slot's previous tile: its reads (generic)
+      // come before the copies that overwrite it (TMA's through the async proxy).
+      fence_proxy_async();
+      named_barrier(1, 128);
+      if (tid == 0) sStagedEntry[slot] = entry;
+      if (tma) {
+        if (tid == 0)
+          mbar_arrive_expect_tx(bar, 2 * C::kStagingTileBytes);
+        else
+          mbar_arrive(bar);
+        if (tid < boxes) {
+          // One box of whole rows (D bytes) per tensor and tile, or per page at its row offset.
+          const int tok = kPageBoxes ? 0 : k0 & page_mask;
+          auto coord = [&](int dim) { return maps.dim_tok == dim ? tok : maps.dim_head == dim ? kvh : pg; };
+          const uint32_t to = dst + (kPageBoxes ? (static_cast<uint32_t>(tid) << p.page_shift) * D : 0u);
+          tma_load_4d(to, &maps.k, 0, coord(1), coord(2), coord(3), bar);
+          tma_load_4d(to + C::kStagingTileBytes, &maps.v, 0, coord(1), coord(2), coord(3), bar);
+        }
+      } else {
+        if (entry != kNoTiles) {
+          // Thread tid copies 16-byte chunk tid % kRowChunks of rows tid / kRowChunks + i *
+          // kStep; the page ids of its rows are read once, for K and V.
+          constexpr int kRowChunks = D / 16, kStep = C::kProducers / kRowChunks, kRows = kKeyTile / kStep;
+          const int c = tid % kRowChunks, r0 = tid / kRowChunks;
+          int32_t pgs[kRows];
+#pragma unroll
+          for (int i = 0; i < kRows; ++i) {
+            const int j = k0 + r0 + i * kStep;
+            pgs[i] = j < kv_len ? bt[j >> p.page_shift] : 0;
+          }
+          auto gather = [&](uint32_t to, const void *base_v, int64_t head_stride, int64_t page_stride,
+                            int64_t tok_stride) {
+            const KV *base = static_cast<const KV *>(base_v) + static_cast<int64_t>(kvh) * head_stride;
+#pragma unroll
+            for (int i = 0; i < kRows; ++i) {
+              const int r = r0 + i * kStep, j = k0 + r;
+              const bool valid = j < kv_len;  // rows past the sequence are zero-filled
+              const KV *src = base + static_cast<int64_t>(pgs[i]) * page_stride +
+                              static_cast<int64_t>(j & page_mask) * tok_stride + c * 16;
+              cp_async_16(to + e4m3_stage_off<D>(r, c), valid ? src : base, valid);
+            }
+          };
+          gather(dst, p.k, p.k_head, p.k_page, p.k_tok);
+          gather(dst + C::kStagingTileBytes, p.v, p.v_head, p.v_page, p.v_tok);
+        }
+        cp_async_arrive(bar);
+      }
+      ++fetched;
+    };
+    auto widen = [&] {
+      const int slot = filled % L, stage = filled % S;  // `filled` is the tile's fetch index too
+      const uint32_t parity = ((filled / S) - 1) & 1;
+      const bool second = stage & 1;
+      mbar_wait(staged + 8 * slot, (filled / L) & 1);
+      const int entry = sStagedEntry[slot];
+      const char *from = sStaging + slot * 2 * C::kStagingTileBytes;
+      // Thread tid widens chunk c of rows r_low + 8 j, j = r_hi, r_hi + kGroups, ...: a
+      // quarter warp takes eight consecutive rows at one chunk, so neither its reads nor its
+      // writes (two 16-byte chunks of the swizzled ring) meet in a bank, and a thread's
+      // rows share their swizzle phase: its addresses are constant offsets from the first.
+      constexpr int kRowChunks = D / 16, kGroups = C::kProducers / (8 * kRowChunks);
+      const int r_low = tid & 7, c = (tid >> 3) % kRowChunks, r_first = r_low + 8 * ((tid >> 3) / kRowChunks);
+      auto widen_tile = [&](const char *src, char *dst) {
+        src += e4m3_stage_off<D>(r_first, c);
+        char *dst_b = dst + kv_off(r_first, 2 * c + 1);  // the swizzle may put it before dst's
+        dst += kv_off(r_first, 2 * c);
+#pragma unroll
+        for (int i = 0; i < 8 / kGroups; ++i) {
+          const uint4 w = *reinterpret_cast<const uint4 *>(src + i * 8 * kGroups * D);
+          uint4 a, b;
+          fp8::widen_e4m3x4_for<T>(w.x, a.x, a.y);
+          fp8::widen_e4m3x4_for<T>(w.y, a.z, a.w);
+          fp8::widen_e4m3x4_for<T>(w.z, b.x, b.y);
+          fp8::widen_e4m3x4_for<T>(w.w, b.z, b.w);
+          *reinterpret_cast<uint4 *>(dst + i * 8 * kGroups * 128) = a;
+          *reinterpret_cast<uint4 *>(dst_b + i * 8 * kGroups * 128) = b;
+        }
+      };
+      if (filled >= S && !second) mbar_wait(pair_bar(empty_k, stage), parity);
+      if (entry != kNoTiles) widen_tile(from, sK + stage_off(stage));
+      fence_proxy_async();  // generic stores that wgmma reads through the async proxy
+      mbar_arrive(pair_bar(full_k, stage));
+      if (tid == 0) {
+        sEntry[stage] = entry;
+        if (second) mbar_arrive(pair_bar(full_k, stage));  // release: both entries are visible with the phase
+      }
+      if (filled >= S && !second) mbar_wait(pair_bar(empty_v, stage), parity);
+      if (entry != kNoTiles) widen_tile(from + C::kStagingTileBytes, sV + stage_off(stage));
+      fence_proxy_async();
+      mbar_arrive(pair_bar(full_v, stage));
+      ++filled;
+    };
+    // The item's last tiles into the ring. The barrier first: thread 0's entry of the
+    // latest slot is read by every thread (a cp.async arrival does not publish it).
+    auto drain = [&] {
+      named_barrier(1, 128);
+      while (filled < fetched) widen();
+    };
     // Hands one stage to the consumers: K once its K is free (then the entry), V once its
     // V is free; copies nothing for kNoTiles.
     auto fill = [&](int entry) {
+      if constexpr (kE4m3) {
+        if (fetched - filled == L) widen();
+        fetch(entry);
+        return;
+      }
       const int stage = filled % S;
       const uint32_t parity = ((filled / S) - 1) & 1;
       const int k0 = (entry & kTileIndexMask) * kKeyTile;
@@ -373,6 +522,7 @@ __global__ void __launch_bounds__(384, 1)
       if (!locate(unit.item)) {  // the consumers take the item too: one empty step
         fill(kNoTiles);
         fill(kNoTiles);  // and its pair
+        if constexpr (kE4m3) drain();
         continue;
       }
       kv_len = ctx + q_len;
@@ -416,7 +566,8 @@ __global__ void __launch_bounds__(384, 1)
         named_barrier(1, 128);  // sList is rewritten by the next pass
       }
       fill(held == kNoTiles ? kNoTiles : held | kLastTile);
-      if (filled & 1) fill(kNoTiles);  // steps start on even stages: pad the pair
+      if ((kE4m3 ? fetched : filled) & 1) fill(kNoTiles);  // steps start on even stages: pad the pair
+      if constexpr (kE4m3) drain();
     }
     cp_async_wait<0>();
     return;
@@ -445,6 +596,15 @@ __global__ void __launch_bounds__(384, 1)
   // The query blocks of this thread's two rows, relative to the item's first (qb0), one
   // byte each: set per item, so the masked softmax divides by nothing.
   int row_blocks = 0;
+  // e4m3 pages: the item's K scale folds into the logits' scale (the operands are the exact
+  // e4m3 values), its V scale into the epilogue's normalisation.
+  float k_scale_log2 = 0.f;
+  auto scale_log2 = [&] {
+    if constexpr (kE4m3)
+      return k_scale_log2;
+    else
+      return p.scale_log2;
+  };
   float o[NH][32];
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float s[2][32];  // S of a step's two tiles; written only by wgmma
@@ -538,8 +698,8 @@ __global__ void __launch_bounds__(384, 1)
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
           for (int rr = 0; rr < 2; ++rr) {
-            const float x0 = fast_exp2(fmaf(logit(t, rr, nt, 0), p.scale_log2, neg_m[rr]));
-            const float x1 = fast_exp2(fmaf(logit(t, rr, nt, 1), p.scale_log2, neg_m[rr]));
+            const float x0 = fast_exp2(fmaf(logit(t, rr, nt, 0), scale_log2(), neg_m[rr]));
+            const float x1 = fast_exp2(fmaf(logit(t, rr, nt, 1), scale_log2(), neg_m[rr]));
             sum[rr] += x0 + x1;
             // A fragment of k-step nt/2: registers (rows lane/4, +8) x (keys of n-tile nt).
             P[4 * t + nt / 2][(nt & 1) * 2 + rr] = pack2<T>(x0, x1);
@@ -571,7 +731,7 @@ __global__ void __launch_bounds__(384, 1)
         float x = fmaxf(fmaxf(v[0], v[2]), fmaxf(v[1], v[3]));
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-        mx[rr] = x * p.scale_log2;
+        mx[rr] = x * scale_log2();
       }
     };
     // Moves m to max(m, mx) (every row of the warp) and scales l to match.
@@ -660,6 +820,7 @@ __global__ void __launch_bounds__(384, 1)
     // wgmma of the kernel: C7520.)
     locate(item);
     row_blocks = ((p0 + wrow) / B - qb0) | (((p0 + wrow + 8) / B - qb0) << 8);
+    if constexpr (kE4m3) k_scale_log2 = p.scale_log2 * p.k_scale[h / p.group];
     named_barrier(2 + cg, 128);  // the previous item's epilogue has read its rows of sQ back
     load_q();
     // Q landed: every thread waits for its own copies, then the warpgroup meets.
@@ -794,7 +955,10 @@ __global__ void __launch_bounds__(384, 1)
         float sum = l[rr];
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        inv[rr] = sum > 0.f ? 1.f / sum : 0.f;
+        if constexpr (kE4m3)
+          inv[rr] = sum > 0.f ? p.v_scale[h / p.group] / sum : 0.f;
+        else
+          inv[rr] = sum > 0.f ? 1.f / sum : 0.f;
         const int t = t0 + wrow + rr * 8;
         if (p.lse && (lane & 3) == 0 && t < t1)
           p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(m[rr], sum);
@@ -826,8 +990,9 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // The launch of one instantiation (explicitly instantiated per dtype in prefill_sm90_<dtype>.cu).
-template <class T, int D>
+template <class T, class KV, int D>
 void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace &workspace, cudaStream_t stream) {
+  using C = Config<D, std::is_same_v<KV, uint8_t>>;
   // Persistent: one CTA per SM (the kernel's registers and shared memory allow one) walks
   // the logical grid.
   const int64_t items = static_cast<int64_t>(grid.x) * grid.y * grid.z;
@@ -850,7 +1015,7 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
   // no split, and its counters need no clearing (one launch fewer on the stream). A wrong
   // bound would cost speed only: with no capacity the kernel plans no split.
   const int64_t prefill_rows = std::max<int64_t>(0, total_rows - int64_t{p.decode_max_query_len} * grid.z);
-  const bool may_split = int64_t{grid.x} * (prefill_rows / Config<D>::BM) < kSplitMaxRounds * sms;
+  const bool may_split = int64_t{grid.x} * (prefill_rows / C::BM) < kSplitMaxRounds * sms;
   if (list_tiles && may_split)
     listing.split_capacity = static_cast<int32_t>(std::min<int64_t>(capacity, 2 * int64_t{sms}));
   int *counters = nullptr;
@@ -864,7 +1029,10 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
   const int64_t units = split.units(items);
   const int ctas = list_tiles ? sms : static_cast<int>(std::min<int64_t>(units, sms));
   if (ctas == 0) return;
-  const KvTensorMaps maps = encode_kv_maps(p, std::is_same_v<T, __nv_bfloat16>, D, static_cast<int>(grid.x) / p.group);
+  const KvElement element = std::is_same_v<KV, uint8_t>        ? KvElement::E4m3
+                            : std::is_same_v<T, __nv_bfloat16> ? KvElement::Bf16
+                                                               : KvElement::F16;
+  const KvTensorMaps maps = encode_kv_maps(p, element, D, static_cast<int>(grid.x) / p.group);
   // Pages of 8..32 tokens with descriptors take the kernel that assembles a key tile from
   // a TMA box per page; the others keep the one-box (or gather) producer, whose code the
   // per-page boxes made slower at 64-token pages (5-9% when one kernel did both:
@@ -873,10 +1041,10 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
   // The variant's shared memory is allowed once per device (allow_dynamic_smem caches it).
   auto run = [&](auto lists_tiles, auto boxes_pages) {
     constexpr bool kLists = decltype(lists_tiles)::value, kBoxes = decltype(boxes_pages)::value;
-    constexpr int bytes = kLists ? Config<D>::kListingSmemBytes : Config<D>::kSmemBytes;
-    constexpr auto kernel = prefill_sm90_kernel<T, D, kLists, kBoxes>;
+    constexpr int bytes = kLists ? C::kListingSmemBytes : C::kSmemBytes;
+    constexpr auto kernel = prefill_sm90_kernel<T, KV, D, kLists, kBoxes>;
     cuda::allow_dynamic_smem<kernel>(bytes, "cudaFuncSetAttribute(prefill_sm90_kernel)");
-    kernel<<<ctas, Config<D>::kThreads, bytes, stream>>>(p, maps, grid, split, listing, partials, counters);
+    kernel<<<ctas, C::kThreads, bytes, stream>>>(p, maps, grid, split, listing, partials, counters);
   };
   if (list_tiles)
     page_boxes ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});

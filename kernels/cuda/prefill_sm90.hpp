@@ -86,7 +86,8 @@ constexpr int kTmaMinPageTokens = 8;
 
 // TMA descriptors of the paged K and V (dimension 0 the head dim, then token-in-page, KV
 // head and page in the order of their strides), for the producer to copy a 64-token tile
-// as two 64-column boxes (a box per page and half where pages are shorter). valid = 0 (and
+// as two 64-column boxes (a box per page and half where pages are shorter); e4m3 pages
+// as one box of whole rows (D bytes, swizzled by D bytes) per tile or page. valid = 0 (and
 // cp.async gathers instead) where pages are shorter than kTmaMinPageTokens, K and V order
 // their dimensions differently, the driver cannot describe them (or has no encoder), or
 // BSPA_CUDA_TMA=0.
@@ -95,10 +96,12 @@ struct KvTensorMaps {
   int32_t valid = 0;
   int32_t dim_tok = 1, dim_head = 2, dim_page = 3;  // where each lives among dimensions 1..3
 };
-KvTensorMaps encode_kv_maps(const Params &p, bool bf16, int head_dim, int num_kv_heads);
+enum class KvElement : int32_t { Bf16, F16, E4m3 };
+KvTensorMaps encode_kv_maps(const Params &p, KvElement element, int head_dim, int num_kv_heads);
 
 // total_rows: the launch's query rows (q's first dimension), a host-side bound on its items.
-template <class T, int D>
+// T: q/out element type; KV: the pages' (T, or uint8_t for e4m3 with p.k_scale / p.v_scale).
+template <class T, class KV, int D>
 void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace &workspace, cudaStream_t stream);
 
 }  // namespace bspa::kernels::sm90
