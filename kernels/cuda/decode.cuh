@@ -157,16 +157,6 @@ __device__ __forceinline__ void merge_units(const cuda::AttentionParams &p, cons
   }
 }
 
-// The power-of-two shift that brings a row's largest |q| (amax) into [2^14, 2^15), the top
-// of f16's range (the e4m3 path's bf16 q, converted to f16): 14 - floor(log2 amax), kept in
-// [-126, 126] so that 2^shift and 2^-shift are normal floats; 0 for a zero row. An infinite
-// amax shifts down (the infinities stay, as in bf16).
-__device__ __forceinline__ int q_row_shift(float amax) {
-  if (!(amax > 0.f)) return 0;
-  const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xffu) - 127;
-  return min(126, max(-126, 14 - e));
-}
-
 // griddepcontrol.wait (compute capability 9.0+; nothing to wait for before it).
 __device__ __forceinline__ void wait_for_previous_grid() {
 #if __CUDA_ARCH__ >= 900
@@ -287,7 +277,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
         }
 #pragma unroll
         for (int off = 1; off < kPerRow; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        const int shift = q_row_shift(amax);
+        const int shift = fp8::q_row_shift(amax);
         const float f = __uint_as_float(static_cast<uint32_t>(shift + 127) << 23);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {

@@ -11,7 +11,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/cuda/sm80_primitives.cuh"
 
@@ -62,14 +61,15 @@ __device__ __forceinline__ void convert_e4m3x4_f16(uint32_t w, uint32_t &lo, uin
 #endif
 }
 
-// Four e4m3 values (byte 0 first) as two registers of two T values each, the cheapest exact
-// way: f16 by the hardware converter, bf16 by the bit placement of widen_e4m3x4.
-template <class T>
-__device__ __forceinline__ void widen_e4m3x4_for(uint32_t w, uint32_t &lo, uint32_t &hi) {
-  if constexpr (std::is_same_v<T, __half>)
-    convert_e4m3x4_f16(w, lo, hi);
-  else
-    widen_e4m3x4<T>(w, lo, hi);
+// The power-of-two shift that brings the largest |q| (amax) of some rows into [2^14, 2^15),
+// the top of f16's range (the e4m3 paths convert bf16 q to f16 operands: per row in the
+// decode kernel, per warp's 16 rows in the sm90a prefill): 14 - floor(log2 amax), kept in
+// [-126, 126] so that 2^shift and 2^-shift are normal floats; 0 for zero rows. An infinite
+// amax shifts down (the infinities stay, as in bf16).
+__device__ __forceinline__ int q_row_shift(float amax) {
+  if (!(amax > 0.f)) return 0;
+  const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xffu) - 127;
+  return min(126, max(-126, 14 - e));
 }
 
 // Byte offset of 16-byte chunk k of row r in an e4m3 tile read by fragments (the decode

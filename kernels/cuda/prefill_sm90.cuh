@@ -126,6 +126,10 @@ __global__ void __launch_bounds__(384, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kE4m3 = std::is_same_v<KV, uint8_t>;
   static_assert(kE4m3 || std::is_same_v<KV, T>, "pages of q's type or e4m3");
+  // The matrix operands' type: e4m3 pages compute in f16, which the hardware widens e4m3
+  // pairs to in one instruction (the bit placement into bf16 took six a pair and left the
+  // producer behind the consumers); bf16 q is converted per warp (convert_q_f16, below).
+  using MT = std::conditional_t<kE4m3, __half, T>;
   using C = Config<D, kE4m3>;
   constexpr int BM = C::BM, NH = C::NH, S = C::kStages;
   constexpr int L = C::kStaging > 0 ? C::kStaging : 1;  // staging slots (e4m3; none is laid out otherwise)
@@ -282,8 +286,8 @@ __global__ void __launch_bounds__(384, 1)
     const int c = tid % C::kChunks, r0 = tid / C::kChunks;
     int filled = 0;  // stages filled so far (ring position and phase)
     // e4m3 pages: a tile's bytes land in staging slot `fetched % L` (fetch), and the oldest
-    // slot is widened into the next ring stage (widen) when every slot is taken, and the
-    // rest when the item ends; the ring's waits and arrivals are the 16-bit path's.
+    // two slots are widened into the next pair of ring stages (widen_pair) when every slot
+    // is taken, the rest when the item ends; the ring's barriers count as for 16-bit pages.
     int fetched = 0;  // tiles whose bytes were requested
     auto fetch = [&](int entry) {
       const int slot = fetched % L;
@@ -344,13 +348,16 @@ __global__ void __launch_bounds__(384, 1)
       }
       ++fetched;
     };
-    auto widen = [&] {
-      const int slot = filled % L, stage = filled % S;  // `filled` is the tile's fetch index too
-      const uint32_t parity = ((filled / S) - 1) & 1;
-      const bool second = stage & 1;
-      mbar_wait(staged + 8 * slot, (filled / L) & 1);
-      const int entry = sStagedEntry[slot];
-      const char *from = sStaging + slot * 2 * C::kStagingTileBytes;
+    // Widens the next pair of stages (filled is even), both K first, then both V: a pair's
+    // K is free a step before its V (the consumers' S runs ahead of their PV), so the
+    // consumers' next S never waits for a V (widening per stage, K then V, stalled them).
+    auto widen_pair = [&] {
+      const int stage = filled % S, slot = filled % L;  // filled and S, L even: slot + 1 is the second's
+      const uint32_t parity = ((filled / S) - 1) & 1, staged_parity = (filled / L) & 1;
+      mbar_wait(staged + 8 * slot, staged_parity);
+      mbar_wait(staged + 8 * (slot + 1), staged_parity);
+      const int e0 = sStagedEntry[slot], e1 = sStagedEntry[slot + 1];
+      const char *from = sStaging + slot * 2 * C::kStagingTileBytes;  // the second's K at + 2 tiles
       // Thread tid widens chunk c of rows r_low + 8 j, j = r_hi, r_hi + kGroups, ...: a
       // quarter warp takes eight consecutive rows at one chunk, so neither its reads nor its
       // writes (two 16-byte chunks of the swizzled ring) meet in a bank, and a thread's
@@ -365,40 +372,46 @@ __global__ void __launch_bounds__(384, 1)
         for (int i = 0; i < 8 / kGroups; ++i) {
           const uint4 w = *reinterpret_cast<const uint4 *>(src + i * 8 * kGroups * D);
           uint4 a, b;
-          fp8::widen_e4m3x4_for<T>(w.x, a.x, a.y);
-          fp8::widen_e4m3x4_for<T>(w.y, a.z, a.w);
-          fp8::widen_e4m3x4_for<T>(w.z, b.x, b.y);
-          fp8::widen_e4m3x4_for<T>(w.w, b.z, b.w);
+          fp8::convert_e4m3x4_f16(w.x, a.x, a.y);
+          fp8::convert_e4m3x4_f16(w.y, a.z, a.w);
+          fp8::convert_e4m3x4_f16(w.z, b.x, b.y);
+          fp8::convert_e4m3x4_f16(w.w, b.z, b.w);
           *reinterpret_cast<uint4 *>(dst + i * 8 * kGroups * 128) = a;
           *reinterpret_cast<uint4 *>(dst_b + i * 8 * kGroups * 128) = b;
         }
       };
-      if (filled >= S && !second) mbar_wait(pair_bar(empty_k, stage), parity);
-      if (entry != kNoTiles) widen_tile(from, sK + stage_off(stage));
+      if (filled >= S) mbar_wait(pair_bar(empty_k, stage), parity);
+      if (e0 != kNoTiles) widen_tile(from, sK + stage_off(stage));
+      if (e1 != kNoTiles) widen_tile(from + 2 * C::kStagingTileBytes, sK + stage_off(stage + 1));
       fence_proxy_async();  // generic stores that wgmma reads through the async proxy
+      mbar_arrive(pair_bar(full_k, stage));  // one arrival per stage, as the copies make
       mbar_arrive(pair_bar(full_k, stage));
       if (tid == 0) {
-        sEntry[stage] = entry;
-        if (second) mbar_arrive(pair_bar(full_k, stage));  // release: both entries are visible with the phase
+        sEntry[stage] = e0, sEntry[stage + 1] = e1;
+        mbar_arrive(pair_bar(full_k, stage));  // release: both entries are visible with the phase
       }
-      if (filled >= S && !second) mbar_wait(pair_bar(empty_v, stage), parity);
-      if (entry != kNoTiles) widen_tile(from + C::kStagingTileBytes, sV + stage_off(stage));
+      if (filled >= S) mbar_wait(pair_bar(empty_v, stage), parity);
+      if (e0 != kNoTiles) widen_tile(from + C::kStagingTileBytes, sV + stage_off(stage));
+      if (e1 != kNoTiles) widen_tile(from + 3 * C::kStagingTileBytes, sV + stage_off(stage + 1));
       fence_proxy_async();
       mbar_arrive(pair_bar(full_v, stage));
-      ++filled;
+      mbar_arrive(pair_bar(full_v, stage));
+      filled += 2;
     };
-    // The item's last tiles into the ring. The barrier first: thread 0's entry of the
-    // latest slot is read by every thread (a cp.async arrival does not publish it).
+    // The item's last tiles into the ring (fetched is even: items pad to whole pairs). The
+    // barrier first: thread 0's entry of the latest slot is read by every thread (a
+    // cp.async arrival does not publish it).
     auto drain = [&] {
       named_barrier(1, 128);
-      while (filled < fetched) widen();
+#pragma unroll 1
+      while (filled < fetched) widen_pair();
     };
     // Hands one stage to the consumers: K once its K is free (then the entry), V once its
     // V is free; copies nothing for kNoTiles.
     auto fill = [&](int entry) {
       if constexpr (kE4m3) {
-        if (fetched - filled == L) widen();
-        fetch(entry);
+        fetch(entry);  // into a free slot: at most L - 1 were waiting
+        if (fetched - filled == L) widen_pair();
         return;
       }
       const int stage = filled % S;
@@ -591,6 +604,50 @@ __global__ void __launch_bounds__(384, 1)
     cp_async_commit();
   };
 
+  // e4m3 pages with bf16 q: each warp converts its own 16 rows of Q to f16 in place, scaled
+  // by the power of two that brings their largest |q| to the top of f16's range (exact for
+  // every bf16 value within 2^24 of that largest one), and returns the shift, which the
+  // logits' scale undoes; the warpgroup meets again before its wgmma reads them. f16 q: 0.
+  auto convert_q_f16 = [&]() -> int {
+    if constexpr (std::is_same_v<T, __half>) {
+      return 0;
+    } else {
+      constexpr int kPerLane = 16 * C::kChunks / 32;
+      const int row0 = cg * 64 + (warp & 3) * 16;
+      uint4 x[kPerLane];
+      float amax = 0.f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int idx = lane + 32 * i;
+        x[i] = *reinterpret_cast<const uint4 *>(sQ + swz<BM>(row0 + idx / C::kChunks, idx % C::kChunks));
+        const uint32_t w[4] = {x[i].x, x[i].y, x[i].z, x[i].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w[j]));
+          amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+        }
+      }
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      const int shift = fp8::q_row_shift(amax);
+      const float scale = __uint_as_float(static_cast<uint32_t>(shift + 127) << 23);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        uint32_t w[4] = {x[i].x, x[i].y, x[i].z, x[i].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w[j]));
+          w[j] = pack2<__half>(f.x * scale, f.y * scale);
+        }
+        const int idx = lane + 32 * i;
+        *reinterpret_cast<uint4 *>(sQ + swz<BM>(row0 + idx / C::kChunks, idx % C::kChunks)) =
+            make_uint4(w[0], w[1], w[2], w[3]);
+      }
+      fence_proxy_async();  // generic stores that wgmma reads through the async proxy
+      named_barrier(2 + cg, 128);
+      return shift;
+    }
+  };
   // Accumulator element i of this thread: row wrow + (i/2 % 2) * 8, column 8*(i/4) + 2*(lane%4) + i%2.
   const int wrow = cg * 64 + (warp & 3) * 16 + (lane >> 2);
   // The query blocks of this thread's two rows, relative to the item's first (qb0), one
@@ -635,7 +692,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off = (kk & 3) * 32;  // 16 columns = 32 bytes into the 128-byte row
-      wgmma_ss128<T>(s[0], s[1], desc_advance(q_desc, (kk >> 2) * (BM * 128) + off),
+      wgmma_ss128<MT>(s[0], s[1], desc_advance(q_desc, (kk >> 2) * (BM * 128) + off),
                      desc_advance(k_stage, (kk >> 2) * kHalfStride + off), kk > 0);
     }
     wgmma_commit();
@@ -649,9 +706,9 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         if constexpr (NH == 2)  // both 64-column halves of V at once (LBO apart)
-          wgmma_rs_tb128<T>(o[0], o[NH - 1], P[4 * t + kk], desc_advance(v_stage, kk * 16 * 128));
+          wgmma_rs_tb128<MT>(o[0], o[NH - 1], P[4 * t + kk], desc_advance(v_stage, kk * 16 * 128));
         else
-          wgmma_rs_tb<T>(o[0], P[4 * t + kk], desc_advance(v_stage, kk * 16 * 128));
+          wgmma_rs_tb<MT>(o[0], P[4 * t + kk], desc_advance(v_stage, kk * 16 * 128));
       }
     }
     wgmma_commit();
@@ -702,7 +759,7 @@ __global__ void __launch_bounds__(384, 1)
             const float x1 = fast_exp2(fmaf(logit(t, rr, nt, 1), scale_log2(), neg_m[rr]));
             sum[rr] += x0 + x1;
             // A fragment of k-step nt/2: registers (rows lane/4, +8) x (keys of n-tile nt).
-            P[4 * t + nt / 2][(nt & 1) * 2 + rr] = pack2<T>(x0, x1);
+            P[4 * t + nt / 2][(nt & 1) * 2 + rr] = pack2<MT>(x0, x1);
           }
     };
     // Speculation: the exponentials against the current m are issued before anything
@@ -820,13 +877,16 @@ __global__ void __launch_bounds__(384, 1)
     // wgmma of the kernel: C7520.)
     locate(item);
     row_blocks = ((p0 + wrow) / B - qb0) | (((p0 + wrow + 8) / B - qb0) << 8);
-    if constexpr (kE4m3) k_scale_log2 = p.scale_log2 * p.k_scale[h / p.group];
     named_barrier(2 + cg, 128);  // the previous item's epilogue has read its rows of sQ back
     load_q();
     // Q landed: every thread waits for its own copies, then the warpgroup meets.
     cp_async_wait<0>();
     fence_proxy_async();
     named_barrier(2 + cg, 128);
+    if constexpr (kE4m3) {
+      const int shift = convert_q_f16();
+      k_scale_log2 = p.scale_log2 * p.k_scale[h / p.group] * __uint_as_float(static_cast<uint32_t>(127 - shift) << 23);
+    }
 #pragma unroll
     for (int hh = 0; hh < NH; ++hh)
 #pragma unroll
