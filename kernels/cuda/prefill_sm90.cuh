@@ -3,6 +3,10 @@
 // classification as the sm80 kernel (prefill_sm80.cuh); what changes is how the tensor
 // cores are fed.
 //
+// e4m3 pages (KV = uint8_t): the producer lands each tile's bytes in staging slots and
+// widens them into the ring's f16 stages; the operands are f16 (bf16 q is converted per
+// warp), the per-head scales applied in fp32 (Config, the producer's `fetch`, convert_q_f16).
+//
 // Persistent: one CTA per SM walks the launch's (query head, 128-row query tile) items (the
 // order is below, at `unit_of`); each item is one 128-row tile of one head. Three warpgroups:
 //  - warpgroup 0, the producer, gives most of its registers away (setmaxnreg), lists the
@@ -78,7 +82,9 @@ struct Config {
   // e4m3 pages: the ring stays 16-bit (wgmma's operands) and the producer widens each
   // tile into it from a staging slot its bytes landed in (kStaging slots of K and V, at
   // D 128 in the room of two ring stages): the slots keep the reads from memory ahead, and
-  // a widening (shared to shared) refills a freed stage in well under a step.
+  // a widening (shared to shared) refills a freed stage in well under a step. The shallow
+  // ring is what this path still loses (a 4-stage ring costs 16-bit pages 30%; widening in
+  // place in a 6-stage ring was slower on sparse layouts: bench/NOTES.md, "FP8 KV (CUDA)").
   static constexpr int kStages = D == 128 ? (kE4m3 ? 4 : 6) : 8;
   static constexpr int kStaging = kE4m3 ? (D == 128 ? 4 : 8) : 0;
   static constexpr int kStagingTileBytes = kKeyTile * D;  // one tensor's e4m3 tile
