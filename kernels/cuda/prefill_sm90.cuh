@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(384, 1)
       if (filled >= S) mbar_wait(pair_bar(empty_k, stage), parity);
       if (e0 != kNoTiles) widen_tile(from, sK + stage_off(stage));
       if (e1 != kNoTiles) widen_tile(from + 2 * C::kStagingTileBytes, sK + stage_off(stage + 1));
-      fence_proxy_async();  // generic stores that wgmma reads through the async proxy
+      fence_proxy_async();                   // generic stores that wgmma reads through the async proxy
       mbar_arrive(pair_bar(full_k, stage));  // one arrival per stage, as the copies make
       mbar_arrive(pair_bar(full_k, stage));
       if (tid == 0) {
@@ -699,7 +699,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off = (kk & 3) * 32;  // 16 columns = 32 bytes into the 128-byte row
       wgmma_ss128<MT>(s[0], s[1], desc_advance(q_desc, (kk >> 2) * (BM * 128) + off),
-                     desc_advance(k_stage, (kk >> 2) * kHalfStride + off), kk > 0);
+                      desc_advance(k_stage, (kk >> 2) * kHalfStride + off), kk > 0);
     }
     wgmma_commit();
   };
