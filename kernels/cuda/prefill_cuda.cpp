@@ -47,13 +47,27 @@ void dispatch(const sm80::Params &prm, int head_dim, int bm, dim3 grid, cudaStre
   }
 }
 
-// e4m3 pages: the element types of q/out and of the pages.
+// A type as a value, for the generic lambdas of with_element_types.
 template <class T>
-void dispatch_kv(const sm80::Params &prm, bool e4m3, int head_dim, int bm, dim3 grid, cudaStream_t stream) {
-  if (e4m3)
-    dispatch<T, uint8_t>(prm, head_dim, bm, grid, stream);
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<T>, TypeTag<KV>) with the element types of a launch: T of q/out (bf16 or
+// f16), KV of the pages (T, or uint8_t for e4m3). One place maps runtime dtypes to the
+// kernels' template arguments, for every kernel family.
+template <class F>
+void with_element_types(DType dtype, bool e4m3, F &&f) {
+  auto pages = [&](auto t) {
+    if (e4m3)
+      f(t, TypeTag<uint8_t>{});
+    else
+      f(t, t);
+  };
+  if (dtype == DType::BF16)
+    pages(TypeTag<__nv_bfloat16>{});
   else
-    dispatch<T, T>(prm, head_dim, bm, grid, stream);
+    pages(TypeTag<__half>{});
 }
 
 template <class T, class KV>
@@ -63,15 +77,6 @@ void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, int64_t tot
     sm90::launch<T, KV, 64>(prm, grid, total_rows, split, stream);
   else
     sm90::launch<T, KV, 128>(prm, grid, total_rows, split, stream);
-}
-
-template <class T>
-void dispatch_sm90_kv(const sm80::Params &prm, bool e4m3, int head_dim, dim3 grid, int64_t total_rows,
-                      const SplitWorkspace &split, cudaStream_t stream) {
-  if (e4m3)
-    dispatch_sm90<T, uint8_t>(prm, head_dim, grid, total_rows, split, stream);
-  else
-    dispatch_sm90<T, T>(prm, head_dim, grid, total_rows, split, stream);
 }
 
 // BSPA_CUDA_PATH=sm80|sm90 forces a kernel family (to time or test both on one GPU);
@@ -180,16 +185,14 @@ bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
           "the CUDA prefill launches at most 65535 query tiles per sequence and 65535 sequences");
     grid = dim3(p.num_q_heads, static_cast<unsigned>(tiles), p.num_seqs);
   }
-  if (use_sm90) {
-    if (p.dtype == DType::BF16)
-      dispatch_sm90_kv<__nv_bfloat16>(prm, e4m3, p.head_dim, grid, p.total_q, p.split, stream);
+  with_element_types(p.dtype, e4m3, [&](auto t, auto kv) {
+    using T = typename decltype(t)::type;
+    using KV = typename decltype(kv)::type;
+    if (use_sm90)
+      dispatch_sm90<T, KV>(prm, p.head_dim, grid, p.total_q, p.split, stream);
     else
-      dispatch_sm90_kv<__half>(prm, e4m3, p.head_dim, grid, p.total_q, p.split, stream);
-  } else if (p.dtype == DType::BF16) {
-    dispatch_kv<__nv_bfloat16>(prm, e4m3, p.head_dim, bm, grid, stream);
-  } else {
-    dispatch_kv<__half>(prm, e4m3, p.head_dim, bm, grid, stream);
-  }
+      dispatch<T, KV>(prm, p.head_dim, bm, grid, stream);
+  });
   return true;
 }
 
@@ -200,16 +203,6 @@ void dispatch_decode(const sm80::Params &prm, int head_dim, int32_t num_seqs, in
     decode::launch<T, KV, 64>(prm, num_seqs, num_kv_heads, max_rows, split, overlap, stream);
   else
     decode::launch<T, KV, 128>(prm, num_seqs, num_kv_heads, max_rows, split, overlap, stream);
-}
-
-template <class T>
-void dispatch_decode_kv(const sm80::Params &prm, bool e4m3, int head_dim, int32_t num_seqs, int32_t num_kv_heads,
-                        int32_t max_rows, const decode::Split &split, const decode::Overlap &overlap,
-                        cudaStream_t stream) {
-  if (e4m3)
-    dispatch_decode<T, uint8_t>(prm, head_dim, num_seqs, num_kv_heads, max_rows, split, overlap, stream);
-  else
-    dispatch_decode<T, T>(prm, head_dim, num_seqs, num_kv_heads, max_rows, split, overlap, stream);
 }
 
 // The sm90a prefill's share of the split workspace on `device` (0 where it does not run).
@@ -429,13 +422,11 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     overlap.previous = sm90;
     split.count_after_previous = sm90;
   }
-  if (route_decode) {
-    if (p.dtype == DType::BF16)
-      dispatch_decode_kv<__nv_bfloat16>(prm, e4m3, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, overlap,
-                                        stream);
-    else
-      dispatch_decode_kv<__half>(prm, e4m3, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, overlap, stream);
-  }
+  if (route_decode)
+    with_element_types(p.dtype, e4m3, [&](auto t, auto kv) {
+      dispatch_decode<typename decltype(t)::type, typename decltype(kv)::type>(
+          prm, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, overlap, stream);
+    });
 }
 
 }  // namespace bspa::kernels
