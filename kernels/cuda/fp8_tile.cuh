@@ -72,6 +72,22 @@ __device__ __forceinline__ int q_row_shift(float amax) {
   return min(126, max(-126, 14 - e));
 }
 
+// 2^e as a float, for e in [-126, 127] (q_row_shift's shifts and their inverses).
+__device__ __forceinline__ float exp2i(int e) { return __uint_as_float(static_cast<uint32_t>(e + 127) << 23); }
+
+// max(amax, |x|, |y|) over the two bf16 values of w (a register of q).
+__device__ __forceinline__ float max_abs_bf16x2(uint32_t w, float amax) {
+  const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w));
+  return fmaxf(amax, fmaxf(fabsf(x.x), fabsf(x.y)));
+}
+
+// The two bf16 values of w times f (2^q_row_shift) as an f16 pair.
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t w, float f) {
+  const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w));
+  const __half2 h = __floats2half2_rn(x.x * f, x.y * f);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+
 // Byte offset of 16-byte chunk k of row r in an e4m3 tile read by fragments (the decode
 // kernel): D = 128 rows of one 128-byte line, D = 64 two rows a line; chunks XOR-swizzled so
 // that both of the kernel's access patterns are free of bank conflicts: 128-bit loads of the

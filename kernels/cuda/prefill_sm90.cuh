@@ -626,28 +626,18 @@ __global__ void __launch_bounds__(384, 1)
       for (int i = 0; i < kPerLane; ++i) {
         const int idx = lane + 32 * i;
         x[i] = *reinterpret_cast<const uint4 *>(sQ + swz<BM>(row0 + idx / C::kChunks, idx % C::kChunks));
-        const uint32_t w[4] = {x[i].x, x[i].y, x[i].z, x[i].w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w[j]));
-          amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-        }
+        for (const uint32_t w : {x[i].x, x[i].y, x[i].z, x[i].w}) amax = fp8::max_abs_bf16x2(w, amax);
       }
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
       const int shift = fp8::q_row_shift(amax);
-      const float scale = __uint_as_float(static_cast<uint32_t>(shift + 127) << 23);
+      const float scale = fp8::exp2i(shift);
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
-        uint32_t w[4] = {x[i].x, x[i].y, x[i].z, x[i].w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w[j]));
-          w[j] = pack2<__half>(f.x * scale, f.y * scale);
-        }
         const int idx = lane + 32 * i;
         *reinterpret_cast<uint4 *>(sQ + swz<BM>(row0 + idx / C::kChunks, idx % C::kChunks)) =
-            make_uint4(w[0], w[1], w[2], w[3]);
+            make_uint4(fp8::bf16x2_to_f16x2(x[i].x, scale), fp8::bf16x2_to_f16x2(x[i].y, scale),
+                       fp8::bf16x2_to_f16x2(x[i].z, scale), fp8::bf16x2_to_f16x2(x[i].w, scale));
       }
       fence_proxy_async();  // generic stores that wgmma reads through the async proxy
       named_barrier(2 + cg, 128);
@@ -891,7 +881,7 @@ __global__ void __launch_bounds__(384, 1)
     named_barrier(2 + cg, 128);
     if constexpr (kE4m3) {
       const int shift = convert_q_f16();
-      k_scale_log2 = p.scale_log2 * p.k_scale[h / p.group] * __uint_as_float(static_cast<uint32_t>(127 - shift) << 23);
+      k_scale_log2 = p.scale_log2 * p.k_scale[h / p.group] * fp8::exp2i(-shift);
     }
 #pragma unroll
     for (int hh = 0; hh < NH; ++hh)
