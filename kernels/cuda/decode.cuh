@@ -181,7 +181,9 @@ static __device__ __noinline__ unsigned group_sees_block(const cuda::DeviceLayou
 }
 
 // One CTA's (sequence, KV head, key split) item; returns early for CTAs with no rows.
-template <class T, class KV, int D, int WR, int kQuads>
+// kConsecutiveRows: how a thread's copies spread over a key tile under pages of fewer than
+// 64 tokens (the K/V loads below).
+template <class T, class KV, int D, int WR, int kQuads, bool kConsecutiveRows>
 __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, const Split &split) {
   using C = Config<D, WR, KV, kQuads>;
   constexpr int S = C::kStages, KW = C::kWarpKeys, RB = C::kRowBytes, SB = C::kStageBytes;
@@ -311,29 +313,34 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     cp_async_commit();
   }
 
-  // K/V loads of one key tile into a stage, two ways:
-  //  - e4m3 pages (fetch_pages_e4m3 / load_kv_e4m3): thread (kr0, kc) copies chunk kc of
+  // K/V loads of one key tile into a stage, two ways (kConsecutiveRows picks one at compile
+  // time; both are the same under pages of 64 tokens or more, a tile inside one page):
+  //  - strided (fetch_pages_strided / load_kv_strided): thread (kr0, kc) copies chunk kc of
   //    rows kr0 + i * kRowsPerPass, i < kPasses, the passes a constant offset apart in the
   //    swizzled tile (a pass is 16 or 32 rows, whole periods of both swizzles); under pages
   //    of fewer than 64 tokens each pass finds its own page.
-  //  - 16-bit pages (fetch_pages_16 / load_kv_16): the same under pages of whole tiles;
-  //    under smaller pages the thread copies consecutive rows kr0 * kPasses + i, so with
-  //    pages of at least kPasses tokens (8 at D 128) it reads one block-table entry and
-  //    builds one 64-bit address a tile instead of one a pass (eight at 16-token pages);
-  //    pages under kPasses tokens read an entry a row.
-  // e4m3 pages keep the first way under every page size: the consecutive rows sped their
-  // 16-token pages up 2-8% but slowed their 64-token pages 0.5-7%, the one-quad e4m3 kernel
-  // sitting at its 170-register bound (bench/NOTES.md, "CUDA decode", session 12); each
-  // way's code is the one measured (session 12: f71bf01's for e4m3, 1091588's for 16 bits).
+  //  - consecutive (fetch_pages_consecutive / load_kv_consecutive): under pages of fewer
+  //    than 64 tokens the thread copies consecutive rows kr0 * kPasses + i, so with pages of
+  //    at least kPasses tokens (8 at D 128 over 16-bit pages, 4 or 2 over e4m3 pages) it
+  //    reads one block-table entry and builds one 64-bit address a tile instead of one a pass
+  //    (eight at 16-token pages); pages under kPasses tokens read an entry a row.
+  // 16-bit pages always take the consecutive way. e4m3 pages take it under pages of fewer
+  // than 64 tokens only (launch): there it sped them up 2-8%, but compiled into the kernel of
+  // 64-token pages it slowed those 0.5-7%, the one-quad e4m3 kernel sitting at its
+  // 170-register bound (bench/NOTES.md, "CUDA decode", session 12). Each way's code is the
+  // one measured in session 12 (f71bf01's strided e4m3 kernels, 1091588's consecutive ones).
   // The entries are read a tile ahead of the copies (fetch_pages), so the table's latency
   // hides behind a tile of work.
   constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   const int kr0 = qtid / C::kChunks, kc = qtid % C::kChunks;
-  uint32_t kv_dst0;
-  if constexpr (C::kFp8)
-    kv_dst0 = fp8::e4m3_swz<D>(kr0, kc);
-  else
-    kv_dst0 = swz<D>(kr0, kc);
+  // A row's swizzled destination: sm80::swz rows, or fp8::e4m3_swz for e4m3 bytes.
+  auto swizzled = [&](int r) -> uint32_t {
+    if constexpr (C::kFp8)
+      return fp8::e4m3_swz<D>(r, kc);
+    else
+      return swz<D>(r, kc);
+  };
+  const uint32_t kv_dst0 = swizzled(kr0);
   constexpr int kPassBytes = C::kRowsPerPass * C::kPageRowBytes;
   const int64_t k_thr = static_cast<int64_t>(kr0) * p.k_tok + kc * kChunkElems;
   const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * kChunkElems;
@@ -349,7 +356,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     const KV *vs = vbase + page * p.v_page + static_cast<int64_t>(slot0) * p.v_tok + v_thr;
     cuda::copy_tile_in_page<kPasses, C::kRowsPerPass, kPassBytes>(dk, dv, ks, vs, k_step, v_step, k0, kr0, kv_len);
   };
-  auto fetch_pages_e4m3 = [&](int entry, int(&pages)[kPasses]) {
+  auto fetch_pages_strided = [&](int entry, int(&pages)[kPasses]) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
     if (tile_in_page) {
       pages[0] = bt[k0 >> p.page_shift];
@@ -361,7 +368,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       }
     }
   };
-  auto load_kv_e4m3 = [&](int entry, int stage, const int(&pages)[kPasses]) {
+  auto load_kv_strided = [&](int entry, int stage, const int(&pages)[kPasses]) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
     const uint32_t dk = smem_addr(sK + stage * SB) + kv_dst0;
     const uint32_t dv = smem_addr(sV + stage * SB) + kv_dst0;
@@ -382,11 +389,10 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     }
   };
 
-  // 16-bit pages under 64 tokens: rows row0 + i.
-  auto swizzled = [&](int r) -> uint32_t { return swz<D>(r, kc); };
+  // Consecutive rows under pages of fewer than 64 tokens: rows row0 + i.
   const int row0 = kr0 * kPasses;
   const bool one_page = (1 << p.page_shift) >= kPasses;
-  auto fetch_pages_16 = [&](int entry, int(&pages)[kPasses]) {
+  auto fetch_pages_consecutive = [&](int entry, int(&pages)[kPasses]) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile, j0 = k0 + row0;
     if (tile_in_page) {
       pages[0] = bt[k0 >> p.page_shift];
@@ -397,7 +403,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       for (int i = 0; i < kPasses; ++i) pages[i] = j0 + i < kv_len ? bt[(j0 + i) >> p.page_shift] : 0;
     }
   };
-  auto load_kv_16 = [&](int entry, int stage, const int(&pages)[kPasses]) {
+  auto load_kv_consecutive = [&](int entry, int stage, const int(&pages)[kPasses]) {
     const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile, j0 = k0 + row0;
     const uint32_t sk = smem_addr(sK + stage * SB), sv = smem_addr(sV + stage * SB);
     if (tile_in_page) {
@@ -426,16 +432,16 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   };
 
   auto fetch_pages = [&](int entry, int(&pages)[kPasses]) {
-    if constexpr (C::kFp8)
-      fetch_pages_e4m3(entry, pages);
+    if constexpr (kConsecutiveRows)
+      fetch_pages_consecutive(entry, pages);
     else
-      fetch_pages_16(entry, pages);
+      fetch_pages_strided(entry, pages);
   };
   auto load_kv = [&](int entry, int stage, const int(&pages)[kPasses]) {
-    if constexpr (C::kFp8)
-      load_kv_e4m3(entry, stage, pages);
+    if constexpr (kConsecutiveRows)
+      load_kv_consecutive(entry, stage, pages);
     else
-      load_kv_16(entry, stage, pages);
+      load_kv_strided(entry, stage, pages);
   };
 
   // This thread's two rows (mma fragment rows lane / 4 and lane / 4 + 8 of its row group):
@@ -851,10 +857,10 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   merge_units<T, D>(p, split, split.partials + item * split.splits * unit_floats(split.rows, D), rows, G, qs, kvh);
 }
 
-template <class T, class KV, int D, int WR, int kQuads>
+template <class T, class KV, int D, int WR, int kQuads, bool kConsecutiveRows>
 __global__ void __launch_bounds__(Config<D, WR, KV, kQuads>::kThreads, (Config<D, WR, KV, kQuads>::kCtasPerSm))
     decode_kernel(const __grid_constant__ cuda::AttentionParams p, const Split split) {
-  decode_item<T, KV, D, WR, kQuads>(p, split);
+  decode_item<T, KV, D, WR, kQuads, kConsecutiveRows>(p, split);
   // A mixed launch starts this grid while its prefill grid runs its last CTAs
   // (Overlap::previous). The grid completes only when its last CTA leaves, so one CTA that
   // waits for that grid keeps everything after this launch on the stream behind both
@@ -866,13 +872,28 @@ __global__ void __launch_bounds__(Config<D, WR, KV, kQuads>::kThreads, (Config<D
     wait_for_previous_grid();
 }
 
+template <class T, class KV, int D, int WR, int kQuads, bool kConsecutiveRows>
+void launch_kernel(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, const Split &split,
+                   const Overlap &overlap, cudaStream_t stream) {
+  using C = Config<D, WR, KV, kQuads>;
+  constexpr auto kernel = decode_kernel<T, KV, D, WR, kQuads, kConsecutiveRows>;
+  cuda::allow_dynamic_smem<kernel>(C::kSmemBytes, "cudaFuncSetAttribute(decode_kernel)");
+  cuda::launch_programmatic(kernel, dim3(split.splits, num_kv_heads, num_seqs), dim3(C::kThreads), C::kSmemBytes,
+                            stream, overlap.previous, "decode_kernel", p, split);
+}
+
+// The copy way (decode_item's K/V loads): consecutive rows for 16-bit pages; for e4m3
+// pages only under pages of fewer than 64 tokens, each page class its own kernel.
 template <class T, class KV, int D, int WR, int kQuads = 1>
 void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, const Split &split,
                  const Overlap &overlap, cudaStream_t stream) {
-  using C = Config<D, WR, KV, kQuads>;
-  cuda::allow_dynamic_smem<decode_kernel<T, KV, D, WR, kQuads>>(C::kSmemBytes, "cudaFuncSetAttribute(decode_kernel)");
-  cuda::launch_programmatic(decode_kernel<T, KV, D, WR, kQuads>, dim3(split.splits, num_kv_heads, num_seqs),
-                            dim3(C::kThreads), C::kSmemBytes, stream, overlap.previous, "decode_kernel", p, split);
+  if constexpr (sizeof(KV) == 1) {
+    if (p.page_shift >= 6) {
+      launch_kernel<T, KV, D, WR, kQuads, false>(p, num_seqs, num_kv_heads, split, overlap, stream);
+      return;
+    }
+  }
+  launch_kernel<T, KV, D, WR, kQuads, true>(p, num_seqs, num_kv_heads, split, overlap, stream);
 }
 
 template <class T, class KV, int D>
