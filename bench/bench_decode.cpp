@@ -78,6 +78,7 @@ struct MixedResult {
   std::string name;
   bool sparse;
   double whole_ms, chunks_ms, decode_ms;
+  double whole_bounded_ms = 0;  // the whole with max_decode_query_len = 1 (device metadata; 0: not timed)
 };
 
 struct Result {
@@ -209,7 +210,9 @@ int main(int argc, char **argv) {
   const DLDataType bf = gpu::dl_dtype(BSPA_DTYPE_BF16);
   // Median GPU ms (and host us per call) of one bspa_prefill_paged launch over `seqs`
   // ((context, new tokens) pairs) at page size ps.
-  auto measure = [&](const std::vector<std::pair<int, int> > &seqs, int ps, bool use_sparse, double &host_med) {
+  // decode_bound: bspa_paged_args.max_decode_query_len (0: none).
+  auto measure = [&](const std::vector<std::pair<int, int> > &seqs, int ps, bool use_sparse, double &host_med,
+                     int decode_bound = 0) {
     const int64_t num_pages = kMaxTokens / ps;
     const DLDataType kv_dt = fp8 ? DLDataType{kDLUInt, 8, 1} : bf;
     Tensor tk(fp8 ? static_cast<void *>(k8) : k, dev, kv_dt, {num_pages, kHkv, ps, kD}),
@@ -248,6 +251,7 @@ int main(int argc, char **argv) {
     a.max_query_len = max_q, a.layout = use_sparse ? sparse : dense, a.scale = 1.0f / 128;
     a.workspace = ws ? tws.dl() : nullptr;
     if (fp8) a.k_scale = tks.dl(), a.v_scale = tvs.dl();
+    a.max_decode_query_len = decode_bound;
     for (int i = 0; i < 3; ++i) BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
     CUDA_OK(cudaEventRecord(e0));
     BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
@@ -294,8 +298,10 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 8; ++i) mixed[1].chunks.push_back({2048 * i, 512});
   for (int i = 0; i < 120; ++i) mixed[1].decodes.push_back({1024 + (i * 131) % 7168, 1});
   if (fp8) mixed.clear();  // the mixed steps are timed over bf16 pages only
-  std::printf("\n%-16s %-6s %10s %10s %10s %10s\n", "mixed step", "layout", "whole ms", "chunks ms", "decode ms",
-              "whole/parts");
+  // "dq<=1": the whole again with max_decode_query_len = 1 (the decode rows have one token:
+  // the decode tile sized for them, not for the 8 a launch over device metadata must allow).
+  std::printf("\n%-16s %-6s %10s %10s %10s %10s %10s %10s\n", "mixed step", "layout", "whole ms", "chunks ms",
+              "decode ms", "whole/parts", "dq<=1 ms", "dq<=1/parts");
   for (const Mixed &m : mixed) {
     if (only && std::strcmp(only, m.name) != 0) continue;
     std::vector<std::pair<int, int> > whole = m.chunks;
@@ -303,10 +309,10 @@ int main(int argc, char **argv) {
     for (int sp = 0; sp < 2; ++sp) {
       double h = 0;
       const double tw = measure(whole, 64, sp != 0, h), tc = measure(m.chunks, 64, sp != 0, h),
-                   td = measure(m.decodes, 64, sp != 0, h);
-      mixed_rows.push_back({m.name, sp != 0, tw, tc, td});
-      std::printf("%-16s %-6s %10.4f %10.4f %10.4f %10.3f\n", m.name, sp ? "sparse" : "dense", tw, tc, td,
-                  tw / (tc + td));
+                   td = measure(m.decodes, 64, sp != 0, h), tb = measure(whole, 64, sp != 0, h, 1);
+      mixed_rows.push_back({m.name, sp != 0, tw, tc, td, tb});
+      std::printf("%-16s %-6s %10.4f %10.4f %10.4f %10.3f %10.4f %10.3f\n", m.name, sp ? "sparse" : "dense", tw, tc, td,
+                  tw / (tc + td), tb, tb / (tc + td));
       std::fflush(stdout);
     }
   }
@@ -405,8 +411,10 @@ int main(int argc, char **argv) {
       const MixedResult &r = mixed_rows[i];
       std::fprintf(
           f,
-          "    {\"case\": \"%s\", \"layout\": \"%s\", \"whole_ms\": %.5f, \"chunks_ms\": %.5f, \"decode_ms\": %.5f}%s\n",
+          "    {\"case\": \"%s\", \"layout\": \"%s\", \"whole_ms\": %.5f, \"chunks_ms\": %.5f, \"decode_ms\": %.5f%s}%s\n",
           r.name.c_str(), r.sparse ? "sparse" : "dense", r.whole_ms, r.chunks_ms, r.decode_ms,
+          r.whole_bounded_ms > 0 ? (", \"whole_decode_bound_1_ms\": " + std::to_string(r.whole_bounded_ms)).c_str()
+                                 : "",
           i + 1 < mixed_rows.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");

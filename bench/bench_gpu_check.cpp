@@ -50,6 +50,9 @@ struct Case {
   // max_query_len of the launch: 0 the longest query; more a loose bound (as a CUDA graph
   // captured for a bucket passes its limit).
   int max_query_len = 0;
+  // bspa_paged_args.max_decode_query_len: routes sequences of 1..min(this, 8) new tokens to
+  // the decode kernel and longer ones to the prefill kernel (0: the default bound, 8).
+  int max_decode_query_len = 0;
 };
 
 const DLDevice kCpu{kDLCPU, 0};
@@ -60,7 +63,8 @@ std::string describe(const Case &c) {
   std::string s = std::string(c.dt == BSPA_DTYPE_BF16 ? "bf16" : "f16") + " D" + std::to_string(c.D) + " H" +
                   std::to_string(c.hq) + "/" + std::to_string(c.hkv) + " ps" + std::to_string(c.ps) + " " +
                   names[c.layout] + (c.token_major ? " tokmajor" : "") + (c.lse ? " lse" : "") +
-                  (c.workspace ? " ws" : "") + (c.identity ? " identity" : "") + (c.fp8 ? " fp8" : "") + " seqs";
+                  (c.workspace ? " ws" : "") + (c.identity ? " identity" : "") + (c.fp8 ? " fp8" : "") +
+                  (c.max_decode_query_len ? " dq<=" + std::to_string(c.max_decode_query_len) : "") + " seqs";
   for (auto &sq : c.seqs) s += " " + std::to_string(sq.first) + "+" + std::to_string(sq.second);
   return s;
 }
@@ -233,6 +237,7 @@ void run_paged(const Case &c, uint64_t seed) {
     Tensor tws(ws, dev, DLDataType{kDLUInt, 8, 1}, {static_cast<int64_t>(ws_bytes)});
     if (ws && dev.device_type == kDLCUDA) a.workspace = tws.dl();
     if (c.fp8) a.k_scale = tks.dl(), a.v_scale = tvs.dl();
+    a.max_decode_query_len = c.max_decode_query_len;
     BSPA_OK_OR_DIE(bspa_prefill_paged(&a, nullptr));
   };
 
@@ -867,6 +872,21 @@ int main(int argc, char **argv) {
     }
   }
   cases.insert(cases.end(), listed.begin(), listed.end());
+  // The caller's decode bound (max_decode_query_len): rows of 1, 2 and 5 new tokens beside a
+  // chunk and alone, bounds that send some of them to the prefill kernel (1, 2, 4), the
+  // default's (8) and one past it (100); 16-bit and e4m3 pages.
+  {
+    const int bounds[] = {1, 2, 4, 8, 100};
+    for (int i = 0; i < (quick ? 3 : 10); ++i) {
+      Case c;
+      c.hq = 8, c.hkv = 2, c.ps = i % 2 ? 16 : 64, c.layout = i % 3;
+      c.fp8 = i % 4 == 3;
+      c.max_decode_query_len = bounds[i % 5];
+      c.seqs = {{700 + 13 * i, 1}, {90, 2}, {1500 + i, 5}, {33, 1}};
+      if (i < 5) c.seqs.push_back({2000 + 7 * i, 300});  // a chunk: both kernels
+      cases.push_back(c);
+    }
+  }
   // Pages under 64 tokens on the sm90a kernel: whole key tiles by TMA, a box per page (8
   // boxes of 8 rows at 8-token pages), sequence ends by gathers; 4-token pages by gathers
   // only (under the swizzle's 8 rows); token-major pages order the TMA dimensions apart.

@@ -94,6 +94,10 @@ struct PrefillProblem {
   int64_t decode_max_keys = 0;
   int32_t decode_max_q = 0;         // their largest new-token count (0 = unknown)
   int32_t work_excludes_up_to = 0;  // the work list leaves out sequences of 1..this many rows
+  // The caller's bound on decode rows (bspa_paged_args.max_decode_query_len): on CUDA only
+  // sequences of 1..min(this, cuda_decode_max_query_len()) new tokens take the decode kernel,
+  // and its tile is sized for them. 0 = no bound. A hint: any value is correct.
+  int32_t decode_query_bound = 0;
 };
 
 // Writes new tokens' K/V ([total_q, Hkv, head_dim], token/head strides in elements)

@@ -501,6 +501,28 @@ func TestPrefillPagedOverThePoolsPageIdsMatchesPrefill(t *testing.T) {
 	if e := relL2(out, float64s(expected)); !(e <= 1e-6) {
 		t.Fatalf("Tensor form: relative L2 error %g", e)
 	}
+
+	// MaxDecodeQueryLen routes rows between CUDA's kernels: the CPU's bytes do not move, and
+	// a negative one is refused before the library is called.
+	bounded := make([]float32, len(own.q))
+	tensors := bspa.PagedArgs{
+		Q: bspa.HostF32(own.q, shape...), Out: bspa.HostF32(bounded, shape...),
+		KPages: bspa.HostF32(own.k, pages...), VPages: bspa.HostF32(own.v, pages...),
+		BlockTable: bspa.HostI32(own.blockTable, 1, 6), QueryStarts: bspa.HostI32(own.queryStarts, 2),
+		ContextLens: bspa.HostI32(own.contextLens, 1), MaxQueryLen: 49, Layout: layout, Scale: scale,
+		MaxDecodeQueryLen: 1,
+	}
+	must(t, bspa.PrefillPaged(tensors, 0))
+	for i := range out {
+		if math.Float32bits(bounded[i]) != math.Float32bits(out[i]) {
+			t.Fatalf("MaxDecodeQueryLen = 1 changed out[%d]: %g, was %g", i, bounded[i], out[i])
+		}
+	}
+	tensors.MaxDecodeQueryLen = -1
+	if err := bspa.PrefillPaged(tensors, 0); !errors.Is(err, bspa.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "MaxDecodeQueryLen = -1") {
+		t.Fatalf("MaxDecodeQueryLen = -1: got %v", err)
+	}
 }
 
 func float64s(x []float32) []float64 {
@@ -626,8 +648,9 @@ func TestPrefillPagedErrorsCarryTheLibrarysMessage(t *testing.T) {
 
 	// Tensors: mismatched K and V shapes; float metadata.
 	shape := []int64{20, hq, dim}
+	bounded := make([]float32, len(own.q))
 	tensors := bspa.PagedArgs{
-		Q: bspa.HostF32(own.q, shape...), Out: bspa.HostF32(make([]float32, len(own.q)), shape...),
+		Q: bspa.HostF32(own.q, shape...), Out: bspa.HostF32(bounded, shape...),
 		KPages: bspa.HostF32(own.k, 4, hkv, page, dim), VPages: bspa.HostF32(own.v, 2, hkv, page, 2*dim),
 		BlockTable: bspa.HostI32(own.blockTable, 1, 2), QueryStarts: bspa.HostI32(own.queryStarts, 2),
 		ContextLens: bspa.HostI32(own.contextLens, 1), MaxQueryLen: 20, Layout: layout, Scale: scale,

@@ -62,8 +62,8 @@ static bspa_status go_prefill(bspa_pool *pool, const bspa_batch *batch, int32_t 
 static bspa_status go_prefill_paged(void *q, void *out, void *k, void *v, void *block_table, void *query_starts,
                                     void *context_lens, void *lse, int has_lse, void *workspace, int has_workspace,
                                     void *k_scale, void *v_scale, int has_scales,
-                                    const int64_t *desc, int32_t max_query_len, const bspa_layout *layout,
-                                    float scale, uintptr_t stream) {
+                                    const int64_t *desc, int32_t max_query_len, int32_t max_decode_query_len,
+                                    const bspa_layout *layout, float scale, uintptr_t stream) {
   DLTensor tq, tout, tk, tv, tbt, tqs, tcl, tlse, tws, tks, tvs;
   desc = go_fill(&tq, q, desc);
   desc = go_fill(&tout, out, desc);
@@ -90,6 +90,7 @@ static bspa_status go_prefill_paged(void *q, void *out, void *k, void *v, void *
   args.query_starts = &tqs;
   args.context_lens = &tcl;
   args.max_query_len = max_query_len;
+  args.max_decode_query_len = max_decode_query_len;
   args.layout = layout;
   args.scale = scale;
   args.workspace = has_workspace ? &tws : NULL;
@@ -321,8 +322,13 @@ type PagedArgs struct {
 	// ContextLens[i] + its query length tokens in its pages, the new tokens' K/V included.
 	ContextLens Tensor
 	MaxQueryLen int // an upper bound of the query lengths (sizes the CUDA grid)
-	Layout      *Layout
-	Scale       float32 // multiplies the logits (Phi-3-small: 1/128)
+	// Optional (0: none): the longest query among the sequences the caller treats as decode
+	// rows (1 for plain decode). On CUDA only sequences of up to min(MaxDecodeQueryLen, 8)
+	// new tokens take the decode kernel, whose tile it sizes; a hint: any value is correct.
+	// The CPU ignores it.
+	MaxDecodeQueryLen int
+	Layout            *Layout
+	Scale             float32 // multiplies the logits (Phi-3-small: 1/128)
 	// Optional U8 [n] scratch on the tensors' device, 16-byte aligned,
 	// n >= PrefillWorkspaceBytes (a smaller one splits less or not at all). Needs no
 	// initialisation; launches that share it must not overlap.
@@ -351,6 +357,10 @@ func PrefillPaged(args PagedArgs, stream Stream) error {
 	if args.MaxQueryLen < 0 || args.MaxQueryLen > math.MaxInt32 {
 		return argError(StatusInvalidArgument, fmt.Sprintf("PrefillPaged: MaxQueryLen = %d is not in [0, %d]",
 			args.MaxQueryLen, math.MaxInt32))
+	}
+	if args.MaxDecodeQueryLen < 0 || args.MaxDecodeQueryLen > math.MaxInt32 {
+		return argError(StatusInvalidArgument, fmt.Sprintf("PrefillPaged: MaxDecodeQueryLen = %d is not in [0, %d]",
+			args.MaxDecodeQueryLen, math.MaxInt32))
 	}
 	desc := args.Q.appendDesc(nil)
 	for _, t := range []*Tensor{&args.Out, &args.KPages, &args.VPages, &args.BlockTable, &args.QueryStarts,
@@ -381,7 +391,8 @@ func PrefillPaged(args PagedArgs, stream Stream) error {
 			return C.go_prefill_paged(args.Q.Data, args.Out.Data, args.KPages.Data, args.VPages.Data,
 				args.BlockTable.Data, args.QueryStarts.Data, args.ContextLens.Data, lseData, hasLSE, wsData, hasWS,
 				ksData, vsData, hasScales,
-				(*C.int64_t)(unsafe.Pointer(&desc[0])), C.int32_t(args.MaxQueryLen), l.l, C.float(args.Scale),
+				(*C.int64_t)(unsafe.Pointer(&desc[0])), C.int32_t(args.MaxQueryLen),
+				C.int32_t(args.MaxDecodeQueryLen), l.l, C.float(args.Scale),
 				C.uintptr_t(stream))
 		})
 	})

@@ -453,6 +453,9 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
     bspa::capi::check_device(args->context_lens, device, "context_lens", "k_pages");
     check(args->max_query_len >= 0, Errc::InvalidArgument, "args->max_query_len = ", args->max_query_len,
           " is negative");
+    const int32_t max_decode_query_len = args->version >= 4 ? args->max_decode_query_len : 0;
+    check(max_decode_query_len >= 0, Errc::InvalidArgument, "args->max_decode_query_len = ", max_decode_query_len,
+          " is negative");
     check(args->q->shape[0] <= INT32_MAX, Errc::ShapeMismatch, "q.shape[0] = ", args->q->shape[0],
           " exceeds INT32_MAX");
     p.num_seqs = static_cast<int32_t>(num_seqs);
@@ -461,6 +464,7 @@ BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream
     p.query_starts = reinterpret_cast<const int32_t *>(qs.data);
     p.context_lens = reinterpret_cast<const int32_t *>(cl.data);
     p.max_query_len = args->max_query_len;
+    p.decode_query_bound = max_decode_query_len;
     // The block table's reach bounds every sequence (clamped: positions are int32, and the
     // product must not overflow for a table of absurd width).
     p.decode_max_keys = std::min<int64_t>(bt.dim(1), INT32_MAX) * page_size;

@@ -326,7 +326,10 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // rows, if fewer, are the prefill kernel's), so a prefill pays no empty decode launch.
   // Every check comes before the first launch (a failed call writes nothing).
   const int32_t planned = cuda_decode_max_query_len();
-  int32_t decode_max = std::min(planned, decode::kMaxRows / prm.group);
+  // The caller's bound (bspa_paged_args.max_decode_query_len) narrows the routing as
+  // BSPA_CUDA_DECODE=N does for a process: the same rule, per launch.
+  const int32_t routed = p.decode_query_bound > 0 ? std::min(planned, p.decode_query_bound) : planned;
+  int32_t decode_max = std::min(routed, decode::kMaxRows / prm.group);
   const size_t max_shared = static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()));
   if (decode_max > 0 &&
       (p.num_seqs > 65535 ||

@@ -137,8 +137,15 @@ Test(abi, options_structs_reject_version_zero_and_unknown_versions) {
   cr_assert_null(layout);
 
   bspa_paged_args pa;
+  memset(&pa, 0x5a, sizeof pa);
   EXPECT_OK(bspa_paged_args_init(&pa));
   cr_assert_eq(pa.version, BSPA_PAGED_ARGS_VERSION);
+  cr_assert_eq(pa.max_query_len, 0);
+  cr_assert_eq(pa.scale, 1.0f);
+  cr_assert_null(pa.workspace);
+  cr_assert_null(pa.k_scale);
+  cr_assert_null(pa.v_scale);
+  cr_assert_eq(pa.max_decode_query_len, 0);
   pa.version = 0;
   EXPECT_STATUS(bspa_prefill_paged(&pa, NULL), BSPA_ERR_VERSION);
 

@@ -683,6 +683,7 @@ static void paged_cases(env *e) {
   PAGED(BSPA_ERR_NULL_POINTER, "layout", e->pa.layout = NULL);
   PAGED(BSPA_ERR_INVALID_ARGUMENT, "scale", e->pa.scale = NAN);
   PAGED(BSPA_ERR_INVALID_ARGUMENT, "max_query_len", e->pa.max_query_len = -1);
+  PAGED(BSPA_ERR_INVALID_ARGUMENT, "args->max_decode_query_len = -1", e->pa.max_decode_query_len = -1);
   /* k_pages / v_pages */
   PAGED(BSPA_ERR_SHAPE_MISMATCH, "k_pages", e->tkp.t.ndim = 3);
   PAGED(BSPA_ERR_SHAPE_MISMATCH, "k_pages", e->tkp.shape[2] = 0);
@@ -757,6 +758,10 @@ static void paged_cases(env *e) {
     reset_tensors(e);
     e->pa.version = 1; /* a version 1 caller's struct ends before workspace: never read */
     e->pa.workspace = (DLTensor *)(uintptr_t)0x8;
+    EXPECT_OK(bspa_prefill_paged(&e->pa, NULL));
+    reset_tensors(e);
+    e->pa.version = 3; /* a version 3 caller's struct ends before max_decode_query_len */
+    e->pa.max_decode_query_len = -1;
     EXPECT_OK(bspa_prefill_paged(&e->pa, NULL));
   }
   {

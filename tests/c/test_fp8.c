@@ -607,7 +607,7 @@ Test(fp8, paged_scale_errors) {
   EXPECT_OK(bspa_layout_create_dense(&l, HQ));
   bspa_paged_args a;
   EXPECT_OK(bspa_paged_args_init(&a));
-  cr_assert_eq(a.version, 3);
+  cr_assert_eq(a.version, BSPA_PAGED_ARGS_VERSION);
   cr_assert(a.k_scale == NULL && a.v_scale == NULL);
   a.q = &tq.t;
   a.out = &to.t;
@@ -634,7 +634,7 @@ Test(fp8, paged_scale_errors) {
   a.v_scale = &tvs.t;
   a.version = 2; /* a version 2 caller cannot pass scales: fp8 pages need version 3 */
   EXPECT_STATUS(bspa_prefill_paged(&a, NULL), BSPA_ERR_VERSION);
-  a.version = 3;
+  a.version = 3;      /* the version that brought the scales still takes them */
   a.v_pages = &tkb.t; /* K fp8, V bf16 */
   EXPECT_STATUS(bspa_prefill_paged(&a, NULL), BSPA_ERR_DTYPE_MISMATCH);
   a.v_pages = &tv.t;

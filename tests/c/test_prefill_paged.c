@@ -22,7 +22,8 @@ typedef struct pcase {
   int nseq;
   int64_t ctx[MAX_SEQS];
   int32_t qlen[MAX_SEQS];
-  int full_identity; /* also compare with the library's own full prefill (ctx = 0) */
+  int full_identity;            /* also compare with the library's own full prefill (ctx = 0) */
+  int32_t max_decode_query_len; /* bspa_paged_args' (a routing hint on CUDA; 0: none) */
 } pcase;
 
 static uint64_t g_seed;
@@ -181,6 +182,7 @@ static double *run_case(const pcase *c, int full, double *rel_out) {
   a.max_query_len = maxq;
   a.layout = layout;
   a.scale = (float)c->scale;
+  a.max_decode_query_len = c->max_decode_query_len;
   EXPECT_OK(bspa_prefill_paged(&a, NULL));
 
   ref_error err = {0, 0, 0}, lerr = {0, 0, 0};
@@ -285,6 +287,28 @@ Test(prefill_paged, identity_against_full_prefill) {
   cr_expect(worst <= 1e-5, "chunked prefill differs from the full prefill by %.3g", worst);
   free(chunked);
   free(full);
+}
+
+/* max_decode_query_len routes rows between CUDA's kernels and changes nothing else: on the
+ * CPU (no decode kernel) every bound gives the same bytes over the same inputs, each
+ * checked against the reference (bench_gpu_check runs the CUDA routings). */
+Test(prefill_paged, decode_bound_is_a_hint) {
+  static const int32_t bounds[5] = {1, 3, 8, 100, INT32_MAX};
+  pcase c = {"decode-bound",         BSPA_DTYPE_BF16,   8, 2, 64, 16, phi3(0, 8, 0), 8, 1.0 / 128, 5,
+             {0, 1000, 77, 16, 300}, {200, 1, 3, 5, 1}, 0, 0};
+  c.rl.local_blocks = 4;
+  c.rl.vert_stride = 4;
+  const int64_t elems = (int64_t)(200 + 1 + 3 + 5 + 1) * c.hq * c.d;
+  double *base = run_case(&c, 0, NULL);
+  for (int b = 0; b < 5; ++b) {
+    c.max_decode_query_len = bounds[b];
+    --g_case; /* run_case's data follows g_case: the same inputs again */
+    double *got = run_case(&c, 0, NULL);
+    cr_expect(memcmp(got, base, sizeof(double) * (size_t)elems) == 0,
+              "max_decode_query_len = %d changed the CPU's output", bounds[b]);
+    free(got);
+  }
+  free(base);
 }
 
 /* Mixed batches over the configuration matrix; every batch holds aligned and unaligned

@@ -154,6 +154,22 @@ def test_prefill_paged_with_a_cpu_workspace_matches_without():
                                workspace=aligned_bytes(4096, offset=1))
 
 
+def test_prefill_paged_max_decode_query_len_is_a_hint():
+    with one_conversation_pool(7, 80) as (layout, conv, pool, seq):
+        step(pool, layout, [(seq, conv, 0, 80)])
+        k_pages, v_pages = pool.kv(0)
+        metadata = (seq.pages()[None, :], np.array([0, 3], dtype=np.int32), np.array([77], dtype=np.int32))
+        expected = bspa.prefill_paged(conv.q[77:], k_pages, v_pages, *metadata, layout, scale=SCALE)
+        for bound in (1, 2, 8, 1000):
+            # CUDA routes rows by it; the CPU has one path: the same bytes.
+            out = bspa.prefill_paged(conv.q[77:], k_pages, v_pages, *metadata, layout, scale=SCALE,
+                                     max_decode_query_len=bound)
+            np.testing.assert_array_equal(out, expected)
+        with pytest.raises(bspa.InvalidArgumentError, match="max_decode_query_len = -1"):
+            bspa.prefill_paged(conv.q[77:], k_pages, v_pages, *metadata, layout, scale=SCALE,
+                               max_decode_query_len=-1)
+
+
 def test_launch_errors_map_to_exceptions():
     with bspa.Pool(num_kv_heads=HKV, head_dim=D, page_size=PAGE, num_pages=8, dtype="f32") as pool:
         seq = pool.sequence()

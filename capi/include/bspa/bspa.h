@@ -787,7 +787,7 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
 BSPA_API bspa_status bspa_prefill_workspace_bytes(int32_t device_type, int32_t device_id, int32_t head_dim,
                                                   size_t *bytes);
 
-#define BSPA_PAGED_ARGS_VERSION 3
+#define BSPA_PAGED_ARGS_VERSION 4
 /* Bring-your-own cache: the same attention over caller-owned pages. All tensors live
  * on one device (the integer metadata too).
  *  k_pages, v_pages: [num_pages, num_kv_heads, page_size, head_dim], any strides with
@@ -808,6 +808,8 @@ BSPA_API bspa_status bspa_prefill_workspace_bytes(int32_t device_type, int32_t d
  *    tokens on the device and walks only those, so decode sequences and a loose bound
  *    cost it little; with over 128 such sequences (or 65535 tiles) it walks every
  *    (sequence, tile) of the grid instead, empty ones included.
+ *  max_decode_query_len (since version 4): which sequences count as decode rows, as
+ *    vLLM's metadata says (1 for plain decode, 1 + k with k speculative tokens).
  *  FP8 pages (since version 3): k_pages and v_pages of dtype {BSPA_DL_FLOAT8_E4M3FN, 8, 1}
  *    or {kDLUInt, 8, 1} hold e4m3 (BSPA_DTYPE_FP8_E4M3); q and out are then bf16 or f16
  *    (one dtype), and k_scale / v_scale are required. */
@@ -837,11 +839,26 @@ typedef struct bspa_paged_args {
    * device memory back to the host). Read by the launch only while it runs on `stream`. */
   const DLTensor *k_scale;
   const DLTensor *v_scale;
+  /* Since version 4; optional (0, the default: no bound): the longest query among the
+   * sequences the caller treats as decode rows. On CUDA, sequences with 1..min(this, 8)
+   * new tokens take the decode kernel, whose query tile this sizes, and longer ones the
+   * prefill kernel; 0 or a value over 8 leaves the bound at 8. Over device metadata the
+   * launch cannot see the query lengths, so a mixed launch (max_query_len over 8) sizes
+   * the decode tile for 8 new tokens unless told less: a step of plain decode rows beside
+   * a prefill chunk gains from 1 (measured through BSPA_CUDA_DECODE=1, which sets the same
+   * bound for a whole process: bench/NOTES.md, "Engine step", session 11). A hint, never a
+   * promise: any value gives a correct result; a sequence's kernel decides its rounding
+   * (results within the documented tolerance, not bitwise equal across values). The CPU
+   * backend has no decode kernel and ignores it. Negative: BSPA_ERR_INVALID_ARGUMENT. */
+  int32_t max_decode_query_len;
 } bspa_paged_args;
 
 /* Errors: BSPA_ERR_NULL_POINTER. */
 BSPA_API bspa_status bspa_paged_args_init(bspa_paged_args *args);
-/* Errors: as bspa_prefill, plus BSPA_ERR_VERSION; for k_scale / v_scale:
+/* Errors: as bspa_prefill, plus BSPA_ERR_VERSION (version 0 or past
+ * BSPA_PAGED_ARGS_VERSION; a caller built against an older header passes its own version
+ * and the library reads only that version's fields); BSPA_ERR_INVALID_ARGUMENT for a
+ * negative max_query_len or max_decode_query_len; for k_scale / v_scale:
  * BSPA_ERR_NULL_POINTER (missing with FP8 pages, or NULL data), BSPA_ERR_INVALID_ARGUMENT
  * (given with pages that are not FP8; a bad value on CPU), BSPA_ERR_SHAPE_MISMATCH,
  * BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH; for the workspace:

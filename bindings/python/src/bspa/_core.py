@@ -736,7 +736,7 @@ def prefill_paged(q: TensorLike, k_pages: TensorLike, v_pages: TensorLike, block
                   out: Optional[TensorLike] = None, lse: Optional[TensorLike] = None,
                   max_query_len: Optional[int] = None, workspace: Optional[TensorLike] = None,
                   k_scale: Optional[TensorLike] = None, v_scale: Optional[TensorLike] = None,
-                  stream: StreamLike = None) -> TensorLike:
+                  max_decode_query_len: int = 0, stream: StreamLike = None) -> TensorLike:
     """Bring-your-own cache: the same attention over caller-owned pages
     ``[num_pages, num_kv_heads, page_size, head_dim]``. block_table int32
     ``[num_seqs, max_pages]``, query_starts int32 ``[num_seqs + 1]``, context_lens int32
@@ -748,7 +748,14 @@ def prefill_paged(q: TensorLike, k_pages: TensorLike, v_pages: TensorLike, block
 
     FP8 pages: k_pages/v_pages of e4m3 bytes (``torch.float8_e4m3fn``, numpy uint8 or
     ml_dtypes.float8_e4m3fn) with ``k_scale`` and ``v_scale``, float32 ``[num_kv_heads]`` on
-    the same device (value = scale[h] * e4m3); q and out are then bf16 or f16."""
+    the same device (value = scale[h] * e4m3); q and out are then bf16 or f16.
+
+    ``max_decode_query_len`` (0: none): the longest query among the sequences the caller
+    treats as decode rows (vLLM's ``max_decode_query_len``; 1 for plain decode). On CUDA only
+    sequences of up to ``min(max_decode_query_len, 8)`` new tokens take the decode kernel,
+    whose tile it sizes, and longer ones the prefill kernel: a mixed launch over device
+    metadata otherwise sizes the decode tile for 8 new tokens. A hint: any value gives a
+    correct result (the CPU ignores it); negative values raise ``InvalidArgument``."""
     if out is None:
         out = _empty_like(q)
     if max_query_len is None:
@@ -772,6 +779,7 @@ def prefill_paged(q: TensorLike, k_pages: TensorLike, v_pages: TensorLike, block
     args.k_scale = tensor_arg(k_scale, s, keep)
     args.v_scale = tensor_arg(v_scale, s, keep)
     args.max_query_len = int(max_query_len)
+    args.max_decode_query_len = int(max_decode_query_len)
     args.layout = layout._h()
     args.scale = float(scale)
     check(_bspa.bspa_prefill_paged(args, s or None))

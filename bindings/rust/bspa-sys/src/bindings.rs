@@ -14,7 +14,7 @@ pub const BSPA_LAYOUT_STRIDED_OPTIONS_VERSION: u32 = 1;
 pub const BSPA_BATCH_OPTIONS_VERSION: u32 = 1;
 pub const BSPA_KV_WRITE_ARGS_VERSION: u32 = 1;
 pub const BSPA_PREFILL_ARGS_VERSION: u32 = 1;
-pub const BSPA_PAGED_ARGS_VERSION: u32 = 3;
+pub const BSPA_PAGED_ARGS_VERSION: u32 = 4;
 pub const BSPA_KV_LAYOUT_VERSION: u32 = 1;
 pub const BSPA_POOL_MEMORY_VERSION: u32 = 1;
 pub const BSPA_KV_IMPORT_OPTIONS_VERSION: u32 = 1;
@@ -2292,12 +2292,13 @@ pub struct bspa_paged_args {
     pub workspace: *mut DLTensor,
     pub k_scale: *const DLTensor,
     pub v_scale: *const DLTensor,
+    pub max_decode_query_len: i32,
 }
 #[test]
 fn bindgen_test_layout_bspa_paged_args() {
     assert_eq!(
         ::std::mem::size_of::<bspa_paged_args>(),
-        120usize,
+        128usize,
         concat!("Size of: ", stringify!(bspa_paged_args))
     );
     assert_eq!(
@@ -2560,6 +2561,23 @@ fn bindgen_test_layout_bspa_paged_args() {
         );
     }
     test_field_v_scale();
+    fn test_field_max_decode_query_len() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_paged_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_decode_query_len) as usize - ptr as usize
+            },
+            120usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_paged_args),
+                "::",
+                stringify!(max_decode_query_len)
+            )
+        );
+    }
+    test_field_max_decode_query_len();
 }
 extern "C" {
     pub fn bspa_paged_args_init(args: *mut bspa_paged_args) -> bspa_status;

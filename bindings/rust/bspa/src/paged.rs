@@ -54,6 +54,18 @@ pub struct PagedArgs<'a> {
     /// Optional uint8 `[n]` scratch on the tensors' device, 16-byte aligned,
     /// `n >= prefill_workspace_bytes(..)` (a smaller one splits less or not at all).
     pub workspace: Option<&'a mut sys::DLTensor>,
+    /// FP8 pages (`k_pages`/`v_pages` of e4m3 bytes, dtype float8_e4m3fn or uint8; `q` and
+    /// `out` bf16 or f16 then): float32 `[num_kv_heads]` dequantization scales on the
+    /// tensors' device, element `x` of KV head `h` reading as `k_scale[h] * e4m3(x)`
+    /// (`v_scale` for V). Both required with FP8 pages, `None` otherwise.
+    pub k_scale: Option<&'a sys::DLTensor>,
+    /// See `k_scale`.
+    pub v_scale: Option<&'a sys::DLTensor>,
+    /// The longest query among the sequences the caller treats as decode rows (1 for plain
+    /// decode; 0: none). On CUDA only sequences of up to `min(this, 8)` new tokens take the
+    /// decode kernel, whose tile it sizes, and longer ones the prefill kernel. A hint: any
+    /// value gives a correct result (the CPU ignores it); negative is `InvalidArgument`.
+    pub max_decode_query_len: i32,
 }
 
 /// `bspa_prefill_paged` on raw tensors: block-sparse causal attention of the new tokens
@@ -62,7 +74,9 @@ pub struct PagedArgs<'a> {
 /// Errors: as `Pool::prefill`, plus, for the workspace, `ShapeMismatch`, `DtypeMismatch`,
 /// `DeviceMismatch`, `NullPointer` and `InvalidArgument` (not 16-byte aligned); on the CPU
 /// out-of-range page ids or lengths in the metadata are `OutOfRange`; on every device, q
-/// rows with no sequence or `max_query_len` 0 are `OutOfRange`.
+/// rows with no sequence or `max_query_len` 0 are `OutOfRange`. FP8 pages without both
+/// scales are `NullPointer`, scales with other pages `InvalidArgument`, a scale that is not
+/// finite and positive `InvalidArgument` on the CPU (on CUDA the values are the caller's).
 ///
 /// # Safety
 /// The tensors' data must be valid for their shapes, dtypes and device, and stay alive
@@ -85,6 +99,9 @@ pub unsafe fn prefill_paged(args: PagedArgs<'_>, stream: sys::bspa_stream) -> Re
     raw.layout = args.layout.as_raw();
     raw.scale = args.scale;
     raw.workspace = args.workspace.map_or(ptr::null_mut(), |t| t as *mut sys::DLTensor);
+    raw.k_scale = args.k_scale.map_or(ptr::null(), |t| t as *const sys::DLTensor);
+    raw.v_scale = args.v_scale.map_or(ptr::null(), |t| t as *const sys::DLTensor);
+    raw.max_decode_query_len = args.max_decode_query_len;
     check(sys::bspa_prefill_paged(&raw, stream))
 }
 
@@ -255,6 +272,9 @@ pub fn prefill_paged_host<T: Element>(args: HostPagedArgs<'_, T>) -> Result<()> 
                 layout,
                 scale,
                 workspace: tws.as_mut(),
+                k_scale: None,
+                v_scale: None,
+                max_decode_query_len: 0,
             },
             ptr::null_mut(),
         )

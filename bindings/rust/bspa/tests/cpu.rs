@@ -544,6 +544,9 @@ fn prefill_paged_over_the_pools_pages_matches_prefill() {
         layout: &layout,
         scale: SCALE,
         workspace: None,
+        k_scale: None,
+        v_scale: None,
+        max_decode_query_len: 0,
     };
     unsafe { bspa::prefill_paged(args, std::ptr::null_mut()) }.unwrap();
     assert!(rel_l2(&raw_out, &as_f64(&expected)) <= 1e-6);
@@ -721,6 +724,9 @@ fn prefill_paged_errors_carry_the_librarys_message() {
                 layout: &layout,
                 scale: SCALE,
                 workspace: None,
+                k_scale: None,
+                v_scale: None,
+                max_decode_query_len: 0,
             },
             std::ptr::null_mut(),
         )

@@ -108,3 +108,96 @@ fn write_quantizes_and_prefill_dequantizes() {
     assert_eq!(&vb[..codes.len()], &codes[..]);
     assert_eq!(pool.kv_host::<bf16>(0).unwrap_err().kind(), ErrorKind::DtypeMismatch);
 }
+
+fn host_tensor<T>(data: *const T, code: u32, bits: u8, shape: &mut [i64]) -> bspa::sys::DLTensor {
+    use bspa::sys;
+    sys::DLTensor {
+        data: data as *mut std::os::raw::c_void,
+        device: sys::DLDevice { device_type: sys::kDLCPU, device_id: 0 },
+        ndim: shape.len() as i32,
+        dtype: sys::DLDataType { code: code as u8, bits, lanes: 1 },
+        shape: shape.as_mut_ptr(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    }
+}
+
+/// Bring-your-own e4m3 pages: `prefill_paged` over the fp8 pool's own pages and scales gives
+/// the pool's prefill, byte for byte, whatever `max_decode_query_len` says (a CUDA routing
+/// hint); without scales it is refused.
+#[test]
+fn prefill_paged_over_e4m3_pages_with_scales_matches_the_pool() {
+    const HQ: i32 = 4;
+    const T: usize = 21;
+    let pool = fp8_pool(8, 0);
+    pool.set_kv_scales(0, &[0.5, 2.0], &[0.25, 1.5]).unwrap();
+    let mut rng = 12345u64;
+    let mut normal = || {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        bf16::from_f32(((rng >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 3.0)
+    };
+    let k: Vec<bf16> = (0..T * (HKV * D) as usize).map(|_| normal()).collect();
+    let v: Vec<bf16> = (0..T * (HKV * D) as usize).map(|_| normal()).collect();
+    let q: Vec<bf16> = (0..T * (HQ * D) as usize).map(|_| normal()).collect();
+    let layout = Layout::dense(HQ).unwrap();
+    let mut expected = vec![bf16::from_f32(f32::NAN); q.len()];
+    let seq = pool.sequence().unwrap();
+    seq.append(&(0..T as i32).collect::<Vec<_>>()).unwrap();
+    {
+        let batch = pool.batch(&[&seq], &[T as i32]).unwrap();
+        pool.kv_write_host(&batch, 0, &k, &v).unwrap();
+        pool.prefill_host(&batch, 0, &layout, &q, &mut expected, 0.25, None).unwrap();
+    }
+    let (tk, tv) = unsafe { pool.kv(0) }.unwrap();
+    let (ks, vs) = pool.kv_scales(0).unwrap();
+    let pages = seq.pages().unwrap();
+    let (qs, cl) = ([0i32, T as i32], [0i32]);
+    let (mut sq, mut so, mut sbt, mut sqs, mut scl, mut sks, mut svs) = (
+        [T as i64, HQ as i64, D as i64],
+        [T as i64, HQ as i64, D as i64],
+        [1, pages.len() as i64],
+        [2],
+        [1],
+        [HKV as i64],
+        [HKV as i64],
+    );
+    let tq = host_tensor(q.as_ptr(), bspa::sys::kDLBfloat, 16, &mut sq);
+    let tbt = host_tensor(pages.as_ptr(), bspa::sys::kDLInt, 32, &mut sbt);
+    let tqs = host_tensor(qs.as_ptr(), bspa::sys::kDLInt, 32, &mut sqs);
+    let tcl = host_tensor(cl.as_ptr(), bspa::sys::kDLInt, 32, &mut scl);
+    let tks = host_tensor(ks.as_ptr(), bspa::sys::kDLFloat, 32, &mut sks);
+    let tvs = host_tensor(vs.as_ptr(), bspa::sys::kDLFloat, 32, &mut svs);
+    for (bound, scales) in [(0, true), (1, true), (8, true), (0, false)] {
+        let mut out = vec![bf16::from_f32(f32::NAN); q.len()];
+        let mut tout = host_tensor(out.as_mut_ptr(), bspa::sys::kDLBfloat, 16, &mut so);
+        let args = bspa::PagedArgs {
+            q: &tq,
+            out: &mut tout,
+            lse: None,
+            k_pages: &tk,
+            v_pages: &tv,
+            block_table: &tbt,
+            query_starts: &tqs,
+            context_lens: &tcl,
+            max_query_len: T as i32,
+            layout: &layout,
+            scale: 0.25,
+            workspace: None,
+            k_scale: if scales { Some(&tks) } else { None },
+            v_scale: if scales { Some(&tvs) } else { None },
+            max_decode_query_len: bound,
+        };
+        // Every tensor describes live memory of its shape; a CPU launch is synchronous.
+        let result = unsafe { bspa::prefill_paged(args, std::ptr::null_mut()) };
+        if scales {
+            result.unwrap();
+            let same = out.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "max_decode_query_len {}: prefill_paged differs from the pool's prefill", bound);
+        } else {
+            let e = result.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NullPointer, "{}", e.message());
+            assert!(e.message().contains("args->k_scale"), "{}", e.message());
+            assert!(out.iter().all(|x| x.to_f32().is_nan()), "a refused launch wrote out");
+        }
+    }
+}
