@@ -81,6 +81,14 @@ struct MixedResult {
   double whole_bounded_ms = 0;  // the whole with max_decode_query_len = 1 (device metadata; 0: not timed)
 };
 
+// The JSON field of a mixed row's bounded whole (none when it was not timed).
+std::string bounded_field(double ms) {
+  if (ms <= 0) return "";
+  char text[64];
+  std::snprintf(text, sizeof text, ", \"whole_decode_bound_1_ms\": %.5f", ms);
+  return text;
+}
+
 struct Result {
   std::string name;
   int page, q;
@@ -413,9 +421,7 @@ int main(int argc, char **argv) {
           f,
           "    {\"case\": \"%s\", \"layout\": \"%s\", \"whole_ms\": %.5f, \"chunks_ms\": %.5f, \"decode_ms\": %.5f%s}%s\n",
           r.name.c_str(), r.sparse ? "sparse" : "dense", r.whole_ms, r.chunks_ms, r.decode_ms,
-          r.whole_bounded_ms > 0 ? (", \"whole_decode_bound_1_ms\": " + std::to_string(r.whole_bounded_ms)).c_str()
-                                 : "",
-          i + 1 < mixed_rows.size() ? "," : "");
+          bounded_field(r.whole_bounded_ms).c_str(), i + 1 < mixed_rows.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");
     std::fclose(f);

@@ -874,16 +874,18 @@ int main(int argc, char **argv) {
   cases.insert(cases.end(), listed.begin(), listed.end());
   // The caller's decode bound (max_decode_query_len): rows of 1, 2 and 5 new tokens beside a
   // chunk and alone, bounds that send some of them to the prefill kernel (1, 2, 4), the
-  // default's (8) and one past it (100); 16-bit and e4m3 pages.
+  // default's (8) and one past it (100); 16-bit and e4m3 pages (both e4m3 page classes);
+  // last, one sequence of 5 rows over bound 2 (the prefill kernel alone).
   {
     const int bounds[] = {1, 2, 4, 8, 100};
     for (int i = 0; i < (quick ? 3 : 10); ++i) {
       Case c;
       c.hq = 8, c.hkv = 2, c.ps = i % 2 ? 16 : 64, c.layout = i % 3;
-      c.fp8 = i % 4 == 3;
+      c.fp8 = i % 3 == 2;
       c.max_decode_query_len = bounds[i % 5];
       c.seqs = {{700 + 13 * i, 1}, {90, 2}, {1500 + i, 5}, {33, 1}};
       if (i < 5) c.seqs.push_back({2000 + 7 * i, 300});  // a chunk: both kernels
+      if (i == 9) c.seqs = {{1500, 5}}, c.max_decode_query_len = 2;
       cases.push_back(c);
     }
   }

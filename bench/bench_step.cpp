@@ -162,7 +162,10 @@ void expect(bool ok, const char *what, int step) {
 // prefill plus decode rows per step; sequences grow across page boundaries, one finishes and
 // one joins. Each step: plan, replay the graph captured at step 1, read out; then launch the
 // same plan eagerly and compare bitwise; then a one-step batch within bf16 rounding.
-int run_check() {
+// decode_bound: the batch's max_decode_query_len (1: the 3-token rows of every fourth step
+// go to the prefill work list, the 1-token ones to a decode tile sized for one token).
+int run_check_bound(int decode_bound) {
+  std::printf("-- bucket of 8 sequences, max_decode_query_len = %d\n", decode_bound);
   const int layers = 2, max_seqs = 8;
   const int64_t max_tokens = 8 + 2 * 300;
   bspa_pool *pool = make_pool(layers, 4096);
@@ -171,6 +174,7 @@ int run_check() {
   bspa_batch_options_init(&bo);
   bo.max_seqs = max_seqs, bo.max_tokens = max_tokens, bo.max_query_len = 300, bo.max_seq_tokens = 20000;
   bo.fixed_launch_shape = 1;
+  bo.max_decode_query_len = decode_bound;
   bspa_batch *batch = nullptr;
   BSPA_OK_OR_DIE(bspa_batch_create_reusable(&batch, pool, &bo));
   cudaStream_t s;
@@ -337,6 +341,11 @@ int run_check() {
   bspa_layout_destroy(layout);
   bspa_pool_destroy(pool);
   CUDA_OK(cudaStreamDestroy(s));
+  return failures;
+}
+
+int run_check() {
+  for (int bound : {0, 1}) run_check_bound(bound);
   std::printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;
 }

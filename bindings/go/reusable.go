@@ -26,6 +26,12 @@ type BatchOptions struct {
 	// (Batch.Rows), of which the step's new tokens are the first NumTokens; the rows past
 	// them are neither read nor written.
 	FixedLaunchShape bool
+	// MaxDecodeQueryLen is the longest query among the sequences the caller treats as
+	// decode rows (1 for plain decode; zero: no bound, i.e. 8). On CUDA only sequences of up
+	// to that many new tokens (at most 8) take the decode kernel, whose tile a fixed-shape
+	// batch otherwise sizes for min(MaxQueryLen, 8). A hint: every value is correct (the
+	// CPU ignores it); negative is ErrInvalidArgument.
+	MaxDecodeQueryLen int
 }
 
 // NewReusableBatch creates a batch sized once from opts, with no plan yet: Plan replaces
@@ -45,7 +51,8 @@ func (p *Pool) NewReusableBatch(opts BatchOptions) (*Batch, error) {
 	for _, v := range []struct {
 		name  string
 		value int64
-	}{{"MaxSeqs", int64(opts.MaxSeqs)}, {"MaxQueryLen", int64(opts.MaxQueryLen)}} {
+	}{{"MaxSeqs", int64(opts.MaxSeqs)}, {"MaxQueryLen", int64(opts.MaxQueryLen)},
+		{"MaxDecodeQueryLen", int64(opts.MaxDecodeQueryLen)}} {
 		if v.value != int64(int32(v.value)) { // would wrap in the C struct's int32
 			return nil, argError(StatusInvalidArgument, fmt.Sprintf("NewReusableBatch: %s = %d does not fit int32", v.name, v.value))
 		}
@@ -54,6 +61,7 @@ func (p *Pool) NewReusableBatch(opts BatchOptions) (*Batch, error) {
 	o.max_tokens = C.int64_t(opts.MaxTokens)
 	o.max_seq_tokens = C.int64_t(opts.MaxSeqTokens)
 	o.max_query_len = C.int32_t(opts.MaxQueryLen)
+	o.max_decode_query_len = C.int32_t(opts.MaxDecodeQueryLen)
 	if opts.FixedLaunchShape {
 		o.fixed_launch_shape = 1
 	}

@@ -236,6 +236,12 @@ func TestReusableBatchOptionErrors(t *testing.T) {
 		t.Fatalf("max_query_len past max_tokens: %v", err)
 	}
 	opts = reusableOptions(false)
+	opts.MaxDecodeQueryLen = -1
+	if _, err := pool.NewReusableBatch(opts); !errors.Is(err, bspa.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "max_decode_query_len = -1") {
+		t.Fatalf("MaxDecodeQueryLen = -1: %v", err)
+	}
+	opts = reusableOptions(false)
 	opts.MaxSeqs = 1 << 40
 	if _, err := pool.NewReusableBatch(opts); !errors.Is(err, bspa.ErrInvalidArgument) {
 		t.Fatalf("MaxSeqs past int32: %v", err)

@@ -307,7 +307,7 @@ func PrefillWorkspaceBytes(dev Device, headDim int) (int, error) {
 // the attention of Pool.Prefill over caller-owned pages. All tensors live on one device,
 // the integer metadata included.
 type PagedArgs struct {
-	Q   Tensor  // [T_new, Hq, head_dim] of the pages' dtype; Hq = Layout.NumHeads(), a multiple of num_kv_heads
+	Q   Tensor  // [T_new, Hq, head_dim] of the pages' dtype (BF16 or F16 over FP8E4M3 pages); Hq = Layout.NumHeads(), a multiple of num_kv_heads
 	Out Tensor  // like Q; written
 	LSE *Tensor // optional [Hq, T_new] F32: the natural log of each row's softmax denominator; written
 
@@ -322,10 +322,10 @@ type PagedArgs struct {
 	// ContextLens[i] + its query length tokens in its pages, the new tokens' K/V included.
 	ContextLens Tensor
 	MaxQueryLen int // an upper bound of the query lengths (sizes the CUDA grid)
-	// Optional (0: none): the longest query among the sequences the caller treats as decode
-	// rows (1 for plain decode). On CUDA only sequences of up to min(MaxDecodeQueryLen, 8)
-	// new tokens take the decode kernel, whose tile it sizes; a hint: any value is correct.
-	// The CPU ignores it.
+	// The longest query among the sequences the caller treats as decode rows (1 for plain
+	// decode; zero: no bound, i.e. 8). On CUDA only sequences of up to that many new tokens
+	// (at most 8) take the decode kernel, whose tile it sizes, and longer ones the prefill
+	// kernel. A hint: any value is correct; the CPU ignores it.
 	MaxDecodeQueryLen int
 	Layout            *Layout
 	Scale             float32 // multiplies the logits (Phi-3-small: 1/128)

@@ -115,6 +115,9 @@ bspa::kernels::BatchLimits limits_of(const bspa_batch_options &o, const bspa::ca
         "options->max_seq_tokens = ", o.max_seq_tokens, " must be in [1, ", kMax, "]");
   check(o.fixed_launch_shape == 0 || o.fixed_launch_shape == 1, Errc::InvalidArgument,
         "options->fixed_launch_shape = ", o.fixed_launch_shape, " must be 0 or 1");
+  // Version 1 callers' structs end before it.
+  check(o.version < 2 || o.max_decode_query_len >= 0, Errc::InvalidArgument,
+        "options->max_decode_query_len = ", o.max_decode_query_len, " is negative");
   bspa::kernels::BatchLimits l;
   l.max_seqs = o.max_seqs;
   l.max_tokens = o.max_tokens;
@@ -122,6 +125,7 @@ bspa::kernels::BatchLimits limits_of(const bspa_batch_options &o, const bspa::ca
   // No sequence holds more pages than the pool has.
   l.max_pages_per_seq = std::min<int64_t>((o.max_seq_tokens + p.page_size() - 1) / p.page_size(), p.num_pages());
   l.fixed_launch_shape = o.fixed_launch_shape != 0;
+  l.decode_query_bound = o.version >= 2 ? o.max_decode_query_len : 0;
   return l;
 }
 
@@ -189,6 +193,8 @@ BSPA_API bspa_status bspa_batch_plan(bspa_batch *batch, bspa_seq *const *seqs, c
     snapshot(s, p, seqs, query_lens, n);
     bspa::kernels::BatchPlanInput in = plan_input(p, s, query_lens, n);
     in.limits = &batch->limits;
+    if (batch->limits.decode_query_bound > 0)
+      in.decode_max_query_len = std::min(in.decode_max_query_len, batch->limits.decode_query_bound);
     if (batch->step) in.block_table_out = batch->step->next_block_table();
     bspa::kernels::BatchPlan plan = bspa::kernels::plan_batch(in);
     if (batch->step) batch->step->upload(plan, stream);

@@ -33,7 +33,8 @@ static bspa_pool *make_pool(void) {
   return p;
 }
 
-static bspa_batch *make_reusable(bspa_pool *pool, int fixed) {
+/* decode_bound: max_decode_query_len (a CUDA routing hint; the CPU computes the same). */
+static bspa_batch *make_reusable_bounded(bspa_pool *pool, int fixed, int32_t decode_bound) {
   bspa_batch_options o;
   EXPECT_OK(bspa_batch_options_init(&o));
   o.max_seqs = MAXSEQ;
@@ -41,10 +42,13 @@ static bspa_batch *make_reusable(bspa_pool *pool, int fixed) {
   o.max_query_len = 64;
   o.max_seq_tokens = MAXLEN;
   o.fixed_launch_shape = fixed;
+  o.max_decode_query_len = decode_bound;
   bspa_batch *b = NULL;
   EXPECT_OK(bspa_batch_create_reusable(&b, pool, &o));
   return b;
 }
+
+static bspa_batch *make_reusable(bspa_pool *pool, int fixed) { return make_reusable_bounded(pool, fixed, 0); }
 
 static void fill_normal(float *x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = (float)test_rng_normal(&g_rng);
@@ -132,7 +136,7 @@ static bspa_seq *new_seq(bspa_pool *pool) {
 
 /* Steps of a decode loop: chunked prefill and decode rows mixed, sequences growing across
  * page boundaries, one finishing and one joining. */
-static void decode_loop(int fixed) {
+static void decode_loop(int fixed, int32_t decode_bound) {
   bspa_pool *pool = make_pool();
   bspa_layout *layout = NULL;
   bspa_layout_strided_options lo;
@@ -143,7 +147,7 @@ static void decode_loop(int fixed) {
   lo.local_blocks = 2;
   lo.vert_stride = 3;
   EXPECT_OK(bspa_layout_create_strided(&layout, &lo));
-  bspa_batch *b = make_reusable(pool, fixed);
+  bspa_batch *b = make_reusable_bounded(pool, fixed, decode_bound);
   bspa_seq *seqs[MAXSEQ];
   int32_t qlens[MAXSEQ];
   const int32_t first[4] = {37, 5, 31, 1};
@@ -182,8 +186,13 @@ static void decode_loop(int fixed) {
   bspa_pool_destroy(pool);
 }
 
-Test(reusable_batch, decode_loop_equals_one_step_batches) { decode_loop(0); }
-Test(reusable_batch, decode_loop_fixed_shape_equals_one_step_batches) { decode_loop(1); }
+Test(reusable_batch, decode_loop_equals_one_step_batches) { decode_loop(0, 0); }
+Test(reusable_batch, decode_loop_fixed_shape_equals_one_step_batches) { decode_loop(1, 0); }
+/* A bound on decode rows routes CUDA's launches; plans and results stay those of one-step batches. */
+Test(reusable_batch, decode_loop_with_a_decode_bound_equals_one_step_batches) {
+  decode_loop(0, 1);
+  decode_loop(1, 2);
+}
 
 Test(reusable_batch, refusals_keep_the_previous_plan) {
   bspa_pool *pool = make_pool();
@@ -306,6 +315,14 @@ Test(reusable_batch, option_errors) {
   o.fixed_launch_shape = 2;
   EXPECT_STATUS(bspa_batch_create_reusable(&b, pool, &o), BSPA_ERR_INVALID_ARGUMENT);
   o.fixed_launch_shape = 0;
+  o.max_decode_query_len = -1;
+  EXPECT_STATUS(bspa_batch_create_reusable(&b, pool, &o), BSPA_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(bspa_last_error(), "max_decode_query_len = -1") != NULL, "%s", bspa_last_error());
+  o.version = 1; /* a version 1 caller's struct ends before max_decode_query_len: never read */
+  EXPECT_OK(bspa_batch_create_reusable(&b, pool, &o));
+  bspa_batch_destroy(b);
+  o.version = BSPA_BATCH_OPTIONS_VERSION;
+  o.max_decode_query_len = 0;
   o.max_seq_tokens = 0;
   EXPECT_STATUS(bspa_batch_create_reusable(&b, pool, &o), BSPA_ERR_INVALID_ARGUMENT);
   o.max_seq_tokens = 1000;

@@ -117,6 +117,9 @@ def test_option_errors_name_the_limit():
     with make_pool() as pool:
         with pytest.raises(bspa.InvalidArgumentError, match="max_query_len = 65"):
             pool.reusable_batch(max_seqs=4, max_tokens=64, max_seq_tokens=1000, max_query_len=65)
+        with pytest.raises(bspa.InvalidArgumentError, match="max_decode_query_len = -1"):
+            pool.reusable_batch(max_seqs=4, max_tokens=64, max_seq_tokens=1000, max_decode_query_len=-1)
+        pool.reusable_batch(max_seqs=4, max_tokens=64, max_seq_tokens=1000, max_decode_query_len=1).close()
         with pytest.raises(bspa.InvalidArgumentError, match="max_seqs"):
             pool.reusable_batch(max_seqs=0, max_tokens=64, max_seq_tokens=1000)
         with pytest.raises(bspa.InvalidArgumentError, match="max_seq_tokens"):

@@ -602,7 +602,7 @@ BSPA_API void bspa_batch_destroy(bspa_batch *batch);
  * device addresses. That is what lets a runtime capture a step's launches (bspa_kv_write and
  * bspa_prefill of every layer) in a CUDA graph once per batch-size bucket and replay it for
  * later steps after re-planning: see fixed_launch_shape. */
-#define BSPA_BATCH_OPTIONS_VERSION 1
+#define BSPA_BATCH_OPTIONS_VERSION 2
 typedef struct bspa_batch_options {
   uint32_t version;      /* BSPA_BATCH_OPTIONS_VERSION (bspa_batch_options_init) */
   int32_t max_seqs;      /* sequences a plan may hold, >= 1 (required) */
@@ -622,6 +622,15 @@ typedef struct bspa_batch_options {
    * are the first T_new; the rows past them are neither read nor written. Eager launches of
    * such a batch compute exactly what its replays compute (bitwise). */
   int32_t fixed_launch_shape;
+  /* Since version 2; optional (0, the default: no bound): the longest query among the
+   * sequences the caller treats as decode rows (1 for plain decode, 1 + k with k
+   * speculative tokens), as bspa_paged_args.max_decode_query_len: on CUDA it lowers the
+   * decode bound to itself when smaller (0: no bound of the caller's), sequences with
+   * 1..bound new tokens taking the decode kernel and longer ones the prefill work list. Plans see every query length, so only fixed_launch_shape batches need it for
+   * speed: their decode tile is sized for min(max_query_len, 8) new tokens otherwise (a
+   * mixed bucket's graph sizes it for 8). A hint: every value is correct; a sequence's
+   * kernel decides its rounding. The CPU ignores it. Negative: BSPA_ERR_INVALID_ARGUMENT. */
+  int32_t max_decode_query_len;
 } bspa_batch_options;
 
 /* Sets every field to its default (version set, limits 0: set max_seqs, max_tokens and
@@ -799,13 +808,16 @@ BSPA_API bspa_status bspa_prefill_workspace_bytes(int32_t device_type, int32_t d
  *    context_lens[i] + (query_starts[i+1] - query_starts[i]) tokens in its pages,
  *    the new tokens' K/V included.
  *  max_query_len: an upper bound of the query lengths (sizes the CUDA grid). On CUDA,
- *    at most 8 sends every row to the decode kernel (its key split sized from the block
- *    table's width); above 8 with several sequences, both the prefill and the decode
- *    kernel are launched (the metadata stays on the device), each skipping the other's
- *    sequences; above 8 with one sequence, only the prefill kernel. (Pool batches route
- *    exactly: bspa_batch_create sees the lengths.) On compute capability 9.0 the prefill
- *    kernel of such a launch lists the query tiles of the sequences with more than 8 new
- *    tokens on the device and walks only those, so decode sequences and a loose bound
+ *    with the decode bound (8, lowered by max_decode_query_len below, by BSPA_CUDA_DECODE,
+ *    and to 64 / group for GQA groups over 8; 0 where the device lacks the decode kernel's
+ *    shared memory), a max_query_len at most the bound sends every row to the decode
+ *    kernel (its key split sized from the block table's width); above the bound with
+ *    several sequences, both the prefill and the decode kernel are launched (the metadata
+ *    stays on the device), each skipping the other's sequences; above it with one
+ *    sequence, only the prefill kernel. (Pool batches route exactly: bspa_batch_create
+ *    sees the lengths.) On compute capability 9.0 the prefill kernel of such a launch
+ *    lists the query tiles of the sequences with more new tokens than the bound on the
+ *    device and walks only those, so decode sequences and a loose bound
  *    cost it little; with over 128 such sequences (or 65535 tiles) it walks every
  *    (sequence, tile) of the grid instead, empty ones included.
  *  max_decode_query_len (since version 4): which sequences count as decode rows, as
@@ -839,10 +851,12 @@ typedef struct bspa_paged_args {
    * device memory back to the host). Read by the launch only while it runs on `stream`. */
   const DLTensor *k_scale;
   const DLTensor *v_scale;
-  /* Since version 4; optional (0, the default: no bound): the longest query among the
-   * sequences the caller treats as decode rows. On CUDA, sequences with 1..min(this, 8)
-   * new tokens take the decode kernel, whose query tile this sizes, and longer ones the
-   * prefill kernel; 0 or a value over 8 leaves the bound at 8. Over device metadata the
+  /* Since version 4; optional (0, the default: no bound of the caller's): the longest query
+   * among the sequences the caller treats as decode rows. On CUDA it lowers the decode
+   * bound (max_query_len above) to itself when it is smaller: sequences with 1..bound new
+   * tokens take the decode kernel, whose query tile the bound sizes, and longer ones the
+   * prefill kernel (a launch of one such sequence runs the prefill kernel only); 0 or a
+   * value of 8 and over leaves the bound as it was. Over device metadata the
    * launch cannot see the query lengths, so a mixed launch (max_query_len over 8) sizes
    * the decode tile for 8 new tokens unless told less: a step of plain decode rows beside
    * a prefill chunk gains from 1 (measured through BSPA_CUDA_DECODE=1, which sets the same

@@ -293,7 +293,7 @@ class Pool(_Handle):
         return batch
 
     def reusable_batch(self, *, max_seqs: int, max_tokens: int, max_seq_tokens: int, max_query_len: int = 0,
-                       fixed_launch_shape: bool = False) -> "ReusableBatch":
+                       fixed_launch_shape: bool = False, max_decode_query_len: int = 0) -> "ReusableBatch":
         """A batch sized once from limits and re-planned every step with
         :meth:`ReusableBatch.plan` (bspa_batch_create_reusable): a CUDA pool allocates its
         device metadata, staging buffers and split workspace here, so later plans and
@@ -303,8 +303,12 @@ class Pool(_Handle):
         ``fixed_launch_shape=True`` sizes every launch from the limits (a CUDA graph captured
         once replays after any later plan): q, out, k and v then have exactly ``max_tokens``
         rows (lse ``max_tokens`` columns), of which the step's tokens are the first
-        ``num_tokens``; the rest are neither read nor written. InvalidArgumentError names a
-        limit out of its range."""
+        ``num_tokens``; the rest are neither read nor written. ``max_decode_query_len``: the
+        longest query of the rows the caller treats as decode rows (1 for plain decode; 0:
+        no bound, i.e. 8); on CUDA only sequences of up to that many new tokens (at most 8)
+        take the decode kernel, whose tile a fixed-shape batch otherwise sizes for
+        ``min(max_query_len, 8)`` (a hint: every value is correct; the CPU ignores it).
+        InvalidArgumentError names a limit out of its range."""
         options = _bspa.bspa_batch_options()
         check(_bspa.bspa_batch_options_init(options))
         options.max_seqs = max_seqs
@@ -312,6 +316,7 @@ class Pool(_Handle):
         options.max_seq_tokens = max_seq_tokens
         options.max_query_len = max_query_len
         options.fixed_launch_shape = int(bool(fixed_launch_shape))
+        options.max_decode_query_len = max_decode_query_len
         status, handle = _bspa.bspa_batch_create_reusable(self._h(), options)
         check(status)
         batch = ReusableBatch(self, handle, int(max_seqs), int(max_tokens), int(max_seq_tokens),
@@ -750,12 +755,13 @@ def prefill_paged(q: TensorLike, k_pages: TensorLike, v_pages: TensorLike, block
     ml_dtypes.float8_e4m3fn) with ``k_scale`` and ``v_scale``, float32 ``[num_kv_heads]`` on
     the same device (value = scale[h] * e4m3); q and out are then bf16 or f16.
 
-    ``max_decode_query_len`` (0: none): the longest query among the sequences the caller
-    treats as decode rows (vLLM's ``max_decode_query_len``; 1 for plain decode). On CUDA only
-    sequences of up to ``min(max_decode_query_len, 8)`` new tokens take the decode kernel,
-    whose tile it sizes, and longer ones the prefill kernel: a mixed launch over device
-    metadata otherwise sizes the decode tile for 8 new tokens. A hint: any value gives a
-    correct result (the CPU ignores it); negative values raise ``InvalidArgument``."""
+    ``max_decode_query_len``: the longest query among the sequences the caller treats as
+    decode rows (vLLM's ``max_decode_query_len``; 1 for plain decode; 0, the default: no
+    bound, i.e. 8). On CUDA only sequences of up to that many new tokens (at most 8) take
+    the decode kernel, whose tile it sizes, and longer ones the prefill kernel: a mixed
+    launch over device metadata otherwise sizes the decode tile for 8 new tokens. A hint:
+    any value gives a correct result (the CPU ignores it); a negative one raises
+    ``InvalidArgumentError``."""
     if out is None:
         out = _empty_like(q)
     if max_query_len is None:

@@ -11,7 +11,7 @@ pub const BSPA_POOL_OPTIONS_VERSION: u32 = 2;
 pub const BSPA_POOL_INFO_VERSION: u32 = 1;
 pub const BSPA_SEQ_OPTIONS_VERSION: u32 = 1;
 pub const BSPA_LAYOUT_STRIDED_OPTIONS_VERSION: u32 = 1;
-pub const BSPA_BATCH_OPTIONS_VERSION: u32 = 1;
+pub const BSPA_BATCH_OPTIONS_VERSION: u32 = 2;
 pub const BSPA_KV_WRITE_ARGS_VERSION: u32 = 1;
 pub const BSPA_PREFILL_ARGS_VERSION: u32 = 1;
 pub const BSPA_PAGED_ARGS_VERSION: u32 = 4;
@@ -1874,6 +1874,7 @@ pub struct bspa_batch_options {
     pub max_tokens: i64,
     pub max_seq_tokens: i64,
     pub fixed_launch_shape: i32,
+    pub max_decode_query_len: i32,
 }
 #[test]
 fn bindgen_test_layout_bspa_batch_options() {
@@ -1989,6 +1990,23 @@ fn bindgen_test_layout_bspa_batch_options() {
         );
     }
     test_field_fixed_launch_shape();
+    fn test_field_max_decode_query_len() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_batch_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_decode_query_len) as usize - ptr as usize
+            },
+            36usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_batch_options),
+                "::",
+                stringify!(max_decode_query_len)
+            )
+        );
+    }
+    test_field_max_decode_query_len();
 }
 extern "C" {
     pub fn bspa_batch_options_init(options: *mut bspa_batch_options) -> bspa_status;

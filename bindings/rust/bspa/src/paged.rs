@@ -27,8 +27,9 @@ pub fn prefill_workspace_bytes(device: Device, head_dim: i32) -> Result<usize> {
 /// only (the library keeps no pointer).
 #[derive(Debug)]
 pub struct PagedArgs<'a> {
-    /// `[T_new, Hq, head_dim]` of the pages' dtype, last dimension contiguous; `Hq` is the
-    /// layout's head count and a multiple of `num_kv_heads`.
+    /// `[T_new, Hq, head_dim]` of the pages' dtype (bf16 or f16 over FP8 pages), last
+    /// dimension contiguous; `Hq` is the layout's head count and a multiple of
+    /// `num_kv_heads`.
     pub q: &'a sys::DLTensor,
     /// Like `q`; written by the launch.
     pub out: &'a mut sys::DLTensor,
@@ -62,8 +63,9 @@ pub struct PagedArgs<'a> {
     /// See `k_scale`.
     pub v_scale: Option<&'a sys::DLTensor>,
     /// The longest query among the sequences the caller treats as decode rows (1 for plain
-    /// decode; 0: none). On CUDA only sequences of up to `min(this, 8)` new tokens take the
-    /// decode kernel, whose tile it sizes, and longer ones the prefill kernel. A hint: any
+    /// decode; 0: no bound, i.e. 8). On CUDA only sequences of up to that many new tokens
+    /// (at most 8) take the decode kernel, whose tile it sizes, and longer ones the prefill
+    /// kernel. A hint: any
     /// value gives a correct result (the CPU ignores it); negative is `InvalidArgument`.
     pub max_decode_query_len: i32,
 }

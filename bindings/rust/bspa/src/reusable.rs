@@ -28,6 +28,12 @@ pub struct BatchOptions {
     /// of which the step's new tokens are the first [`Batch::num_tokens`]; the rows past them
     /// are neither read nor written.
     pub fixed_launch_shape: bool,
+    /// The longest query among the sequences the caller treats as decode rows (1 for plain
+    /// decode; 0: no bound, i.e. 8). On CUDA only sequences of up to that many new tokens (at
+    /// most 8) take the decode kernel, whose tile a fixed-shape batch otherwise sizes for
+    /// `min(max_query_len, 8)`. A hint: every value is correct (the CPU ignores it);
+    /// negative is `InvalidArgument`.
+    pub max_decode_query_len: i32,
 }
 
 /// A batch re-planned every step: [`ReusableBatch::plan`] replaces its plan, and it derefs to
@@ -69,6 +75,7 @@ impl Pool {
         raw.max_seq_tokens = options.max_seq_tokens;
         raw.max_query_len = options.max_query_len;
         raw.fixed_launch_shape = i32::from(options.fixed_launch_shape);
+        raw.max_decode_query_len = options.max_decode_query_len;
         let mut batch = ptr::null_mut();
         check(unsafe { sys::bspa_batch_create_reusable(&mut batch, self.as_raw(), &raw) })?;
         let mut options = *options;

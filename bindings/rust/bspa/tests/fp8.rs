@@ -124,7 +124,7 @@ fn host_tensor<T>(data: *const T, code: u32, bits: u8, shape: &mut [i64]) -> bsp
 
 /// Bring-your-own e4m3 pages: `prefill_paged` over the fp8 pool's own pages and scales gives
 /// the pool's prefill, byte for byte, whatever `max_decode_query_len` says (a CUDA routing
-/// hint); without scales it is refused.
+/// hint); a negative bound, or pages without their scales, are refused.
 #[test]
 fn prefill_paged_over_e4m3_pages_with_scales_matches_the_pool() {
     const HQ: i32 = 4;
@@ -167,7 +167,7 @@ fn prefill_paged_over_e4m3_pages_with_scales_matches_the_pool() {
     let tcl = host_tensor(cl.as_ptr(), bspa::sys::kDLInt, 32, &mut scl);
     let tks = host_tensor(ks.as_ptr(), bspa::sys::kDLFloat, 32, &mut sks);
     let tvs = host_tensor(vs.as_ptr(), bspa::sys::kDLFloat, 32, &mut svs);
-    for (bound, scales) in [(0, true), (1, true), (8, true), (0, false)] {
+    for (bound, scales) in [(0, true), (1, true), (8, true), (-1, true), (0, false)] {
         let mut out = vec![bf16::from_f32(f32::NAN); q.len()];
         let mut tout = host_tensor(out.as_mut_ptr(), bspa::sys::kDLBfloat, 16, &mut so);
         let args = bspa::PagedArgs {
@@ -189,7 +189,11 @@ fn prefill_paged_over_e4m3_pages_with_scales_matches_the_pool() {
         };
         // Every tensor describes live memory of its shape; a CPU launch is synchronous.
         let result = unsafe { bspa::prefill_paged(args, std::ptr::null_mut()) };
-        if scales {
+        if bound < 0 {
+            let e = result.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{}", e.message());
+            assert!(e.message().contains("args->max_decode_query_len = -1"), "{}", e.message());
+        } else if scales {
             result.unwrap();
             let same = out.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "max_decode_query_len {}: prefill_paged differs from the pool's prefill", bound);

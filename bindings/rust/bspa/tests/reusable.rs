@@ -28,6 +28,7 @@ fn options(fixed: bool) -> BatchOptions {
         max_seq_tokens: 300,
         max_query_len: 40,
         fixed_launch_shape: fixed,
+        max_decode_query_len: 0,
     }
 }
 
@@ -222,6 +223,9 @@ fn option_errors_name_the_limit() {
     assert!(err.message().contains("max_seqs"), "{}", err);
     let err = pool.reusable_batch(&BatchOptions { max_query_len: 65, ..options(false) }).unwrap_err();
     assert!(err.message().contains("max_query_len = 65"), "{}", err);
+    let err = pool.reusable_batch(&BatchOptions { max_decode_query_len: -1, ..options(false) }).unwrap_err();
+    assert!(err.message().contains("max_decode_query_len = -1"), "{}", err);
+    pool.reusable_batch(&BatchOptions { max_decode_query_len: 1, ..options(true) }).unwrap();
     let err = pool.reusable_batch(&BatchOptions { max_seq_tokens: 0, ..options(false) }).unwrap_err();
     assert!(err.message().contains("max_seq_tokens"), "{}", err);
     let b = pool.reusable_batch(&BatchOptions { max_query_len: 0, ..options(false) }).unwrap();
