@@ -19,6 +19,7 @@
 #include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/prefill_sm80.hpp"
 #include "kernels/cuda/prefill_sm90.hpp"
+#include "kernels/decode_routing.hpp"
 
 namespace bspa::kernels {
 namespace {
@@ -314,37 +315,34 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   prm.layout = cuda::device_layout(layout, device.device(), stream);
   if (layout.kind == Layout::Kind::Dense) prm.layout.block_size = 64;
 
-  // Routing: sequences with 1..decode_max new tokens go to the decode kernel, the others to
-  // a prefill kernel, both launched here on the stream (the decode kernel after the
-  // prefill kernel, overlapping its last CTAs on compute capability 9.0; below). decode_max is the planned bound,
-  // lowered where the decode kernel cannot take the rows: q x group must fit its 64-row
-  // tile (GQA groups over 8, MQA) and its shared memory must fit the device (GPUs with
-  // under 120 KB a block: sm86/sm89). Which sequences are short is known on the host for
-  // pool batches (decode_seqs). For device metadata it is not: when max_query_len allows
-  // both kinds and there are several sequences, both kernels run, each skipping the
-  // other's sequences; a single sequence over decode_max rows is taken for a prefill (its
-  // rows, if fewer, are the prefill kernel's), so a prefill pays no empty decode launch.
-  // Every check comes before the first launch (a failed call writes nothing).
-  const int32_t planned = cuda_decode_max_query_len();
-  // The caller's bound (bspa_paged_args.max_decode_query_len) narrows the routing as
-  // BSPA_CUDA_DECODE=N does for a process: the same rule, per launch.
-  const int32_t routed = p.decode_query_bound > 0 ? std::min(planned, p.decode_query_bound) : planned;
-  int32_t decode_max = std::min(routed, decode::kMaxRows / prm.group);
+  // Routing (kernels/decode_routing.hpp): sequences with 1..route.bound new tokens go to the
+  // decode kernel, the others to a prefill kernel, both launched here on the stream (the
+  // decode kernel after the prefill kernel, overlapping its last CTAs on compute capability
+  // 9.0; below). The bound is the process's (BSPA_CUDA_DECODE) lowered by the caller's
+  // (max_decode_query_len) and where the decode kernel cannot take the rows: q x group must
+  // fit its 64-row tile (GQA groups over 8, MQA) and its shared memory the device (GPUs
+  // with under 120 KB a block: sm86/sm89). Which sequences are short is known on the host
+  // for pool batches (decode_seqs); over device metadata both kernels run when there are
+  // several sequences, each skipping the other's. Every check comes before the first
+  // launch (a failed call writes nothing).
   const size_t max_shared = static_cast<size_t>(cuda::max_shared_bytes_per_block(device.device()));
-  if (decode_max > 0 &&
-      (p.num_seqs > 65535 ||
-       decode::shared_bytes(p.head_dim, std::min(p.max_query_len, decode_max) * prm.group, e4m3) > max_shared))
-    decode_max = 0;
-  const bool known = p.decode_seqs >= 0;
-  const bool route_decode =
-      decode_max > 0 && (p.max_query_len <= decode_max || (known ? p.decode_seqs > 0 : p.num_seqs > 1));
-  prm.decode_max_query_len = route_decode ? decode_max : 0;
-  // A pool batch's work list leaves out the sequences of up to `planned` new tokens: where
-  // this launch routes fewer of them to the decode kernel, the prefill covers every
-  // sequence through the grid instead (skipping only the ones decode computes).
+  DecodeRouteInput route_in;
+  route_in.process_bound = cuda_decode_max_query_len();
+  route_in.caller_bound = p.decode_query_bound;
+  route_in.group = prm.group;
+  route_in.max_tile_rows = decode::kMaxRows;
+  route_in.num_seqs = p.num_seqs;
+  route_in.max_query_len = p.max_query_len;
+  route_in.decode_seqs = p.decode_seqs;
+  const DecodeRoute route = route_decode_rows(
+      route_in, [&](int32_t rows) { return decode::shared_bytes(p.head_dim, rows, e4m3) <= max_shared; });
+  const bool route_decode = route.decode, any_prefill = route.prefill;
+  prm.decode_max_query_len = route.bound;
+  // A pool batch's work list leaves out the sequences of up to its plan's bound: where this
+  // launch routes fewer of them to the decode kernel, the prefill covers every sequence
+  // through the grid instead (skipping only the ones decode computes).
   PrefillProblem prefill = p;
   if (prefill.work && prm.decode_max_query_len != p.work_excludes_up_to) prefill.work = nullptr;
-  const bool any_prefill = p.max_query_len > prm.decode_max_query_len;
   // Both kernels on compute capability 9.0: the decode grid starts on the SMs the
   // prefill's last CTAs leave idle (decode::Overlap::previous), so each takes its own part
   // of the split workspace (bspa_prefill_workspace_bytes sizes both; a smaller caller
@@ -370,13 +368,13 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   if (route_decode) {
     // Rows: the launch's largest decode q (known for pool batches) times the group.
     const int32_t max_q =
-        p.decode_max_q > 0 ? std::min(p.decode_max_q, decode_max) : std::min(p.max_query_len, decode_max);
+        p.decode_max_q > 0 ? std::min(p.decode_max_q, route.bound) : std::min(p.max_query_len, route.bound);
     split.rows = max_q * prm.group;
     // Items to fill the GPU with: the decode sequences (all of them over device metadata,
     // where the decode ones are not known; the CTAs of the others exit at once). Units are
     // indexed by the sequence's place in the batch, so the workspace bounds the splits by
     // every sequence's units.
-    const int64_t items = static_cast<int64_t>(known ? p.decode_seqs : p.num_seqs) * p.num_kv_heads;
+    const int64_t items = static_cast<int64_t>(p.decode_seqs >= 0 ? p.decode_seqs : p.num_seqs) * p.num_kv_heads;
     // The workspace: a counter per indexed item (an owned one's fixed area), then the units.
     check(!kept_clear || indexed <= p.split.kept_clear_counters, Errc::Internal, "a launch of ", p.num_seqs,
           " sequences x ", p.num_kv_heads, " KV heads over a batch workspace with ", p.split.kept_clear_counters,
