@@ -8,6 +8,12 @@
 
 namespace bspa::kernels {
 
+// The process's bound lowered by the caller's (0: none): what a plan leaves out of its work
+// list and what a launch starts its routing from.
+inline int32_t wanted_decode_bound(int32_t process_bound, int32_t caller_bound) {
+  return caller_bound > 0 ? std::min(process_bound, caller_bound) : process_bound;
+}
+
 struct DecodeRouteInput {
   // The process's bound: cuda_decode_max_query_len() (BSPA_CUDA_DECODE, else
   // kCudaDecodeMaxQueryLen); 0 turns the decode kernel off.
@@ -38,7 +44,7 @@ struct DecodeRoute {
 // then pays no empty decode launch).
 template <class TileFits>
 DecodeRoute route_decode_rows(const DecodeRouteInput &in, TileFits &&tile_fits) {
-  const int32_t wanted = in.caller_bound > 0 ? std::min(in.process_bound, in.caller_bound) : in.process_bound;
+  const int32_t wanted = wanted_decode_bound(in.process_bound, in.caller_bound);
   int32_t bound = in.group > 0 ? std::min(wanted, in.max_tile_rows / in.group) : 0;
   if (bound > 0 && (in.num_seqs > in.max_grid_seqs || !tile_fits(std::min(in.max_query_len, bound) * in.group)))
     bound = 0;
