@@ -147,6 +147,9 @@ BatchPtr create_reusable(bspa_pool *pool, int32_t max_seqs, int64_t max_tokens, 
   bo.max_tokens = max_tokens;
   bo.max_seq_tokens = max_seq_tokens;
   bo.fixed_launch_shape = fixed ? 1 : 0;
+  // The engine's decode rows are one token each (engine.cpp): a fixed-shape bucket that also
+  // holds prompt chunks would otherwise size the CUDA decode tile for 8 new tokens.
+  bo.max_decode_query_len = 1;
   bspa_batch *raw = nullptr;
   DEMO_OK(bspa_batch_create_reusable(&raw, pool, &bo));
   return BatchPtr(raw);
