@@ -119,7 +119,9 @@ def test_option_errors_name_the_limit():
             pool.reusable_batch(max_seqs=4, max_tokens=64, max_seq_tokens=1000, max_query_len=65)
         with pytest.raises(bspa.InvalidArgumentError, match="max_decode_query_len = -1"):
             pool.reusable_batch(max_seqs=4, max_tokens=64, max_seq_tokens=1000, max_decode_query_len=-1)
-        pool.reusable_batch(max_seqs=4, max_tokens=64, max_seq_tokens=1000, max_decode_query_len=1).close()
+        bounded = pool.reusable_batch(max_seqs=4, max_tokens=64, max_seq_tokens=1000, max_decode_query_len=1)
+        assert bounded.max_decode_query_len == 1
+        bounded.close()
         with pytest.raises(bspa.InvalidArgumentError, match="max_seqs"):
             pool.reusable_batch(max_seqs=0, max_tokens=64, max_seq_tokens=1000)
         with pytest.raises(bspa.InvalidArgumentError, match="max_seq_tokens"):

@@ -320,7 +320,8 @@ class Pool(_Handle):
         status, handle = _bspa.bspa_batch_create_reusable(self._h(), options)
         check(status)
         batch = ReusableBatch(self, handle, int(max_seqs), int(max_tokens), int(max_seq_tokens),
-                              int(max_query_len) or int(max_tokens), bool(fixed_launch_shape))
+                              int(max_query_len) or int(max_tokens), bool(fixed_launch_shape),
+                              int(max_decode_query_len))
         self._batches.add(batch)  # closed with the pool, before it
         return batch
 
@@ -686,11 +687,12 @@ class ReusableBatch(Batch):
     thread (one stream) at a time; plan and launch on the same stream."""
 
     def __init__(self, pool: Pool, handle, max_seqs: int, max_tokens: int, max_seq_tokens: int,
-                 max_query_len: int, fixed_launch_shape: bool) -> None:
+                 max_query_len: int, fixed_launch_shape: bool, max_decode_query_len: int = 0) -> None:
         super().__init__(pool, handle, [], np.zeros(0, dtype=np.int32))
         self.max_seqs, self.max_tokens, self.max_seq_tokens = max_seqs, max_tokens, max_seq_tokens
         self.max_query_len = max_query_len
         self.fixed_launch_shape = fixed_launch_shape
+        self.max_decode_query_len = max_decode_query_len
         self.planned = False
 
     def plan(self, sequences: Seq["Sequence"], query_lens: Iterable[int], stream: StreamLike = None) -> None:
