@@ -38,7 +38,8 @@ struct DecodeRoute {
 };
 
 // tile_fits(rows): whether the decode kernel's shared memory for a tile of `rows` rows fits
-// the device. The decode kernel is launched when its rows may exist: every row is within the
+// the device. Nothing is launched for a launch without rows (max_query_len 0). The decode
+// kernel is launched when its rows may exist: every row is within the
 // bound, or (with longer rows too) some sequence is known to be within it, or, over device
 // metadata, there are several sequences (a single one over the bound is a prefill, which
 // then pays no empty decode launch).
@@ -50,7 +51,8 @@ DecodeRoute route_decode_rows(const DecodeRouteInput &in, TileFits &&tile_fits) 
     bound = 0;
   const bool known = in.decode_seqs >= 0;
   DecodeRoute r;
-  r.decode = bound > 0 && (in.max_query_len <= bound || (known ? in.decode_seqs > 0 : in.num_seqs > 1));
+  r.decode = bound > 0 && in.max_query_len >= 1 &&
+             (in.max_query_len <= bound || (known ? in.decode_seqs > 0 : in.num_seqs > 1));
   r.bound = r.decode ? bound : 0;
   r.prefill = in.max_query_len > r.bound;
   return r;

@@ -241,6 +241,14 @@ func TestReusableBatchOptionErrors(t *testing.T) {
 		!strings.Contains(err.Error(), "max_decode_query_len = -1") {
 		t.Fatalf("MaxDecodeQueryLen = -1: %v", err)
 	}
+	opts = reusableOptions(true)
+	opts.MaxDecodeQueryLen = 1
+	bounded, err := pool.NewReusableBatch(opts)
+	must(t, err)
+	if got, ok := bounded.Reusable(); !ok || got.MaxDecodeQueryLen != 1 {
+		t.Fatalf("Reusable() = %+v, %v", got, ok)
+	}
+	must(t, bounded.Close())
 	opts = reusableOptions(false)
 	opts.MaxSeqs = 1 << 40
 	if _, err := pool.NewReusableBatch(opts); !errors.Is(err, bspa.ErrInvalidArgument) {

@@ -1,6 +1,7 @@
 /* The ABI skeleton: versions, status strings, last error, options versions, symbol
  * hygiene and loading through dlopen. */
 #include <dlfcn.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,6 +190,25 @@ Test(abi, options_structs_reject_version_zero_and_unknown_versions) {
   EXPECT_STATUS(bspa_kv_write_args_init(NULL), BSPA_ERR_NULL_POINTER);
   EXPECT_STATUS(bspa_prefill_args_init(NULL), BSPA_ERR_NULL_POINTER);
   bspa_pool_destroy(pool);
+}
+
+/* Fields added since ABI 3 took padding: the structs keep their ABI 3 sizes and offsets, so
+ * a binary built against an older header that calls this library's _init (which writes the
+ * whole struct it knows) is not written past its end. A struct that must grow past its size
+ * needs an ABI bump instead. LP64 targets (the ones CUDA and the bindings support). */
+Test(abi, launch_structs_keep_their_abi3_layout) {
+#if UINTPTR_MAX == UINT64_MAX
+  cr_expect_eq(sizeof(bspa_paged_args), 120);
+  cr_expect_eq(offsetof(bspa_paged_args, max_query_len), 72);
+  cr_expect_eq(offsetof(bspa_paged_args, max_decode_query_len), 76); /* version 4 */
+  cr_expect_eq(offsetof(bspa_paged_args, layout), 80);
+  cr_expect_eq(offsetof(bspa_paged_args, v_scale), 112);
+  cr_expect_eq(sizeof(bspa_batch_options), 40);
+  cr_expect_eq(offsetof(bspa_batch_options, fixed_launch_shape), 32);
+  cr_expect_eq(offsetof(bspa_batch_options, max_decode_query_len), 36); /* version 2 */
+#else
+  cr_skip_test("the layout is pinned for LP64 targets");
+#endif
 }
 
 Test(abi, destroy_functions_accept_null) {

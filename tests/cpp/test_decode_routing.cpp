@@ -46,7 +46,9 @@ Test(decode_routing, device_metadata) {
   expect_route(route(phi3(64, 2048)), 8, true, true, "a chunk among decode rows: both kernels");
   expect_route(route(phi3(1, 2048)), 0, false, true, "one long sequence: the prefill alone");
   expect_route(route(phi3(1, 5)), 8, true, false, "one short sequence: the decode kernel alone");
-  expect_route(route(phi3(3, 0)), 8, true, false, "no rows at all: nothing to prefill");
+  expect_route(route(phi3(1, 8)), 8, true, false, "one sequence of exactly the bound: the decode kernel");
+  expect_route(route(phi3(1, 9)), 0, false, true, "one sequence just past the bound: the prefill");
+  expect_route(route(phi3(3, 0)), 0, false, false, "no rows at all: nothing launched");
 }
 
 Test(decode_routing, pool_batches_know_their_decode_sequences) {
@@ -63,6 +65,8 @@ Test(decode_routing, the_callers_bound_only_lowers_the_processs) {
   expect_route(route(in), 1, true, true, "bound 1, rows up to 3");
   in.num_seqs = 1;
   expect_route(route(in), 0, false, true, "bound 1, one sequence of 3 rows: the prefill alone");
+  in.max_query_len = 1;
+  expect_route(route(in), 1, true, false, "bound 1, batch-1 decode: the decode kernel");
   in = phi3(64, 2048);
   in.caller_bound = 100;
   expect_route(route(in), 8, true, true, "a bound over the process's leaves it");
@@ -103,8 +107,8 @@ Test(decode_routing, device_limits) {
     return true;
   });
   cr_expect_eq(asked, 2 * 4, "rows %d", asked);
-  in = phi3(70000, 1);  // past the grid's 65535 sequences
-  expect_route(route(in), 0, false, true, "too many sequences for the decode grid");
+  expect_route(route(phi3(65535, 1)), 8, true, false, "a full decode grid");
+  expect_route(route(phi3(65536, 1)), 0, false, true, "one sequence more than the decode grid holds");
 }
 
 // Exhaustively: whatever the inputs, a sequence of q rows (0 < q <= max_query_len) is

@@ -622,14 +622,17 @@ typedef struct bspa_batch_options {
    * are the first T_new; the rows past them are neither read nor written. Eager launches of
    * such a batch compute exactly what its replays compute (bitwise). */
   int32_t fixed_launch_shape;
-  /* Since version 2; optional (0, the default: no bound): the longest query among the
-   * sequences the caller treats as decode rows (1 for plain decode, 1 + k with k
-   * speculative tokens), as bspa_paged_args.max_decode_query_len: on CUDA it lowers the
-   * decode bound to itself when smaller (0: no bound of the caller's), sequences with
-   * 1..bound new tokens taking the decode kernel and longer ones the prefill work list. Plans see every query length, so only fixed_launch_shape batches need it for
-   * speed: their decode tile is sized for min(max_query_len, 8) new tokens otherwise (a
-   * mixed bucket's graph sizes it for 8). A hint: every value is correct; a sequence's
-   * kernel decides its rounding. The CPU ignores it. Negative: BSPA_ERR_INVALID_ARGUMENT. */
+  /* Since version 2, in what was tail padding (the struct keeps its size); optional (0,
+   * the default: no bound of the caller's): the longest query among the sequences the
+   * caller treats as decode rows (1 for plain decode, 1 + k with k speculative tokens), as
+   * bspa_paged_args.max_decode_query_len. On CUDA it lowers the decode bound (8, or what
+   * BSPA_CUDA_DECODE and the GQA group allow) to itself when smaller: sequences with
+   * 1..bound new tokens take the decode kernel, longer ones the prefill kernel. Plans see
+   * every query length, so only fixed_launch_shape batches need it for speed: their decode
+   * tile is otherwise sized for the bound or max_query_len, whichever is smaller (a mixed
+   * bucket's graph sizes it for 8 new tokens). A hint: every value is correct; a
+   * sequence's kernel decides its rounding. The CPU ignores it. Negative:
+   * BSPA_ERR_INVALID_ARGUMENT. */
   int32_t max_decode_query_len;
 } bspa_batch_options;
 
@@ -836,6 +839,23 @@ typedef struct bspa_paged_args {
   const DLTensor *query_starts;
   const DLTensor *context_lens;
   int32_t max_query_len;
+  /* Since version 4, in what was padding on 64-bit targets (the struct keeps its size and
+   * every other offset, so a binary built against an older header that calls this
+   * library's bspa_paged_args_init is not written past its end); optional (0, the default:
+   * no bound of the caller's): the longest query among the sequences the caller treats as
+   * decode rows. On CUDA it lowers the decode bound (max_query_len above) to itself when
+   * it is smaller: sequences with 1..bound new tokens take the decode kernel, whose query
+   * tile the bound sizes, and longer ones the prefill kernel (a launch of one such
+   * sequence runs the prefill kernel only); 0 or a value of 8 and over leaves the bound as
+   * it was. Over device metadata the launch cannot see the query lengths, so a mixed
+   * launch (max_query_len over 8) sizes the decode tile for 8 new tokens unless told
+   * less: a step of plain decode rows beside a prefill chunk gains from 1 (measured
+   * through BSPA_CUDA_DECODE=1, which sets the same bound for a whole process:
+   * bench/NOTES.md, "Engine step", session 11). A hint, never a promise: any value gives a
+   * correct result; a sequence's kernel decides its rounding (results within the
+   * documented tolerance, not bitwise equal across values). The CPU backend has no decode
+   * kernel and ignores it. Negative: BSPA_ERR_INVALID_ARGUMENT. */
+  int32_t max_decode_query_len;
   const bspa_layout *layout;
   float scale;
   /* Since version 2; optional (NULL): device scratch, uint8 [n] on the tensors' device,
@@ -851,20 +871,6 @@ typedef struct bspa_paged_args {
    * device memory back to the host). Read by the launch only while it runs on `stream`. */
   const DLTensor *k_scale;
   const DLTensor *v_scale;
-  /* Since version 4; optional (0, the default: no bound of the caller's): the longest query
-   * among the sequences the caller treats as decode rows. On CUDA it lowers the decode
-   * bound (max_query_len above) to itself when it is smaller: sequences with 1..bound new
-   * tokens take the decode kernel, whose query tile the bound sizes, and longer ones the
-   * prefill kernel (a launch of one such sequence runs the prefill kernel only); 0 or a
-   * value of 8 and over leaves the bound as it was. Over device metadata the
-   * launch cannot see the query lengths, so a mixed launch (max_query_len over 8) sizes
-   * the decode tile for 8 new tokens unless told less: a step of plain decode rows beside
-   * a prefill chunk gains from 1 (measured through BSPA_CUDA_DECODE=1, which sets the same
-   * bound for a whole process: bench/NOTES.md, "Engine step", session 11). A hint, never a
-   * promise: any value gives a correct result; a sequence's kernel decides its rounding
-   * (results within the documented tolerance, not bitwise equal across values). The CPU
-   * backend has no decode kernel and ignores it. Negative: BSPA_ERR_INVALID_ARGUMENT. */
-  int32_t max_decode_query_len;
 } bspa_paged_args;
 
 /* Errors: BSPA_ERR_NULL_POINTER. */

@@ -2305,18 +2305,18 @@ pub struct bspa_paged_args {
     pub query_starts: *const DLTensor,
     pub context_lens: *const DLTensor,
     pub max_query_len: i32,
+    pub max_decode_query_len: i32,
     pub layout: *const bspa_layout,
     pub scale: f32,
     pub workspace: *mut DLTensor,
     pub k_scale: *const DLTensor,
     pub v_scale: *const DLTensor,
-    pub max_decode_query_len: i32,
 }
 #[test]
 fn bindgen_test_layout_bspa_paged_args() {
     assert_eq!(
         ::std::mem::size_of::<bspa_paged_args>(),
-        128usize,
+        120usize,
         concat!("Size of: ", stringify!(bspa_paged_args))
     );
     assert_eq!(
@@ -2494,6 +2494,23 @@ fn bindgen_test_layout_bspa_paged_args() {
         );
     }
     test_field_max_query_len();
+    fn test_field_max_decode_query_len() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<bspa_paged_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_decode_query_len) as usize - ptr as usize
+            },
+            76usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(bspa_paged_args),
+                "::",
+                stringify!(max_decode_query_len)
+            )
+        );
+    }
+    test_field_max_decode_query_len();
     fn test_field_layout() {
         assert_eq!(
             unsafe {
@@ -2579,23 +2596,6 @@ fn bindgen_test_layout_bspa_paged_args() {
         );
     }
     test_field_v_scale();
-    fn test_field_max_decode_query_len() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<bspa_paged_args>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).max_decode_query_len) as usize - ptr as usize
-            },
-            120usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(bspa_paged_args),
-                "::",
-                stringify!(max_decode_query_len)
-            )
-        );
-    }
-    test_field_max_decode_query_len();
 }
 extern "C" {
     pub fn bspa_paged_args_init(args: *mut bspa_paged_args) -> bspa_status;

@@ -225,7 +225,9 @@ fn option_errors_name_the_limit() {
     assert!(err.message().contains("max_query_len = 65"), "{}", err);
     let err = pool.reusable_batch(&BatchOptions { max_decode_query_len: -1, ..options(false) }).unwrap_err();
     assert!(err.message().contains("max_decode_query_len = -1"), "{}", err);
-    pool.reusable_batch(&BatchOptions { max_decode_query_len: 1, ..options(true) }).unwrap();
+    let bounded = pool.reusable_batch(&BatchOptions { max_decode_query_len: 1, ..options(true) }).unwrap();
+    assert_eq!(bounded.options().max_decode_query_len, 1);
+    drop(bounded);
     let err = pool.reusable_batch(&BatchOptions { max_seq_tokens: 0, ..options(false) }).unwrap_err();
     assert!(err.message().contains("max_seq_tokens"), "{}", err);
     let b = pool.reusable_batch(&BatchOptions { max_query_len: 0, ..options(false) }).unwrap();
