@@ -267,10 +267,17 @@ void time_kv_write(int T) {
   uint16_t *dk = gpu::upload(host), *dv = gpu::upload(host);
   std::vector<int32_t> tokens(static_cast<size_t>(T));
   for (int i = 0; i < T; ++i) tokens[static_cast<size_t>(i)] = i;
-  for (bspa_dtype dt : {BSPA_DTYPE_BF16, BSPA_DTYPE_FP8_E4M3}) {
+  // fp8 twice: a calibrated scale (4.5 / 448: the correctly rounded division) and a power
+  // of two (2^-6: a multiply by its exact reciprocal, as vLLM's default scale of 1 takes).
+  const struct {
+    bspa_dtype dt;
+    float scale;
+  } configs[] = {{BSPA_DTYPE_BF16, 0.0f}, {BSPA_DTYPE_FP8_E4M3, 4.5f / 448.0f}, {BSPA_DTYPE_FP8_E4M3, 0x1p-6f}};
+  for (const auto &config : configs) {
+    const bspa_dtype dt = config.dt;
     bspa_pool *p = make_pool(true, dt, hkv, d, ps, pages);
     if (dt == BSPA_DTYPE_FP8_E4M3) {
-      const std::vector<float> s(hkv, 4.5f / 448.0f);
+      const std::vector<float> s(hkv, config.scale);
       BSPA_OK_OR_DIE(bspa_pool_set_kv_scales(p, 0, s.data(), s.data(), hkv));
     }
     bspa_seq *s = seq_of(p, tokens);
@@ -296,7 +303,10 @@ void time_kv_write(int T) {
     const double med = ms[ms.size() / 2];
     const double elems = 2.0 * T * hkv * d, bytes = elems * (2 + (dt == BSPA_DTYPE_BF16 ? 2 : 1));
     std::printf("TIME kv_write %s T %d: %.4f ms, %.1f GB/s of the %.1f MB it moves\n",
-                dt == BSPA_DTYPE_BF16 ? "bf16 (copy)" : "fp8 (quantize)", T, med, bytes / med / 1e6, bytes / 1e6);
+                dt == BSPA_DTYPE_BF16     ? "bf16 (copy)"
+                : config.scale == 0x1p-6f ? "fp8 (quantize, scale 2^-6)"
+                                          : "fp8 (quantize, scale 4.5/448)",
+                T, med, bytes / med / 1e6, bytes / 1e6);
     CUDA_OK(cudaEventDestroy(e0));
     CUDA_OK(cudaEventDestroy(e1));
     bspa_batch_destroy(b);

@@ -99,16 +99,37 @@ BSPA_HOST_DEVICE inline uint8_t quantize_e4m3(float x, float scale) {
 // ulp(q) * ulp(scale) >= 2^-126, still normal, and nothing overflows; a group with any
 // other quotient (zeros, whose sign the fma would lose; NaN, inf; the far tails) is
 // divided instead. Quotients in [2^-40, 2^-10) and (448, 2^40] stay on the fast path
-// (e4m3 rounds them to zero or saturates them either way).
+// (e4m3 rounds them to zero or saturates them either way). A normal power-of-two scale skips
+// all of it: x times its exact reciprocal is the quotient itself.
 struct ScaleDivider {
   float scale, recip;
   bool fast;  // the scale in [2^-40, 2^40]
-  BSPA_HOST_DEVICE explicit ScaleDivider(float s) : scale(s), recip(1.0f / s), fast(s >= 0x1p-40f && s <= 0x1p40f) {}
+  // A normal power of two, whose reciprocal is exact (2^-126..2^127, reciprocals down to
+  // the subnormal 2^-127; vLLM's default scale is 1):
+  // x * recip is then x / scale itself, both the one rounding of the same real number, for
+  // every x (zeros keep their sign, NaN and inf pass), so no correction and no range test.
+  bool power_of_two;
+  BSPA_HOST_DEVICE explicit ScaleDivider(float s)
+      : scale(s),
+        recip(1.0f / s),
+        fast(s >= 0x1p-40f && s <= 0x1p40f),
+        power_of_two(s >= 0x1p-126f && s <= 0x1p127f && (fp8_f32_bits(s) & 0x7fffffu) == 0) {}
   // y[j] = x(j) / scale for j < N, x(j) giving the j-th value (called again for a group
   // that is divided, so the values need not stay in registers meanwhile). Returns whether
   // the fast rule gave them, which tells that none of the x was NaN.
   template <int N, class Values>
   BSPA_HOST_DEVICE bool divide(Values x, float (&y)[N]) const {
+    if (power_of_two) {
+      bool numbers = true;  // false: some x is NaN
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+      for (int j = 0; j < N; ++j) {
+        y[j] = x(j) * recip;
+        numbers &= y[j] == y[j];
+      }
+      return numbers;
+    }
     bool in_range = fast;
 #ifdef __CUDA_ARCH__
 #pragma unroll

@@ -97,5 +97,24 @@ Test(scale_divider, fast_path_taken_and_left) {
   cr_expect_not(divider.divide<16>([&](int j) { return x[j]; }, y), "a zero took the fast rule");
   for (int j = 0; j < 16; ++j) cr_expect_eq(fp8_f32_bits(y[j]), fp8_f32_bits(x[j] / 0.37f), "value %d", j);
   cr_expect(std::signbit(y[5]), "-0 / scale keeps its sign");
-  cr_expect_not(ScaleDivider(0x1p-41f).divide<16>([&](int j) { return x[j] + 1.0f; }, y), "a scale under 2^-40");
+  cr_expect_not(ScaleDivider(0x1.8p-41f).divide<16>([&](int j) { return x[j] + 1.0f; }, y), "a scale under 2^-40");
+}
+
+// Powers of two multiply by their exact reciprocal, every value of a group, zeros and
+// extreme quotients included; only a NaN sends the group to the caller's NaN handling.
+Test(scale_divider, powers_of_two_multiply) {
+  float x[16], y[16];
+  for (int j = 0; j < 16; ++j) x[j] = 0.1f * static_cast<float>(j + 1);
+  x[3] = -0.0f, x[4] = 0x1p-133f, x[5] = 3e38f;
+  for (float s : {1.0f, 0x1p-41f, 0x1p100f, 0x1p-126f, 0x1p127f}) {
+    const ScaleDivider divider(s);
+    cr_expect(divider.power_of_two, "%a is a power of two", static_cast<double>(s));
+    cr_expect(divider.divide<16>([&](int j) { return x[j]; }, y), "scale %a: the multiply was not taken",
+              static_cast<double>(s));
+    for (int j = 0; j < 16; ++j) cr_expect_eq(fp8_f32_bits(y[j]), fp8_f32_bits(x[j] / s), "value %d", j);
+  }
+  x[7] = NAN;
+  cr_expect_not(ScaleDivider(1.0f).divide<16>([&](int j) { return x[j]; }, y), "a NaN was not reported");
+  cr_expect_not(ScaleDivider(0x1p-127f).power_of_two, "a subnormal scale keeps the general rule");
+  cr_expect_not(ScaleDivider(0.37f).power_of_two, "0.37");
 }
