@@ -14,6 +14,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cuda/attention_params.hpp"
+#include "kernels/decode_split_plan.hpp"
 
 namespace bspa::kernels::decode {
 
@@ -59,13 +60,7 @@ size_t counter_bytes(int64_t items);
 constexpr int32_t ctas_per_sm(bool e4m3_pages, int32_t max_rows) { return e4m3_pages && max_rows <= 16 ? 3 : 2; }
 constexpr int32_t kMostCtasPerSm = 3;  // the largest ctas_per_sm (sizes the workspace)
 
-// Splits for `items` (sequence, KV head) items whose longest key range is `max_keys` tokens,
-// on `sms` SMs of `ctas_per_sm` CTAs each, with room for `capacity_units` units: one wave of
-// CTAs spread evenly over the SMs (decode_split.cpp says why), each split at least 16 key
-// tiles; 1 (no split) when the items alone fill half the CTA slots or there is no room,
-// unless even_out_waves and they fill one to two waves, which splits fill more evenly.
-int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int32_t ctas_per_sm, int64_t capacity_units,
-                    bool even_out_waves);
+// plan_splits (kernels/decode_split_plan.hpp): the key split of a launch's items.
 
 // What a decode launch overlaps through programmatic dependent launch (compute capability
 // 9.0+; false elsewhere).

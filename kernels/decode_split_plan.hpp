@@ -1,0 +1,71 @@
+// The decode kernel's key split: how many CTAs share one (sequence, KV head) item's keys.
+// Host arithmetic only, header-only so that the CPU build tests the measured choices
+// (tests/cpp/test_decode_split_plan.cpp); the CUDA launch and batch upload call it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace bspa::kernels::decode {
+
+// The tuning constants of plan_splits.
+namespace split_plan {
+// A split's key range is at least this many 64-token tiles (1024 keys), so the fixed cost
+// of a CTA (Q, listing, filling the pipeline, its share of the merge) stays small against
+// its loads.
+inline constexpr int64_t kMinSplitTiles = 16;
+// Splits this long keep two CTAs per SM busy long enough to pay for the second one's
+// fixed cost; shorter ones run one CTA per SM.
+inline constexpr int64_t kLongSplitTiles = 64;
+// Splits that only even out the last of several waves (plan_splits): at most this many, and
+// only for a gain of more than this fraction of the slots' use.
+inline constexpr int64_t kMaxWaveSplits = 4;
+inline constexpr int64_t kMinWaveSplitTiles = 32;
+inline constexpr double kMinWaveGain = 0.05;
+inline constexpr int64_t kMaxSplits = 256;
+}  // namespace split_plan
+
+// Measured on the H200 (bench/NOTES.md, "CUDA decode"): the kernel is memory bound, so a
+// launch runs best as ONE wave of equal CTAs spread evenly over the SMs. A partial second
+// wave is a tail (8 x 128k with 5 splits: 320 CTAs on 264 slots, 1.30 ms against 0.97 ms
+// with 4), and more waves than needed pay each CTA's fixed cost again (33 splits: 1.00 ms).
+// So: as many splits as fill the CTA slots without passing them, or, when that leaves each
+// split short, one CTA per SM (1 x 32k: 16 splits, 45 us; 32 splits, 50 us).
+//
+// Items that fill between one and two waves split only to fill their second: at three CTAs
+// an SM (e4m3 pages) 64 x 8k = 512 items on 396 slots are 1.3 waves, 65% of the slots busy
+// on average, and the SMs of the thin second wave run one CTA each, which cannot pull an
+// SM's share of the bandwidth; in 3 splits they are 1536 CTAs, 97% (0.315 -> 0.281 ms). A
+// split must gain more than kMinWaveGain of the slots' use and keep kMinWaveSplitTiles a
+// split. Over more waves the CTAs no longer run in step and splitting only adds merges
+// (measured: 128 x 4k in 3 splits and 256 x 2k in 2, both e4m3, 9-14% slower). Sparse
+// layouts list about half the tiles, so their splits are short: 64 x 8k strided e4m3 ran 7%
+// slower in 3 splits; the caller turns this off for them (even_out_waves).
+//
+// Splits for `items` (sequence, KV head) items whose longest key range is `max_keys` tokens,
+// on `sms` SMs of `ctas_per_sm` CTAs each, with room for `capacity_units` units: one wave of
+// CTAs spread evenly over the SMs, each split at least 16 key tiles; 1 (no split) when the
+// items alone fill half the CTA slots or there is no room, unless even_out_waves and they
+// fill one to two waves, which splits fill more evenly.
+inline int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int32_t ctas_per_sm, int64_t capacity_units,
+                           bool even_out_waves) {
+  using namespace split_plan;
+  if (items <= 0 || sms <= 0 || max_keys <= 0) return 1;
+  const int64_t slots = int64_t{std::max(ctas_per_sm, 1)} * sms;
+  const int64_t tiles = (max_keys + 63) / 64;
+  if (items * 2 > slots) {
+    if (!even_out_waves || items >= 2 * slots) return 1;
+    auto use = [&](int64_t ctas) { return double(ctas) / double((ctas + slots - 1) / slots * slots); };
+    int64_t best = 1;
+    double best_use = use(items);
+    for (int64_t s = 2; s <= kMaxWaveSplits && tiles / s >= kMinWaveSplitTiles && items * s <= capacity_units; ++s)
+      if (use(items * s) > best_use + kMinWaveGain) best = s, best_use = use(items * s);
+    return static_cast<int32_t>(best);
+  }
+  int64_t splits = slots / items;
+  if (tiles / splits < kLongSplitTiles) splits = std::max<int64_t>(1, sms / items);
+  splits = std::min({splits, (tiles + kMinSplitTiles - 1) / kMinSplitTiles, capacity_units / items, kMaxSplits});
+  return static_cast<int32_t>(std::max<int64_t>(splits, 1));
+}
+
+}  // namespace bspa::kernels::decode
