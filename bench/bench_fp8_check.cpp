@@ -272,7 +272,10 @@ void time_kv_write(int T) {
   const struct {
     bspa_dtype dt;
     float scale;
-  } configs[] = {{BSPA_DTYPE_BF16, 0.0f}, {BSPA_DTYPE_FP8_E4M3, 4.5f / 448.0f}, {BSPA_DTYPE_FP8_E4M3, 0x1p-6f}};
+    const char *name;
+  } configs[] = {{BSPA_DTYPE_BF16, 0.0f, "bf16 (copy)"},
+                 {BSPA_DTYPE_FP8_E4M3, 4.5f / 448.0f, "fp8 (quantize, scale 4.5/448)"},
+                 {BSPA_DTYPE_FP8_E4M3, 0x1p-6f, "fp8 (quantize, scale 2^-6)"}};
   for (const auto &config : configs) {
     const bspa_dtype dt = config.dt;
     bspa_pool *p = make_pool(true, dt, hkv, d, ps, pages);
@@ -302,11 +305,8 @@ void time_kv_write(int T) {
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
     const double elems = 2.0 * T * hkv * d, bytes = elems * (2 + (dt == BSPA_DTYPE_BF16 ? 2 : 1));
-    std::printf("TIME kv_write %s T %d: %.4f ms, %.1f GB/s of the %.1f MB it moves\n",
-                dt == BSPA_DTYPE_BF16     ? "bf16 (copy)"
-                : config.scale == 0x1p-6f ? "fp8 (quantize, scale 2^-6)"
-                                          : "fp8 (quantize, scale 4.5/448)",
-                T, med, bytes / med / 1e6, bytes / 1e6);
+    std::printf("TIME kv_write %s T %d: %.4f ms, %.1f GB/s of the %.1f MB it moves\n", config.name, T, med,
+                bytes / med / 1e6, bytes / 1e6);
     CUDA_OK(cudaEventDestroy(e0));
     CUDA_OK(cudaEventDestroy(e1));
     bspa_batch_destroy(b);

@@ -5,6 +5,7 @@
 
 #include "common/checked_size.hpp"
 #include "common/error.hpp"
+#include "kernels/decode_routing.hpp"
 #include "kernels/tile_alignment.hpp"
 
 namespace bspa::kernels {
@@ -118,7 +119,9 @@ BatchPlan plan_batch(const BatchPlanInput &in) {
     const int64_t used = (tokens + in.page_size - 1) / in.page_size;
     std::copy(in.pages + in.page_offsets[i], in.pages + in.page_offsets[i] + used, table + i * max_pages);
   }
-  p.decode_max_query_len = std::max(in.decode_max_query_len, 0);
+  // The backend's bound, lowered by a reusable batch's (its options' max_decode_query_len).
+  p.decode_max_query_len =
+      std::max(wanted_decode_bound(in.decode_max_query_len, in.limits ? in.limits->decode_query_bound : 0), 0);
   for (int32_t i = 0; i < in.num_seqs; ++i) {
     const int32_t q = in.query_lens[i];
     if (q >= 1 && q <= p.decode_max_query_len) {

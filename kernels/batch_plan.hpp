@@ -32,7 +32,7 @@ struct BatchLimits {
   // the work list padded to max_work_items(limits) empty items.
   bool fixed_launch_shape = false;
   // The caller's bound on decode rows (bspa_batch_options.max_decode_query_len; 0 = none):
-  // planning leaves out of the work list only sequences of up to min(this, the backend's)
+  // plan_batch leaves out of the work list only sequences of up to min(this, the backend's)
   // new tokens, which the decode path computes.
   int32_t decode_query_bound = 0;
 };

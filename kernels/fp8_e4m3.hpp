@@ -104,10 +104,10 @@ BSPA_HOST_DEVICE inline uint8_t quantize_e4m3(float x, float scale) {
 struct ScaleDivider {
   float scale, recip;
   bool fast;  // the scale in [2^-40, 2^40]
-  // A normal power of two, whose reciprocal is exact (2^-126..2^127, reciprocals down to
-  // the subnormal 2^-127; vLLM's default scale is 1):
-  // x * recip is then x / scale itself, both the one rounding of the same real number, for
-  // every x (zeros keep their sign, NaN and inf pass), so no correction and no range test.
+  // A normal power of two (2^-126..2^127; vLLM's default scale is 1), whose reciprocal is
+  // exact (down to the subnormal 2^-127): x * recip is then x / scale itself, both the one
+  // rounding of the same real number, for every x (zeros keep their sign, NaN and inf
+  // pass), so no correction and no range test.
   bool power_of_two;
   BSPA_HOST_DEVICE explicit ScaleDivider(float s)
       : scale(s),

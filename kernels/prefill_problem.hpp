@@ -92,11 +92,12 @@ struct PrefillProblem {
   // bound of their context + new tokens (sizes the decode kernel's key split).
   int32_t decode_seqs = -1;
   int64_t decode_max_keys = 0;
-  int32_t decode_max_q = 0;         // their largest new-token count (0 = unknown)
-  int32_t work_excludes_up_to = 0;  // the work list leaves out sequences of 1..this many rows
-  // The caller's bound on decode rows (bspa_paged_args.max_decode_query_len): on CUDA only
-  // sequences of 1..min(this, cuda_decode_max_query_len()) new tokens take the decode kernel,
-  // and its tile is sized for them. 0 = no bound. A hint: any value is correct.
+  int32_t decode_max_q = 0;  // their largest new-token count (0 = unknown)
+  // The bound on decode rows: the caller's (bspa_paged_args.max_decode_query_len), or a
+  // pool batch's plan's, whose work list leaves out the sequences of 1..this many new tokens.
+  // On CUDA only sequences of 1..min(this, cuda_decode_max_query_len()) new tokens take the
+  // decode kernel, and its tile is sized for them. 0 = no bound (a plan's 0: the decode
+  // kernel is off, which routes the same). A hint: any value is correct.
   int32_t decode_query_bound = 0;
 };
 

@@ -648,9 +648,8 @@ func TestPrefillPagedErrorsCarryTheLibrarysMessage(t *testing.T) {
 
 	// Tensors: mismatched K and V shapes; float metadata.
 	shape := []int64{20, hq, dim}
-	bounded := make([]float32, len(own.q))
 	tensors := bspa.PagedArgs{
-		Q: bspa.HostF32(own.q, shape...), Out: bspa.HostF32(bounded, shape...),
+		Q: bspa.HostF32(own.q, shape...), Out: bspa.HostF32(make([]float32, len(own.q)), shape...),
 		KPages: bspa.HostF32(own.k, 4, hkv, page, dim), VPages: bspa.HostF32(own.v, 2, hkv, page, 2*dim),
 		BlockTable: bspa.HostI32(own.blockTable, 1, 2), QueryStarts: bspa.HostI32(own.queryStarts, 2),
 		ContextLens: bspa.HostI32(own.contextLens, 1), MaxQueryLen: 20, Layout: layout, Scale: scale,

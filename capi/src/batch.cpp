@@ -14,7 +14,6 @@
 #include "capi/src/guard.hpp"
 #include "capi/src/handles.hpp"
 #include "common/device.hpp"
-#include "kernels/decode_routing.hpp"
 
 using bspa::Errc;
 using bspa::check;
@@ -194,8 +193,6 @@ BSPA_API bspa_status bspa_batch_plan(bspa_batch *batch, bspa_seq *const *seqs, c
     snapshot(s, p, seqs, query_lens, n);
     bspa::kernels::BatchPlanInput in = plan_input(p, s, query_lens, n);
     in.limits = &batch->limits;
-    in.decode_max_query_len =
-        bspa::kernels::wanted_decode_bound(in.decode_max_query_len, batch->limits.decode_query_bound);
     if (batch->step) in.block_table_out = batch->step->next_block_table();
     bspa::kernels::BatchPlan plan = bspa::kernels::plan_batch(in);
     if (batch->step) batch->step->upload(plan, stream);

@@ -349,10 +349,7 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
       p.decode_max_q = plan.decode_max_q;
     }
     p.work_tile_rows = plan.tile_rows;
-    p.work_excludes_up_to = plan.decode_max_query_len;
-    // The launch routes as the plan did (a reusable batch's bound may be below the backend's).
-    // A plan's 0 means the decode kernel is off for the process (BSPA_CUDA_DECODE=0, or no
-    // CUDA), where "no bound of the caller's" routes the same.
+    // The launch routes as the plan did, and knows which sequences its work list leaves out.
     p.decode_query_bound = plan.decode_max_query_len;
     if (p.total_q == 0) return;
     if (g.cuda)

@@ -338,11 +338,12 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
       route_in, [&](int32_t rows) { return decode::shared_bytes(p.head_dim, rows, e4m3) <= max_shared; });
   const bool route_decode = route.decode, any_prefill = route.prefill;
   prm.decode_max_query_len = route.bound;
-  // A pool batch's work list leaves out the sequences of up to its plan's bound: where this
-  // launch routes fewer of them to the decode kernel, the prefill covers every sequence
-  // through the grid instead (skipping only the ones decode computes).
+  // A pool batch's work list leaves out the sequences of up to its plan's bound
+  // (decode_query_bound): where this launch routes fewer of them to the decode kernel, the
+  // prefill covers every sequence through the grid instead (skipping only the ones decode
+  // computes).
   PrefillProblem prefill = p;
-  if (prefill.work && prm.decode_max_query_len != p.work_excludes_up_to) prefill.work = nullptr;
+  if (prefill.work && prm.decode_max_query_len != p.decode_query_bound) prefill.work = nullptr;
   // Both kernels on compute capability 9.0: the decode grid starts on the SMs the
   // prefill's last CTAs leave idle (decode::Overlap::previous), so each takes its own part
   // of the split workspace (bspa_prefill_workspace_bytes sizes both; a smaller caller

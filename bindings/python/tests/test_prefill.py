@@ -139,35 +139,37 @@ def test_prefill_workspace_bytes_rejects_head_dim_0():
     assert isinstance(caught.value, bspa.BspaError)
 
 
-def test_prefill_paged_with_a_cpu_workspace_matches_without():
-    with one_conversation_pool(5, 75) as (layout, conv, pool, seq):
-        step(pool, layout, [(seq, conv, 0, 75)])
+@contextlib.contextmanager
+def paged_tail(seed, tokens, context):
+    """A conversation of `tokens` tokens written to a pool, and a function that runs
+    bspa.prefill_paged over the pool's own pages for its rows past `context` (keyword
+    arguments passed on)."""
+    with one_conversation_pool(seed, tokens) as (layout, conv, pool, seq):
+        step(pool, layout, [(seq, conv, 0, tokens)])
         k_pages, v_pages = pool.kv(0)
-        metadata = (seq.pages()[None, :], np.array([0, 30], dtype=np.int32), np.array([45], dtype=np.int32))
-        expected = bspa.prefill_paged(conv.q[45:], k_pages, v_pages, *metadata, layout, scale=SCALE)
-        out = bspa.prefill_paged(conv.q[45:], k_pages, v_pages, *metadata, layout, scale=SCALE,
-                                 workspace=aligned_bytes(4096))
-        np.testing.assert_array_equal(out, expected)
+        metadata = (seq.pages()[None, :], np.array([0, tokens - context], dtype=np.int32),
+                    np.array([context], dtype=np.int32))
+        yield lambda **kw: bspa.prefill_paged(conv.q[context:], k_pages, v_pages, *metadata, layout, scale=SCALE,
+                                              **kw)
+
+
+def test_prefill_paged_with_a_cpu_workspace_matches_without():
+    with paged_tail(5, 75, 45) as prefill_tail:
+        expected = prefill_tail()
+        np.testing.assert_array_equal(prefill_tail(workspace=aligned_bytes(4096)), expected)
         # The workspace reaches the library: a misaligned one is refused.
         with pytest.raises(bspa.InvalidArgumentError, match="workspace"):
-            bspa.prefill_paged(conv.q[45:], k_pages, v_pages, *metadata, layout, scale=SCALE,
-                               workspace=aligned_bytes(4096, offset=1))
+            prefill_tail(workspace=aligned_bytes(4096, offset=1))
 
 
 def test_prefill_paged_max_decode_query_len_is_a_hint():
-    with one_conversation_pool(7, 80) as (layout, conv, pool, seq):
-        step(pool, layout, [(seq, conv, 0, 80)])
-        k_pages, v_pages = pool.kv(0)
-        metadata = (seq.pages()[None, :], np.array([0, 3], dtype=np.int32), np.array([77], dtype=np.int32))
-        expected = bspa.prefill_paged(conv.q[77:], k_pages, v_pages, *metadata, layout, scale=SCALE)
+    with paged_tail(7, 80, 77) as prefill_tail:
+        expected = prefill_tail()
         for bound in (1, 2, 8, 1000):
             # CUDA routes rows by it; the CPU has one path: the same bytes.
-            out = bspa.prefill_paged(conv.q[77:], k_pages, v_pages, *metadata, layout, scale=SCALE,
-                                     max_decode_query_len=bound)
-            np.testing.assert_array_equal(out, expected)
+            np.testing.assert_array_equal(prefill_tail(max_decode_query_len=bound), expected)
         with pytest.raises(bspa.InvalidArgumentError, match="max_decode_query_len = -1"):
-            bspa.prefill_paged(conv.q[77:], k_pages, v_pages, *metadata, layout, scale=SCALE,
-                               max_decode_query_len=-1)
+            prefill_tail(max_decode_query_len=-1)
 
 
 def test_launch_errors_map_to_exceptions():

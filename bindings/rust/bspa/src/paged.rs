@@ -65,8 +65,8 @@ pub struct PagedArgs<'a> {
     /// The longest query among the sequences the caller treats as decode rows (1 for plain
     /// decode; 0: no bound, i.e. 8). On CUDA only sequences of up to that many new tokens
     /// (at most 8) take the decode kernel, whose tile it sizes, and longer ones the prefill
-    /// kernel. A hint: any
-    /// value gives a correct result (the CPU ignores it); negative is `InvalidArgument`.
+    /// kernel. A hint: any value gives a correct result (the CPU ignores it); negative is
+    /// `InvalidArgument`.
     pub max_decode_query_len: i32,
 }
 

@@ -2,7 +2,10 @@
 //! and over caller-owned pages with prefill_paged) against a float64 reference built from
 //! the token-level mask (docs/design.md §2).
 
+mod common;
+
 use bspa::{DType, ErrorKind, Layout, Pool, PoolOptions, StridedOptions};
+use common::host_tensor;
 
 const HQ: usize = 4;
 const HKV: usize = 2;
@@ -424,21 +427,6 @@ fn thread_safety_follows_the_header() {
 }
 
 // ---- Bring-your-own cache: prefill_paged / prefill_paged_host / prefill_workspace_bytes ----
-
-/// A host DLTensor over `data` (compact row-major); `shape` must outlive it, and an
-/// output's `data` must come from a mutable borrow.
-fn host_tensor<T>(data: *const T, code: u32, bits: u8, shape: &mut [i64]) -> bspa::sys::DLTensor {
-    use bspa::sys;
-    sys::DLTensor {
-        data: data as *mut std::os::raw::c_void,
-        device: sys::DLDevice { device_type: sys::kDLCPU, device_id: 0 },
-        ndim: shape.len() as i32,
-        dtype: sys::DLDataType { code: code as u8, bits, lanes: 1 },
-        shape: shape.as_mut_ptr(),
-        strides: std::ptr::null_mut(),
-        byte_offset: 0,
-    }
-}
 
 /// The pool's K and V pages of `layer` as slices. The test runs no launch while it reads them.
 fn pool_pages(pool: &Pool, layer: i32) -> (&[f32], &[f32], usize) {

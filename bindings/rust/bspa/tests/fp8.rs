@@ -1,7 +1,10 @@
 //! FP8 (e4m3) pools through the safe crate on the CPU backend: scales, their errors, the
 //! quantization of known values on write, the dequantization by the prefill, capacity.
 
+mod common;
+
 use bspa::{bf16, DType, ErrorKind, Layout, Pool, PoolOptions};
+use common::host_tensor;
 
 const HKV: i32 = 2;
 const D: i32 = 16;
@@ -107,19 +110,6 @@ fn write_quantizes_and_prefill_dequantizes() {
     let (_, vb) = pool.kv_host_fp8(0).unwrap();
     assert_eq!(&vb[..codes.len()], &codes[..]);
     assert_eq!(pool.kv_host::<bf16>(0).unwrap_err().kind(), ErrorKind::DtypeMismatch);
-}
-
-fn host_tensor<T>(data: *const T, code: u32, bits: u8, shape: &mut [i64]) -> bspa::sys::DLTensor {
-    use bspa::sys;
-    sys::DLTensor {
-        data: data as *mut std::os::raw::c_void,
-        device: sys::DLDevice { device_type: sys::kDLCPU, device_id: 0 },
-        ndim: shape.len() as i32,
-        dtype: sys::DLDataType { code: code as u8, bits, lanes: 1 },
-        shape: shape.as_mut_ptr(),
-        strides: std::ptr::null_mut(),
-        byte_offset: 0,
-    }
 }
 
 /// Bring-your-own e4m3 pages: `prefill_paged` over the fp8 pool's own pages and scales gives
