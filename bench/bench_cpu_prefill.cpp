@@ -4,8 +4,9 @@
 //
 //   bench_cpu_prefill [--tokens 2048,8192] [--heads 32] [--reps 3] [--json FILE]
 //
-// Each row: total tokens S, cached prefix C (0 or 3S/4), layout, dtype; the median of
-// --reps runs after one warm-up (the warm-up is skipped for runs over 10 s).
+// Each row: total tokens S, cached prefix C (0, 3S/4, or S - 1: a decode row, one new
+// token), layout, dtype; the median of --reps runs after one warm-up (the warm-up is
+// skipped for runs over 10 s).
 #include <bspa/bspa.h>
 
 #include <CLI/CLI.hpp>
@@ -148,8 +149,8 @@ int main(int argc, char **argv) {
       fill(kp);
       fill(vp);
       fill(q);
-      for (int c = 0; c < 2; ++c) {
-        const int64_t C = c ? S * 3 / 4 : 0, T = S - C;
+      for (int c = 0; c < 3; ++c) {
+        const int64_t C = c == 0 ? 0 : c == 1 ? S * 3 / 4 : S - 1, T = S - C;
         std::vector<int32_t> table(pages);
         for (int64_t i = 0; i < pages; ++i) table[i] = static_cast<int32_t>(i);
         int32_t qs[2] = {0, static_cast<int32_t>(T)}, cl[1] = {static_cast<int32_t>(C)};

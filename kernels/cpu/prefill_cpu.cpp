@@ -1,7 +1,10 @@
-// CPU prefill: one task per (query tile, query head), heaviest tiles first, each an
-// online-softmax pass over the key blocks its rows may see, keys gathered through the
-// block table one chunk of at most kKeyChunk tokens at a time and converted to fp32.
-// Key blocks that no row of the tile may see are skipped without being read.
+// CPU prefill: one task per (query tile, KV head), heaviest tiles first, each an
+// online-softmax pass over the key blocks the rows of the group's query heads may see,
+// keys gathered through the block table one chunk of at most kKeyChunk tokens at a time
+// and converted to fp32 once for every query head of the group (a decode row of a 32/8
+// GQA model converted each key four times when a task was one query head). Key blocks
+// that no row of any head of the group may see are skipped without being read; a head's
+// rows compute exactly what they computed alone (same operations in the same order).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -22,17 +25,19 @@ namespace {
 
 constexpr int kKeyChunk = 64;
 
+// A task's buffers, sized once per launch for the largest tile times the group's heads:
+// row gr = g * rows + r is row r of the group's g-th query head.
 struct Scratch {
   std::vector<float> q, k, kt, v, acc, m, l, s;
   std::vector<uint8_t> allow;
-  void size_for(int rows, int d) {
-    q.resize(static_cast<size_t>(rows) * d);
-    acc.resize(static_cast<size_t>(rows) * d);
+  void size_for(int group_rows, int d) {
+    q.resize(static_cast<size_t>(group_rows) * d);
+    acc.resize(static_cast<size_t>(group_rows) * d);
     k.resize(static_cast<size_t>(kKeyChunk) * d);
     kt.resize(static_cast<size_t>(kKeyChunk) * d);
     v.resize(static_cast<size_t>(kKeyChunk) * d);
-    m.resize(rows);
-    l.resize(rows);
+    m.resize(group_rows);
+    l.resize(group_rows);
     s.resize(kKeyChunk);
   }
 };
@@ -64,12 +69,13 @@ void load_kv_row(const PrefillProblem &p, const void *pages, const float *scales
   }
 }
 
-// Which key blocks each query block of the tile may see: allow[(qb - qb0) * nkb + kb].
-void fill_allowed(const Layout &L, int32_t h, int64_t qb0, int64_t qb1, std::vector<uint8_t> &allow) {
+// Which key blocks each query block of the tile may see under head h:
+// allow[(qb - qb0) * nkb + kb], (qb1 - qb0 + 1) * nkb entries (nkb = qb1 + 1), all written.
+void fill_allowed(const Layout &L, int32_t h, int64_t qb0, int64_t qb1, uint8_t *allow) {
   const int64_t nkb = qb1 + 1;
-  allow.assign(static_cast<size_t>((qb1 - qb0 + 1) * nkb), 0);
+  std::fill(allow, allow + (qb1 - qb0 + 1) * nkb, uint8_t{0});
   for (int64_t qb = qb0; qb <= qb1; ++qb) {
-    uint8_t *row = allow.data() + (qb - qb0) * nkb;
+    uint8_t *row = allow + (qb - qb0) * nkb;
     if (L.kind == Layout::Kind::Csr) {  // walk the row instead of searching it per block
       const int32_t *cr = L.crow.data() + static_cast<int64_t>(h) * (L.num_block_rows + 1) + qb;
       for (int32_t e = cr[0]; e < cr[1]; ++e) row[L.col[e]] = 1;
@@ -84,31 +90,39 @@ void fill_allowed(const Layout &L, int32_t h, int64_t qb0, int64_t qb1, std::vec
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
-void run_tile(const PrefillProblem &p, const WorkItem &w, int32_t h, Scratch &sc) {
+void run_group(const PrefillProblem &p, const WorkItem &w, int32_t kvh, Scratch &sc) {
   const Layout &L = *p.layout;
   const int d = p.head_dim;
   const int64_t B = L.block_size;
   const int32_t ctx = p.context_lens[w.seq];
   const int64_t row0 = static_cast<int64_t>(p.query_starts[w.seq]) + w.q_begin;
   const int nr = w.q_end - w.q_begin;
-  const int32_t kvh = h / (p.num_q_heads / p.num_kv_heads);
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int32_t h0 = kvh * group;  // the group's first query head
   const int64_t p_first = static_cast<int64_t>(ctx) + w.q_begin, p_last = p_first + nr - 1;
   const int64_t qb0 = p_first / B, qb1 = p_last / B, nkb = qb1 + 1;
+  const int64_t allow_per_head = (qb1 - qb0 + 1) * nkb;
   const int32_t *table = p.block_table + w.seq * p.block_table_stride;
 
-  fill_allowed(L, h, qb0, qb1, sc.allow);
-  for (int r = 0; r < nr; ++r) {
-    float *qr = sc.q.data() + static_cast<size_t>(r) * d;
-    cpu::load_f32(p.dtype, element(p.q, p.dtype, (row0 + r) * p.q_token_stride + h * p.q_head_stride), qr, d);
-    for (int i = 0; i < d; ++i) qr[i] *= p.scale;
-    sc.m[r] = -std::numeric_limits<float>::infinity();
-    sc.l[r] = 0.0f;
+  sc.allow.resize(static_cast<size_t>(group * allow_per_head));
+  for (int g = 0; g < group; ++g) {
+    const int32_t h = h0 + g;
+    fill_allowed(L, h, qb0, qb1, sc.allow.data() + g * allow_per_head);
+    for (int r = 0; r < nr; ++r) {
+      const int gr = g * nr + r;
+      float *qr = sc.q.data() + static_cast<size_t>(gr) * d;
+      cpu::load_f32(p.dtype, element(p.q, p.dtype, (row0 + r) * p.q_token_stride + h * p.q_head_stride), qr, d);
+      for (int i = 0; i < d; ++i) qr[i] *= p.scale;
+      sc.m[gr] = -std::numeric_limits<float>::infinity();
+      sc.l[gr] = 0.0f;
+    }
   }
-  std::fill(sc.acc.begin(), sc.acc.begin() + static_cast<size_t>(nr) * d, 0.0f);
+  std::fill(sc.acc.begin(), sc.acc.begin() + static_cast<size_t>(group * nr) * d, 0.0f);
 
   for (int64_t kb = 0; kb <= qb1; ++kb) {
     bool any = false;
-    for (int64_t qb = qb0; qb <= qb1 && !any; ++qb) any = sc.allow[(qb - qb0) * nkb + kb] != 0;
+    for (int g = 0; g < group && !any; ++g)
+      for (int64_t qb = qb0; qb <= qb1 && !any; ++qb) any = sc.allow[g * allow_per_head + (qb - qb0) * nkb + kb] != 0;
     if (!any) continue;
     const int64_t k_end = std::min((kb + 1) * B, p_last + 1);
     for (int64_t c0 = kb * B; c0 < k_end; c0 += kKeyChunk) {
@@ -128,67 +142,75 @@ void run_tile(const PrefillProblem &p, const WorkItem &w, int32_t h, Scratch &sc
       for (int c = 0; c < nc; ++c)
         for (int i = 0; i < d; ++i)
           sc.kt[static_cast<size_t>(i) * kKeyChunk + c] = sc.k[static_cast<size_t>(c) * d + i];
-      for (int r = 0; r < nr; ++r) {
-        const int64_t pos = p_first + r;
-        if (c0 > pos || !sc.allow[(pos / B - qb0) * nkb + kb]) continue;
-        const int ncr = static_cast<int>(std::min<int64_t>(nc, pos - c0 + 1));  // causal within the chunk
-        const float *qr = sc.q.data() + static_cast<size_t>(r) * d;
-        float *logits = sc.s.data();
-        std::fill(logits, logits + kKeyChunk, 0.0f);
-        for (int i = 0; i < d; ++i) {
-          const float qi = qr[i];
-          const float *kti = sc.kt.data() + static_cast<size_t>(i) * kKeyChunk;
+      for (int g = 0; g < group; ++g) {
+        const uint8_t *allow = sc.allow.data() + g * allow_per_head;
+        for (int r = 0; r < nr; ++r) {
+          const int64_t pos = p_first + r;
+          if (c0 > pos || !allow[(pos / B - qb0) * nkb + kb]) continue;
+          const int gr = g * nr + r;
+          const int ncr = static_cast<int>(std::min<int64_t>(nc, pos - c0 + 1));  // causal within the chunk
+          const float *qr = sc.q.data() + static_cast<size_t>(gr) * d;
+          float *logits = sc.s.data();
+          std::fill(logits, logits + kKeyChunk, 0.0f);
+          for (int i = 0; i < d; ++i) {
+            const float qi = qr[i];
+            const float *kti = sc.kt.data() + static_cast<size_t>(i) * kKeyChunk;
 #pragma omp simd
-          for (int c = 0; c < kKeyChunk; ++c) logits[c] += qi * kti[c];
-        }
-        float mx = sc.m[r];
-        for (int c = 0; c < ncr; ++c) mx = std::max(mx, logits[c]);
-        float *acc = sc.acc.data() + static_cast<size_t>(r) * d;
-        if (mx > sc.m[r]) {
-          const float corr = std::exp(sc.m[r] - mx);  // exp(-inf) = 0 on the first chunk
-          sc.l[r] *= corr;
-          for (int i = 0; i < d; ++i) acc[i] *= corr;
-          sc.m[r] = mx;
-        }
-        float sum = 0.0f;
-        for (int c = 0; c < ncr; ++c) {
-          logits[c] = std::exp(logits[c] - mx);
-          sum += logits[c];
-        }
-        // P·V with a slice of the accumulator row held in registers across all keys of the
-        // chunk: one load and store of acc per slice instead of one per key.
-        constexpr int kSlice = 32;
-        int i0 = 0;
-        for (; i0 + kSlice <= d; i0 += kSlice) {
-          float a[kSlice];
-          for (int i = 0; i < kSlice; ++i) a[i] = acc[i0 + i];
-          for (int c = 0; c < ncr; ++c) {
-            const float e = logits[c];
-            const float *vc = sc.v.data() + static_cast<size_t>(c) * d + i0;
-#pragma omp simd
-            for (int i = 0; i < kSlice; ++i) a[i] += e * vc[i];
+            for (int c = 0; c < kKeyChunk; ++c) logits[c] += qi * kti[c];
           }
-          for (int i = 0; i < kSlice; ++i) acc[i0 + i] = a[i];
+          float mx = sc.m[gr];
+          for (int c = 0; c < ncr; ++c) mx = std::max(mx, logits[c]);
+          float *acc = sc.acc.data() + static_cast<size_t>(gr) * d;
+          if (mx > sc.m[gr]) {
+            const float corr = std::exp(sc.m[gr] - mx);  // exp(-inf) = 0 on the first chunk
+            sc.l[gr] *= corr;
+            for (int i = 0; i < d; ++i) acc[i] *= corr;
+            sc.m[gr] = mx;
+          }
+          float sum = 0.0f;
+          for (int c = 0; c < ncr; ++c) {
+            logits[c] = std::exp(logits[c] - mx);
+            sum += logits[c];
+          }
+          // P·V with a slice of the accumulator row held in registers across all keys of the
+          // chunk: one load and store of acc per slice instead of one per key.
+          constexpr int kSlice = 32;
+          int i0 = 0;
+          for (; i0 + kSlice <= d; i0 += kSlice) {
+            float a[kSlice];
+            for (int i = 0; i < kSlice; ++i) a[i] = acc[i0 + i];
+            for (int c = 0; c < ncr; ++c) {
+              const float e = logits[c];
+              const float *vc = sc.v.data() + static_cast<size_t>(c) * d + i0;
+#pragma omp simd
+              for (int i = 0; i < kSlice; ++i) a[i] += e * vc[i];
+            }
+            for (int i = 0; i < kSlice; ++i) acc[i0 + i] = a[i];
+          }
+          for (int c = 0; c < ncr && i0 < d; ++c) {
+            const float e = logits[c];
+            const float *vc = sc.v.data() + static_cast<size_t>(c) * d;
+            for (int i = i0; i < d; ++i) acc[i] += e * vc[i];
+          }
+          sc.l[gr] += sum;
         }
-        for (int c = 0; c < ncr && i0 < d; ++c) {
-          const float e = logits[c];
-          const float *vc = sc.v.data() + static_cast<size_t>(c) * d;
-          for (int i = i0; i < d; ++i) acc[i] += e * vc[i];
-        }
-        sc.l[r] += sum;
       }
     }
   }
 
-  for (int r = 0; r < nr; ++r) {
-    float *acc = sc.acc.data() + static_cast<size_t>(r) * d;
-    const float inv = 1.0f / sc.l[r];
-    for (int i = 0; i < d; ++i) acc[i] *= inv;
-    cpu::store_from_f32(
-        p.dtype, acc,
-        static_cast<char *>(p.out) + ((row0 + r) * p.out_token_stride + h * p.out_head_stride) * dtype_bytes(p.dtype),
-        d);
-    if (p.lse) p.lse[h * p.lse_head_stride + row0 + r] = sc.m[r] + std::log(sc.l[r]);
+  for (int g = 0; g < group; ++g) {
+    const int32_t h = h0 + g;
+    for (int r = 0; r < nr; ++r) {
+      const int gr = g * nr + r;
+      float *acc = sc.acc.data() + static_cast<size_t>(gr) * d;
+      const float inv = 1.0f / sc.l[gr];
+      for (int i = 0; i < d; ++i) acc[i] *= inv;
+      cpu::store_from_f32(
+          p.dtype, acc,
+          static_cast<char *>(p.out) + ((row0 + r) * p.out_token_stride + h * p.out_head_stride) * dtype_bytes(p.dtype),
+          d);
+      if (p.lse) p.lse[h * p.lse_head_stride + row0 + r] = sc.m[gr] + std::log(sc.l[gr]);
+    }
   }
 }
 
@@ -203,6 +225,7 @@ void prefill_cpu(const PrefillProblem &p) {
     work = own.data();
     num_work = static_cast<int64_t>(own.size());
   }
+  const int group = p.num_q_heads / p.num_kv_heads;
   int max_rows = 1;
   size_t max_allow = 1;
   const int64_t B = p.layout->block_size;
@@ -211,7 +234,8 @@ void prefill_cpu(const PrefillProblem &p) {
     max_rows = std::max(max_rows, w.q_end - w.q_begin);
     const int64_t first = (static_cast<int64_t>(p.context_lens[w.seq]) + w.q_begin) / B;
     const int64_t last = (static_cast<int64_t>(p.context_lens[w.seq]) + w.q_end - 1) / B;
-    if (w.q_end > w.q_begin) max_allow = std::max(max_allow, static_cast<size_t>((last - first + 1) * (last + 1)));
+    if (w.q_end > w.q_begin)
+      max_allow = std::max(max_allow, static_cast<size_t>(group * (last - first + 1) * (last + 1)));
   }
 
   // Scratch is allocated here, outside the parallel region, so no allocation can throw inside it.
@@ -221,17 +245,17 @@ void prefill_cpu(const PrefillProblem &p) {
 #endif
   std::vector<Scratch> scratch(threads);
   for (auto &s : scratch) {
-    s.size_for(max_rows, p.head_dim);
+    s.size_for(group * max_rows, p.head_dim);
     s.allow.reserve(max_allow);
   }
-  const int64_t hq = p.num_q_heads, tasks = num_work * hq;
+  const int64_t hkv = p.num_kv_heads, tasks = num_work * hkv;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t t = 0; t < tasks; ++t) {
     int tid = 0;
 #ifdef _OPENMP
     tid = omp_get_thread_num();
 #endif
-    run_tile(p, work[t / hq], static_cast<int32_t>(t % hq), scratch[tid]);
+    run_group(p, work[t / hkv], static_cast<int32_t>(t % hkv), scratch[tid]);
   }
 }
 
