@@ -85,6 +85,21 @@ void fill_allowed(const Layout &L, int32_t h, int64_t qb0, int64_t qb1, uint8_t 
   }
 }
 
+// acc[0 .. kSlice) += sum over keys c < ncr of p[c] * v[c * d + 0 .. kSlice), keys in order,
+// the slice held in registers across the keys.
+template <int kSlice>
+inline __attribute__((always_inline)) void pv_slice(float *acc, const float *v, int d, const float *p, int ncr) {
+  float a[kSlice];
+  for (int i = 0; i < kSlice; ++i) a[i] = acc[i];
+  for (int c = 0; c < ncr; ++c) {
+    const float e = p[c];
+    const float *vc = v + static_cast<size_t>(c) * d;
+#pragma omp simd
+    for (int i = 0; i < kSlice; ++i) a[i] += e * vc[i];
+  }
+  for (int i = 0; i < kSlice; ++i) acc[i] = a[i];
+}
+
 // Vector width matters more than anything else here: an AVX2 clone is picked at load time
 // where the CPU has it (the library itself is built for baseline x86-64).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -173,20 +188,13 @@ void run_group(const PrefillProblem &p, const WorkItem &w, int32_t kvh, Scratch 
             sum += logits[c];
           }
           // P·V with a slice of the accumulator row held in registers across all keys of the
-          // chunk: one load and store of acc per slice instead of one per key.
-          constexpr int kSlice = 32;
+          // chunk: one load and store of acc per slice instead of one per key. 64 columns
+          // (eight AVX2 accumulators) keep two FMAs in flight a cycle, where 32 columns left
+          // each key's four FMAs waiting on the previous key's; every element still adds its
+          // keys in order, so the slicing never changes a bit.
           int i0 = 0;
-          for (; i0 + kSlice <= d; i0 += kSlice) {
-            float a[kSlice];
-            for (int i = 0; i < kSlice; ++i) a[i] = acc[i0 + i];
-            for (int c = 0; c < ncr; ++c) {
-              const float e = logits[c];
-              const float *vc = sc.v.data() + static_cast<size_t>(c) * d + i0;
-#pragma omp simd
-              for (int i = 0; i < kSlice; ++i) a[i] += e * vc[i];
-            }
-            for (int i = 0; i < kSlice; ++i) acc[i0 + i] = a[i];
-          }
+          for (; i0 + 64 <= d; i0 += 64) pv_slice<64>(acc + i0, sc.v.data() + i0, d, logits, ncr);
+          for (; i0 + 32 <= d; i0 += 32) pv_slice<32>(acc + i0, sc.v.data() + i0, d, logits, ncr);
           for (int c = 0; c < ncr && i0 < d; ++c) {
             const float e = logits[c];
             const float *vc = sc.v.data() + static_cast<size_t>(c) * d;
