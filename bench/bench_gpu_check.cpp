@@ -53,6 +53,10 @@ struct Case {
   // bspa_paged_args.max_decode_query_len: routes sequences of 1..min(this, 8) new tokens to
   // the decode kernel and longer ones to the prefill kernel (0: the default bound, 8).
   int max_decode_query_len = 0;
+  // Page ids: 0 shuffled; 1 in order (a tile's pages under 64 tokens are one run of
+  // consecutive ids: the sm90a producer's one box per half); 2 in order but for a swap every
+  // five pages (runs broken inside tiles, so both producer paths in one launch).
+  int page_order = 0;
 };
 
 const DLDevice kCpu{kDLCPU, 0};
@@ -64,7 +68,11 @@ std::string describe(const Case &c) {
                   std::to_string(c.hq) + "/" + std::to_string(c.hkv) + " ps" + std::to_string(c.ps) + " " +
                   names[c.layout] + (c.token_major ? " tokmajor" : "") + (c.lse ? " lse" : "") +
                   (c.workspace ? " ws" : "") + (c.identity ? " identity" : "") + (c.fp8 ? " fp8" : "") +
-                  (c.max_decode_query_len ? " dq<=" + std::to_string(c.max_decode_query_len) : "") + " seqs";
+                  (c.max_decode_query_len ? " dq<=" + std::to_string(c.max_decode_query_len) : "") +
+                  (c.page_order == 1   ? " page-runs"
+                   : c.page_order == 2 ? " broken-runs"
+                                       : "") +
+                  " seqs";
   for (auto &sq : c.seqs) s += " " + std::to_string(sq.first) + "+" + std::to_string(sq.second);
   return s;
 }
@@ -156,7 +164,10 @@ void run_paged(const Case &c, uint64_t seed) {
   const int T = qs[ns];
   std::vector<int32_t> perm(total_pages);
   for (int i = 0; i < total_pages; ++i) perm[i] = i;
-  for (int i = total_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.range(0, i)]);
+  if (c.page_order == 0)
+    for (int i = total_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.range(0, i)]);
+  else if (c.page_order == 2)
+    for (int i = 2; i + 1 < total_pages; i += 5) std::swap(perm[i], perm[i + 1]);
   std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages, -1);
   const uint16_t nan16 = 0xffff;
   const size_t page_elems = static_cast<size_t>(c.hkv) * c.ps * c.D;
@@ -780,6 +791,23 @@ int main(int argc, char **argv) {
     cases.push_back(c);
     c.hq = 72, c.hkv = 1, c.D = 64, c.seqs = {{1000, 1}, {129, 5}, {700, 64}};
     cases.push_back(c);
+    // 16-bit pages of 8..32 tokens whose ids are runs (one TMA box per half a tile) or
+    // runs broken inside tiles: D 128 and 64, token-major pages, unaligned contexts, several
+    // sequences, the prefix identity.
+    for (int i = 0; i < 8; ++i) {
+      Case r;
+      r.dt = i % 2 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16;
+      r.D = i % 4 == 3 ? 64 : 128;
+      r.hq = 8, r.hkv = 2;
+      r.ps = 8 << (i % 3);
+      r.layout = i % 5;
+      r.page_order = 1 + i % 2;
+      r.token_major = i == 5;
+      r.seqs = i < 6 ? std::vector<std::pair<int, int> >{{i * 100 + 37, 700 + 61 * i}, {0, 300}, {1000, 129}}
+                     : std::vector<std::pair<int, int> >{{2000 + 13 * i, 500}};
+      r.identity = i >= 6;
+      cases.push_back(r);
+    }
     // The prefix identity for decode rows: the last rows of the full prefill.
     const int id_ctx[] = {1, 63, 64, 255, 256, 1000, 1023, 1024, 1025, 3000};
     for (int i = 0; i < 10; ++i) {

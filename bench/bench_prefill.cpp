@@ -38,6 +38,7 @@ int main() {
 }
 #else
 #include <algorithm>
+#include <random>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -51,6 +52,7 @@ namespace {
 
 constexpr int kHq = 32, kHkv = 8, kD = 128, kB = 64, kLb = 16, kV = 8;
 int g_page = 64;                               // tokens per page (--page-size; set once in main, before any case)
+bool g_shuffle_pages = false;                  // --shuffle-pages: each rotation's page ids in a random order
 constexpr int64_t kMaxTokens = 131072 + 8192;  // pages and q rows allocated once
 
 struct Seq {
@@ -158,9 +160,15 @@ struct Bench {
     for (int r = 0; r < R; ++r) {
       std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages, 0);
       int64_t next = r * pages_needed;
+      // In order by default (as a fresh pool hands pages out), or shuffled within the
+      // rotation's range: no two pages of a tile then tend to be neighbours.
+      std::vector<int32_t> ids(static_cast<size_t>(pages_needed));
+      for (int64_t j = 0; j < pages_needed; ++j) ids[static_cast<size_t>(j)] = static_cast<int32_t>(next + j);
+      if (g_shuffle_pages) std::shuffle(ids.begin(), ids.end(), std::mt19937(static_cast<uint32_t>(1234 + r)));
+      size_t used = 0;
       for (int i = 0; i < ns; ++i)
         for (int p = 0; p * g_page < seqs[i].ctx + seqs[i].q; ++p)
-          bt[static_cast<size_t>(i) * max_pages + p] = static_cast<int32_t>(next++);
+          bt[static_cast<size_t>(i) * max_pages + p] = ids[used++];
       bts[r] = gpu::upload(bt);
     }
     const DLDevice dev{kDLCUDA, 0};
@@ -272,6 +280,8 @@ int main(int argc, char **argv) {
   app.add_option("--scale", scale, "the softmax scale");
   app.add_option("--page-size", g_page, "tokens per page (a power of two: 16, 32, 64, ...)")
       ->check(CLI::IsMember({8, 16, 32, 64, 128, 256}));
+  app.add_flag("--shuffle-pages", g_shuffle_pages,
+               "block tables in a random page order (default: in order, as a fresh pool gives them)");
   app.add_option("--kv", kv, "page dtype (fp8: e4m3 pages with per-head scales)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   if (const int rc = gpu::parse_flags(app, argc, argv); rc >= 0) return rc;
