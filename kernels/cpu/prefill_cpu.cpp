@@ -87,35 +87,31 @@ void fill_allowed(const Layout &L, int32_t h, int64_t qb0, int64_t qb1, uint8_t 
   }
 }
 
-// kt[i * kKeyChunk + c] = k[c * d + i] for keys c < nc: 8 x 8 blocks by shuffles (GCC's
-// vector extensions: AVX2 in the x86-64-v3 clone, SSE pairs in the default one), the edges
-// one value at a time. Scalar, the transpose was a quarter of a decode row's time (8192
-// strided stores a chunk for four rows' 16k multiply-adds). Values only move.
+// kt[i * kKeyChunk + c] = k[c * d + i] for keys c < nc: 8 x 8 blocks by shuffles (vector
+// extensions that GCC and Clang both have: AVX2 in the x86-64-v3 clone, SSE pairs in the
+// default one), the edges one value at a time. Scalar, the transpose was a quarter of a
+// decode row's time (8192 strided stores a chunk for four rows' 16k multiply-adds). Values
+// only move.
 using F8 = float __attribute__((vector_size(32)));
-using I8 = int32_t __attribute__((vector_size(32)));
 inline __attribute__((always_inline)) void transpose_chunk(const float *k, float *kt, int nc, int d) {
   const int c8 = nc & ~7, i8 = d & ~7;
   for (int c0 = 0; c0 < c8; c0 += 8)
     for (int i0 = 0; i0 < i8; i0 += 8) {
-      F8 r[8];
+      F8 r[8], t[8], u[8];
       for (int j = 0; j < 8; ++j) std::memcpy(&r[j], k + static_cast<size_t>(c0 + j) * d + i0, sizeof(F8));
-      constexpr I8 lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-      constexpr I8 even = {0, 1, 8, 9, 4, 5, 12, 13}, odd = {2, 3, 10, 11, 6, 7, 14, 15};
-      constexpr I8 low_lanes = {0, 1, 2, 3, 8, 9, 10, 11}, high_lanes = {4, 5, 6, 7, 12, 13, 14, 15};
-      F8 t[8], u[8];
-      for (int j = 0; j < 4; ++j) {
-        t[2 * j] = __builtin_shuffle(r[2 * j], r[2 * j + 1], lo);
-        t[2 * j + 1] = __builtin_shuffle(r[2 * j], r[2 * j + 1], hi);
+      for (int j = 0; j < 4; ++j) {  // pairs of keys interleaved
+        t[2 * j] = __builtin_shufflevector(r[2 * j], r[2 * j + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[2 * j + 1] = __builtin_shufflevector(r[2 * j], r[2 * j + 1], 2, 10, 3, 11, 6, 14, 7, 15);
       }
       for (int j = 0; j < 2; ++j) {  // keys 4j .. 4j + 3, columns (0, 4), (1, 5), (2, 6), (3, 7)
-        u[4 * j + 0] = __builtin_shuffle(t[4 * j], t[4 * j + 2], even);
-        u[4 * j + 1] = __builtin_shuffle(t[4 * j], t[4 * j + 2], odd);
-        u[4 * j + 2] = __builtin_shuffle(t[4 * j + 1], t[4 * j + 3], even);
-        u[4 * j + 3] = __builtin_shuffle(t[4 * j + 1], t[4 * j + 3], odd);
+        u[4 * j + 0] = __builtin_shufflevector(t[4 * j], t[4 * j + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+        u[4 * j + 1] = __builtin_shufflevector(t[4 * j], t[4 * j + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+        u[4 * j + 2] = __builtin_shufflevector(t[4 * j + 1], t[4 * j + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+        u[4 * j + 3] = __builtin_shufflevector(t[4 * j + 1], t[4 * j + 3], 2, 3, 10, 11, 6, 7, 14, 15);
       }
-      for (int m = 0; m < 4; ++m) {
-        const F8 col_m = __builtin_shuffle(u[m], u[4 + m], low_lanes);
-        const F8 col_m4 = __builtin_shuffle(u[m], u[4 + m], high_lanes);
+      for (int m = 0; m < 4; ++m) {  // columns m and m + 4: the low and high halves of keys 0-3 and 4-7
+        const F8 col_m = __builtin_shufflevector(u[m], u[4 + m], 0, 1, 2, 3, 8, 9, 10, 11);
+        const F8 col_m4 = __builtin_shufflevector(u[m], u[4 + m], 4, 5, 6, 7, 12, 13, 14, 15);
         std::memcpy(kt + static_cast<size_t>(i0 + m) * kKeyChunk + c0, &col_m, sizeof(F8));
         std::memcpy(kt + static_cast<size_t>(i0 + m + 4) * kKeyChunk + c0, &col_m4, sizeof(F8));
       }
