@@ -54,8 +54,8 @@ struct Case {
   // the decode kernel and longer ones to the prefill kernel (0: the default bound, 8).
   int max_decode_query_len = 0;
   // Page ids: 0 shuffled; 1 in order (a tile's pages under 64 tokens are one run of
-  // consecutive ids: the sm90a producer's one box per half); 2 in order but for a swap every
-  // five pages (runs broken inside tiles, so both producer paths in one launch).
+  // consecutive ids, as a fresh pool hands them out); 2 in order but for a swap every five
+  // pages (runs broken inside tiles). bench/NOTES.md, "Pages under 64 tokens", session 15.
   int page_order = 0;
 };
 
@@ -791,9 +791,8 @@ int main(int argc, char **argv) {
     cases.push_back(c);
     c.hq = 72, c.hkv = 1, c.D = 64, c.seqs = {{1000, 1}, {129, 5}, {700, 64}};
     cases.push_back(c);
-    // 16-bit pages of 8..32 tokens whose ids are runs (one TMA box per half a tile) or
-    // runs broken inside tiles: D 128 and 64, token-major pages, unaligned contexts, several
-    // sequences, the prefix identity.
+    // 16-bit pages of 8..32 tokens whose ids are runs or runs broken inside tiles: D 128 and 64, token-major pages,
+    // unaligned contexts, several sequences, the prefix identity.
     for (int i = 0; i < 8; ++i) {
       Case r;
       r.dt = i % 2 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16;
