@@ -415,12 +415,14 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
   static const char kEmptyPtx[] =
       ".version 7.0\n.target sm_80\n.address_size 64\n"
       ".visible .entry empty() { ret; }\n"
-      ".visible .entry empty512(.param .align 8 .b8 p[512]) { ret; }\n";
+      ".visible .entry empty512(.param .align 8 .b8 p[512]) { ret; }\n"
+      ".visible .entry empty1k(.param .align 64 .b8 p[1024]) { ret; }\n";
   cudaLibrary_t empty_lib;
-  cudaKernel_t empty, empty512;
+  cudaKernel_t empty, empty512, empty1k;
   CUDA_OK(cudaLibraryLoadData(&empty_lib, kEmptyPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
   CUDA_OK(cudaLibraryGetKernel(&empty, empty_lib, "empty"));
   CUDA_OK(cudaLibraryGetKernel(&empty512, empty_lib, "empty512"));
+  CUDA_OK(cudaLibraryGetKernel(&empty1k, empty_lib, "empty1k"));
   struct alignas(8) Param512 {
     char bytes[512];
   } param{};
@@ -445,6 +447,24 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
         CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(empty512), dim3(1), dim3(32), param_args, kBigSmem,
                                  nullptr));
       }));
+  // The sm90a prefill's launch shape (one CTA of 384 threads an SM, the shared memory a
+  // block may opt in to, a 1 KB parameter holding two 64-byte aligned TMA descriptors): the
+  // floor under "one 32k prefill" below.
+  {
+    int sms = 0, optin = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CUDA_OK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    CUDA_OK(cudaFuncSetAttribute(reinterpret_cast<const void *>(empty1k), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 optin));
+    struct alignas(64) Param1k {
+      char bytes[1024];
+    } param1k{};
+    void *args1k[] = {&param1k};
+    add("floor: empty kernel, sm90a prefill's shape", host_time(reps, [&] {
+          CUDA_OK(
+              cudaLaunchKernel(reinterpret_cast<const void *>(empty1k), dim3(sms), dim3(384), args1k, optin, nullptr));
+        }));
+  }
   bspa_batch *one = nullptr;
   add("bspa_batch_create (one step)", host_time(reps, [&] {
         bspa_batch_destroy(one);

@@ -99,6 +99,13 @@ struct PrefillProblem {
   // decode kernel, and its tile is sized for them. 0 = no bound (a plan's 0: the decode
   // kernel is off, which routes the same). A hint: any value is correct.
   int32_t decode_query_bound = 0;
+  // A fixed-shape batch's launch, whose grids are sized by its limits so that a graph
+  // captured once replays for any later plan: how many of the num_work items have rows and
+  // how many of the decode_seqs sequences are decode rows in this step (-1 = as sized, the
+  // default). Outside stream capture a grid none of whose CTAs has work is not launched (it
+  // would only exit; the outputs are the same bits); while capturing every grid is.
+  int32_t live_work = -1;
+  int32_t live_decode_seqs = -1;
 };
 
 // Writes new tokens' K/V ([total_q, Hkv, head_dim], token/head strides in elements)

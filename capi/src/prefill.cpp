@@ -341,6 +341,10 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
       p.decode_seqs = plan.shape.decode_seqs;
       p.decode_max_keys = plan.shape.decode_max_keys;
       p.decode_max_q = plan.shape.decode_max_q;
+      if (batch->limits.fixed_launch_shape) {
+        p.live_work = static_cast<int32_t>(plan.work.size());
+        p.live_decode_seqs = plan.decode_seqs;
+      }
     } else {
       p.work = plan.work.data();
       p.num_work = static_cast<int32_t>(plan.work.size());

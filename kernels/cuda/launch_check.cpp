@@ -24,6 +24,15 @@ void check_launch(const char *kernel, cudaStream_t stream) {
   }
 }
 
+bool stream_may_be_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 namespace {
 // A device attribute, asked once per device (they do not change).
 template <cudaDeviceAttr kAttr>

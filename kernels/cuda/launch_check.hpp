@@ -20,6 +20,11 @@ inline void check_cuda(cudaError_t e, const char *what) {
   if (e != cudaSuccess) fail(Errc::Cuda, what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
 }
 
+// Whether work queued on `stream` now may be captured into a graph: true while it (or, for
+// the legacy stream, another stream in global capture mode) is capturing, and when the
+// runtime cannot say (the question's error is cleared: the launch that follows reports any).
+bool stream_may_be_capturing(cudaStream_t stream);
+
 // Call right after a <<<...>>> launch.
 void check_launch(const char *kernel, cudaStream_t stream);
 

@@ -344,6 +344,17 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // computes).
   PrefillProblem prefill = p;
   if (prefill.work && prm.decode_max_query_len != p.decode_query_bound) prefill.work = nullptr;
+  // A fixed-shape batch's grid with none of this step's work (PrefillProblem::live_work,
+  // live_decode_seqs) is not launched outside stream capture: its CTAs would only exit, and
+  // an eager decode step of such a batch would pay two launches. The prefill's only where
+  // the work list stands (without it the grid covers every sequence). Everything else below
+  // (the workspace's parts, the decode split) is planned as if both ran, so an eager launch
+  // computes the same bits as a graph captured with both grids.
+  bool skip_prefill_grid = any_prefill && prefill.work && p.live_work == 0;
+  bool skip_decode_grid = route_decode && p.live_decode_seqs == 0;
+  if ((skip_prefill_grid || skip_decode_grid) && cuda::stream_may_be_capturing(stream))
+    skip_prefill_grid = skip_decode_grid = false;
+  const bool launch_decode_grid = route_decode && !skip_decode_grid;
   // Both kernels on compute capability 9.0: the decode grid starts on the SMs the
   // prefill's last CTAs leave idle (decode::Overlap::previous), so each takes its own part
   // of the split workspace (bspa_prefill_workspace_bytes sizes both; a smaller caller
@@ -354,7 +365,7 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // counters must stay where they were zeroed.
   const bool sm90 = device_is_sm90(device.device());
   decode::Overlap overlap;
-  overlap.previous = sm90 && any_prefill && route_decode && mixed_overlap_enabled();
+  overlap.previous = sm90 && any_prefill && launch_decode_grid && mixed_overlap_enabled();
   const bool kept_clear = p.split.data && p.split.kept_clear_counters > 0;
   SplitWorkspace decode_workspace = p.split;
   if (p.split.data && ((any_prefill && route_decode) || kept_clear)) {
@@ -417,14 +428,15 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   }
   // The decode grid overlaps only a prefill grid this call launched (never a caller's
   // kernel before it on the stream, whose results it may read).
-  const bool prefill_launched = any_prefill && launch_prefill(prefill, prm, stream, device.device());
+  const bool prefill_launched =
+      any_prefill && !skip_prefill_grid && launch_prefill(prefill, prm, stream, device.device());
   overlap.previous = overlap.previous && prefill_launched;
-  if (clear_by_kernel) {
+  if (clear_by_kernel && launch_decode_grid) {
     decode::clear_counters(split.counters, indexed, stream);
     overlap.previous = sm90;
     split.count_after_previous = sm90;
   }
-  if (route_decode)
+  if (launch_decode_grid)
     with_element_types(p.dtype, e4m3, [&](auto t, auto kv) {
       dispatch_decode<typename decltype(t)::type, typename decltype(kv)::type>(
           prm, p.head_dim, p.num_seqs, p.num_kv_heads, split.rows, split, overlap, stream);
