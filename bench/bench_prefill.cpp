@@ -347,6 +347,19 @@ int main(int argc, char **argv) {
       {"131072 C=100000 (unaligned)", {{100000, 31072}}},
       {"mixed batch of 8",
        {{0, 4096}, {8192, 2048}, {30000, 2768}, {1000, 3000}, {16384, 1}, {4095, 4097}, {12000, 500}, {0, 8192}}},
+      // A serving engine's prefill batches (issue 25): many short prompts, and chunks of
+      // chunked prefill over contexts 0..14k.
+      {"64 x 1024", std::vector<Seq>(64, Seq{0, 1024})},
+      {"256 x 512", std::vector<Seq>(256, Seq{0, 512})},
+      {"8 chunks of 2048",
+       {{0, 2048},
+        {2048, 2048},
+        {4096, 2048},
+        {6144, 2048},
+        {8192, 2048},
+        {10240, 2048},
+        {12288, 2048},
+        {14336, 2048}}},
   };
   if (!only.empty()) {
     for (auto &c : cases)
