@@ -620,7 +620,10 @@ typedef struct bspa_batch_options {
    * after any later plan of the same batch. Then q, out, k_new and v_new have exactly
    * max_tokens rows (lse max_tokens columns) in every launch, of which the step's new tokens
    * are the first T_new; the rows past them are neither read nor written. Eager launches of
-   * such a batch compute exactly what its replays compute (bitwise). */
+   * such a batch compute exactly what its replays compute (bitwise); outside stream capture
+   * they leave out a kernel with none of the step's rows (the prefill kernel of a step of
+   * decode rows only, the decode kernel of one without them), so an eager step costs what a
+   * one-step batch's does, while a capture always holds both. */
   int32_t fixed_launch_shape;
   /* Since version 2, in what was tail padding (the struct keeps its size); optional (0,
    * the default: no bound of the caller's): the longest query among the sequences the
