@@ -157,7 +157,10 @@ bool device_is_sm90(int device) {
 }
 
 // Returns whether it launched a grid (none for an empty work list or no query tiles).
-bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t stream, int device) {
+// check_only: every check, no launch (a fixed-shape batch's eager step without prefill
+// work fails where its captured graph would).
+bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t stream, int device,
+                    bool check_only = false) {
   if (p.work && p.num_work <= 0) return false;
   const bool e4m3 = p.kv.kv_dtype == DType::FP8_E4M3;
 
@@ -186,6 +189,7 @@ bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
           "the CUDA prefill launches at most 65535 query tiles per sequence and 65535 sequences");
     grid = dim3(p.num_q_heads, static_cast<unsigned>(tiles), p.num_seqs);
   }
+  if (check_only) return false;
   with_element_types(p.dtype, e4m3, [&](auto t, auto kv) {
     using T = typename decltype(t)::type;
     using KV = typename decltype(kv)::type;
@@ -429,7 +433,7 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // The decode grid overlaps only a prefill grid this call launched (never a caller's
   // kernel before it on the stream, whose results it may read).
   const bool prefill_launched =
-      any_prefill && !skip_prefill_grid && launch_prefill(prefill, prm, stream, device.device());
+      any_prefill && launch_prefill(prefill, prm, stream, device.device(), /*check_only=*/skip_prefill_grid);
   overlap.previous = overlap.previous && prefill_launched;
   if (clear_by_kernel && launch_decode_grid) {
     decode::clear_counters(split.counters, indexed, stream);

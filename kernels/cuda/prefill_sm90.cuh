@@ -1060,6 +1060,7 @@ __global__ void __launch_bounds__(384, 1)
       }
     }  // last_in
   }    // units
+  cp_async_wait<0>();  // the last round's prefetch (zeros) lands before the CTA leaves the SM
 #endif
 }
 
