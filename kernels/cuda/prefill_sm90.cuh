@@ -1058,9 +1058,10 @@ __global__ void __launch_bounds__(384, 1)
                   pack2<T>(o[hh][4 * q + 2 * rr] * inv[rr], o[hh][4 * q + 2 * rr + 1] * inv[rr]);
         }
       }
-    }                  // last_in
-  }                    // units
-  cp_async_wait<0>();  // the last round's prefetch (zeros) lands before the CTA leaves the SM
+    }  // last_in
+  }    // units
+  // The last round's prefetch (zeros) lands before the CTA leaves the SM.
+  cp_async_wait<0>();
 #endif
 }
 
