@@ -1,10 +1,11 @@
 // Prefill timing on a GPU through the public header (bspa_prefill_paged over caller-owned
-// pages), Phi-3-small shapes: Hq 32, Hkv 8, head dim 128, bf16, page 64 (--page-size), B 64, Lb 16, V 8,
+// pages), Phi-3-small shapes: Hq 32, Hkv 8, head dim 128 (--shape HQ/HKV/D for others, e.g.
+// 16/16/64), bf16, page 64 (--page-size), B 64, Lb 16, V 8,
 // heterogeneous heads, scale 1/128. CUDA events around each launch, warm-up, median of
 // many; K/V pages and q/out rows rotate over disjoint regions so L2 (60 MB) cannot hold
 // one launch's inputs for the next. Useful FLOPs = 4 * D * visible (q, k) pairs * heads.
 //   bench_prefill [--json FILE] [--commit SHA] [--quick] [--no-sweep] [--only CASE] [--no-workspace]
-//                 [--sync-each | --idle-ms N | --graph] [--scale S] [--kv fp8]
+//                 [--sync-each | --idle-ms N | --graph] [--scale S] [--kv fp8] [--shape HQ/HKV/D]
 // --kv fp8: e4m3 pages with per-head scales (q and out stay bf16). --page-size N: pages of
 // N tokens (default 64).
 // Launches pass the split workspace (bspa_prefill_workspace_bytes) unless --no-workspace.
@@ -50,7 +51,9 @@ using gpu::Tensor;
 
 namespace {
 
-constexpr int kHq = 32, kHkv = 8, kD = 128, kB = 64, kLb = 16, kV = 8;
+constexpr int kB = 64, kLb = 16, kV = 8;
+// Heads and head dim (--shape HQ/HKV/D; set once in main, before any case): Phi-3-small's by default.
+int g_hq = 32, g_hkv = 8, g_head_dim = 128;
 int g_page = 64;                               // tokens per page (--page-size; set once in main, before any case)
 bool g_shuffle_pages = false;                  // --shuffle-pages: each rotation's page ids in a random order
 constexpr int64_t kMaxTokens = 131072 + 8192;  // pages and q rows allocated once
@@ -62,11 +65,11 @@ struct Seq {
 // Visible (query, key) pairs summed over heads; the strided rule mirrors docs/design.md §2.
 double visible_pairs(const std::vector<Seq> &seqs, bool sparse) {
   double total = 0;
-  const int s_step = std::max(1, kV / kHq);
+  const int s_step = std::max(1, kV / g_hq);
   for (const Seq &s : seqs) {
     const int64_t first = s.ctx, last = static_cast<int64_t>(s.ctx) + s.q - 1;
     if (s.q == 0) continue;
-    for (int h = 0; h < kHq; ++h)
+    for (int h = 0; h < g_hq; ++h)
       for (int64_t qb = first / kB; qb <= last / kB; ++qb) {
         const int64_t r0 = std::max(first, qb * kB), r1 = std::min(last, qb * kB + kB - 1);
         const double rows = static_cast<double>(r1 - r0 + 1);
@@ -99,8 +102,8 @@ struct Bench {
   cudaStream_t stream = nullptr;  // a stream of its own for --graph (capture needs one)
 
   void init() {
-    const size_t page_elems = static_cast<size_t>(num_pages) * kHkv * g_page * kD;
-    const size_t q_elems = static_cast<size_t>(kMaxTokens) * kHq * kD;
+    const size_t page_elems = static_cast<size_t>(num_pages) * g_hkv * g_page * g_head_dim;
+    const size_t q_elems = static_cast<size_t>(kMaxTokens) * g_hq * g_head_dim;
     k = static_cast<uint16_t *>(gpu::dmalloc(page_elems * 2));
     v = static_cast<uint16_t *>(gpu::dmalloc(page_elems * 2));
     q = static_cast<uint16_t *>(gpu::dmalloc(q_elems * 2));
@@ -123,21 +126,21 @@ struct Bench {
           CUDA_OK(cudaMemcpy(reinterpret_cast<uint8_t *>(p) + off, dcodes, std::min(chunk, page_elems - off),
                              cudaMemcpyDeviceToDevice));
       cudaFree(dcodes);
-      kv_scales = gpu::upload(std::vector<float>(2 * kHkv, 1.0f / 64));
+      kv_scales = gpu::upload(std::vector<float>(2 * g_hkv, 1.0f / 64));
     }
     bspa_layout_strided_options o;
     bspa_layout_strided_options_init(&o);  // Phi-3-small defaults
-    o.block_size = kB, o.local_blocks = kLb, o.vert_stride = kV, o.homo_head = 0, o.num_heads_total = kHq;
-    o.head_begin = 0, o.num_heads = kHq;
+    o.block_size = kB, o.local_blocks = kLb, o.vert_stride = kV, o.homo_head = 0, o.num_heads_total = g_hq;
+    o.head_begin = 0, o.num_heads = g_hq;
     BSPA_OK_OR_DIE(bspa_layout_create_strided(&sparse, &o));
-    BSPA_OK_OR_DIE(bspa_layout_create_dense(&dense, kHq));
+    BSPA_OK_OR_DIE(bspa_layout_create_dense(&dense, g_hq));
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
     if (timing == Timing::Graph) CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   }
 
   void use_workspace() {
-    BSPA_OK_OR_DIE(bspa_prefill_workspace_bytes(kDLCUDA, 0, kD, &workspace_bytes));
+    BSPA_OK_OR_DIE(bspa_prefill_workspace_bytes(kDLCUDA, 0, g_head_dim, &workspace_bytes));
     if (workspace_bytes) workspace = gpu::dmalloc(workspace_bytes);
   }
 
@@ -174,13 +177,14 @@ struct Bench {
     const DLDevice dev{kDLCUDA, 0};
     const DLDataType bf = gpu::dl_dtype(BSPA_DTYPE_BF16);
     const DLDataType kv_dt = fp8 ? DLDataType{kDLUInt, 8, 1} : bf;
-    Tensor tk(k, dev, kv_dt, {num_pages, kHkv, g_page, kD}), tv(v, dev, kv_dt, {num_pages, kHkv, g_page, kD});
-    Tensor tks(kv_scales, dev, gpu::dl_f32(), {kHkv}), tvs(kv_scales + kHkv, dev, gpu::dl_f32(), {kHkv});
+    Tensor tk(k, dev, kv_dt, {num_pages, g_hkv, g_page, g_head_dim}),
+        tv(v, dev, kv_dt, {num_pages, g_hkv, g_page, g_head_dim});
+    Tensor tks(kv_scales, dev, gpu::dl_f32(), {g_hkv}), tvs(kv_scales + g_hkv, dev, gpu::dl_f32(), {g_hkv});
     Tensor tqs(dqs, dev, gpu::dl_i32(), {ns + 1}), tcl(dcl, dev, gpu::dl_i32(), {ns});
     Tensor tws(workspace, dev, DLDataType{kDLUInt, 8, 1}, {static_cast<int64_t>(workspace_bytes)});
     auto launch = [&](int r) {
-      Tensor tq(q + static_cast<size_t>(r) * T * kHq * kD, dev, bf, {T, kHq, kD});
-      Tensor to(out + static_cast<size_t>(r) * T * kHq * kD, dev, bf, {T, kHq, kD});
+      Tensor tq(q + static_cast<size_t>(r) * T * g_hq * g_head_dim, dev, bf, {T, g_hq, g_head_dim});
+      Tensor to(out + static_cast<size_t>(r) * T * g_hq * g_head_dim, dev, bf, {T, g_hq, g_head_dim});
       Tensor tbt(bts[r], dev, gpu::dl_i32(), {ns, max_pages});
       bspa_paged_args a;
       bspa_paged_args_init(&a);
@@ -280,12 +284,20 @@ int main(int argc, char **argv) {
   app.add_option("--scale", scale, "the softmax scale");
   app.add_option("--page-size", g_page, "tokens per page (a power of two: 16, 32, 64, ...)")
       ->check(CLI::IsMember({8, 16, 32, 64, 128, 256}));
+  std::string shape = "32/8/128";
+  app.add_option("--shape", shape, "query heads / KV heads / head dim (head dim 64 or 128), e.g. 16/16/64");
   app.add_flag("--shuffle-pages", g_shuffle_pages,
                "block tables in a random page order (default: in order, as a fresh pool gives them)");
   app.add_option("--kv", kv, "page dtype (fp8: e4m3 pages with per-head scales)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   if (const int rc = gpu::parse_flags(app, argc, argv); rc >= 0) return rc;
   fp8 = kv == "fp8";
+  if (std::sscanf(shape.c_str(), "%d/%d/%d", &g_hq, &g_hkv, &g_head_dim) != 3 || g_hq < 1 || g_hkv < 1 ||
+      g_hq % g_hkv != 0 || (g_head_dim != 64 && g_head_dim != 128)) {
+    std::fprintf(stderr, "bench_prefill: --shape %s: expected HQ/HKV/D with HKV dividing HQ and D 64 or 128\n",
+                 shape.c_str());
+    return 2;
+  }
   if (app.count("--idle-ms")) sync_each = true;
   if (graph && sync_each) {
     std::fprintf(
@@ -322,7 +334,7 @@ int main(int argc, char **argv) {
   std::vector<Row> rows;
   auto run = [&](const std::string &name, const std::vector<Seq> &seqs, bool sparse) {
     const double ms = b.time(seqs, sparse);
-    const double flops = 4.0 * kD * visible_pairs(seqs, sparse);
+    const double flops = 4.0 * g_head_dim * visible_pairs(seqs, sparse);
     int64_t S = 0, C = 0, T = 0;
     for (auto &s : seqs) S += s.ctx + s.q, C += s.ctx, T += s.q;
     rows.push_back({name, sparse ? "sparse" : "dense", S, C, T, ms, flops / ms / 1e9});
@@ -412,7 +424,7 @@ int main(int argc, char **argv) {
         f,
         "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
         "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"kv_dtype\": \"%s\", \"scale\": %.7g},\n",
-        kHq, kHkv, kD, g_page, kB, kLb, kV, fp8 ? "fp8_e4m3" : "bf16", scale);
+        g_hq, g_hkv, g_head_dim, g_page, kB, kLb, kV, fp8 ? "fp8_e4m3" : "bf16", scale);
     std::fprintf(f, "  \"cases\": [\n");
     for (size_t i = 0; i < rows.size(); ++i)
       std::fprintf(
