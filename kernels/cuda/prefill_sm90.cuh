@@ -868,13 +868,12 @@ __global__ void __launch_bounds__(384, 1)
                                     : softmax(std::false_type{}, speculate, st.e0, st.e1, P, alpha);
   };
 
-  // The next unit's Q into sQ before this item's last PV, in flight under it and the
-  // epilogue (which writes O from registers, so sQ is free once every S of the item is
-  // done): an item's Q load was otherwise a full memory latency in every item, much of an
-  // item's time where prompts are short. The warpgroup meets first: each warp has waited
-  // for its S groups, and the barrier makes that every warp's before any overwrites sQ.
-  // Past the walk's last unit (or on a tile without rows) it zeroes sQ, with no branch
-  // (ptxas serializes every wgmma around one here: C7520).
+  // The next unit's Q into sQ once the item's matrix work is done, in flight under its
+  // epilogue (which writes O from registers, so sQ is free) and the next item's start. Out
+  // of the key loop: inside it (before the last PV, to hide more) it made the loop's code
+  // 1500 instructions longer and every case 2-17% slower (bench/NOTES.md, session 16). The
+  // warpgroup meets first: each warp has waited for its own wgmma groups. Past the walk's
+  // last unit (or on a tile without rows) it zeroes sQ.
   auto prefetch_q = [&](int round) {
     const int u = unit_of(round + 1);
     named_barrier(2 + cg, 128);
@@ -918,7 +917,6 @@ __global__ void __launch_bounds__(384, 1)
       release(empty_v, used);
       used = used.advanced(2);
       asm volatile("" : "+r"(used.stage), "+r"(used.phase));
-      prefetch_q(round);
     } else {
       issue_s(cur.n);
       wgmma_wait<0>();
@@ -935,10 +933,7 @@ __global__ void __launch_bounds__(384, 1)
         // step starts on an even stage, ptxas serializes every wgmma (C7520; not understood).
         const Ring n_next = cur.n.advanced(two ? 2 : 1);
         Step next{};
-        if (!last)
-          next = take_step(n_next);
-        else
-          prefetch_q(round);  // no wgmma in flight here (ptxas serializes them around a branch otherwise)
+        if (!last) next = take_step(n_next);
         fence_o();
         fence_p(Pcur);
         if (!last) issue_s(n_next);
@@ -970,6 +965,7 @@ __global__ void __launch_bounds__(384, 1)
       while (body(pa, pb) && body(pb, pa)) {
       }
     }
+    prefetch_q(round);
 
     // The item's rows and head again, rather than keeping them in registers through the
     // key loop (consumer registers are the kernel's limit).
