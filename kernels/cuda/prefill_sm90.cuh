@@ -262,20 +262,16 @@ __global__ void __launch_bounds__(384, 1)
   };
   int h = 0, seq = 0, qs = 0, q_len = 0, ctx = 0, t0 = 0, t1 = 0, p0 = 0, p1 = 0, qb0 = 0, qb1 = 0;
   // Sets the item's tile; false (and no rows: t0 = t1) when the item has none.
-  // An item's head and query tile; false when the tile has no rows.
-  auto find_tile = [&](int item, int &head, cuda::QueryTile &tile) {
+  auto locate = [&](int item) {
     const int yz = item / static_cast<int>(work.x);
-    head = item % static_cast<int>(work.x);
+    h = item % static_cast<int>(work.x);
     int y = yz % static_cast<int>(work.y), z = yz / static_cast<int>(work.y), grid_y = static_cast<int>(work.y);
     // Listed: the sequence's tiles as grid_y, so its late ones come first.
     if constexpr (kListsTiles)
       if (const int listed_seqs = sWalk[kListed]; listed_seqs > 0)
         cuda::find_listed_tile(sTable, listed_seqs, yz, z, y, grid_y);
-    return cuda::locate_query_tile<BM>(p, y, z, grid_y, tile);
-  };
-  auto locate = [&](int item) {
     cuda::QueryTile tile;
-    if (!find_tile(item, h, tile)) {
+    if (!cuda::locate_query_tile<BM>(p, y, z, grid_y, tile)) {
       seq = qs = q_len = ctx = t0 = t1 = p0 = p1 = qb0 = qb1 = 0;
       return false;
     }
@@ -599,17 +595,15 @@ __global__ void __launch_bounds__(384, 1)
   // ---- consumers ------------------------------------------------------------------------
   regs_alloc<C::kConsumerRegs>();
   const int cg = wg - 1;  // rows 64 * cg .. 64 * cg + 63 of the tile
-  // This warpgroup's 64 Q rows of the tile whose first row is q row `first` of head `head`,
-  // `rows` of them in the sequence -> shared (the rest are zero).
-  auto load_q = [&](int head, int first, int rows) {
+  auto load_q = [&] {     // this warpgroup's 64 Q rows -> shared (rows past the sequence are zero)
     const T *qbase =
-        static_cast<const T *>(p.q) + static_cast<int64_t>(first) * p.q_tok + static_cast<int64_t>(head) * p.q_head;
+        static_cast<const T *>(p.q) + static_cast<int64_t>(qs + t0) * p.q_tok + static_cast<int64_t>(h) * p.q_head;
     const int ctid = tid & 127;
 #pragma unroll
     for (int i = 0; i < 64 * C::kChunks / 128; ++i) {
       const int idx = ctid + i * 128;
       const int r = cg * 64 + idx / C::kChunks, c = idx % C::kChunks;
-      const bool valid = r < rows;
+      const bool valid = t0 + r < t1;
       cp_async_16(smem_addr(sQ) + swz<BM>(r, c), valid ? qbase + static_cast<int64_t>(r) * p.q_tok + c * 8 : qbase,
                   valid);
     }
@@ -868,21 +862,6 @@ __global__ void __launch_bounds__(384, 1)
                                     : softmax(std::false_type{}, speculate, st.e0, st.e1, P, alpha);
   };
 
-  // The next unit's Q into sQ once the item's matrix work is done, in flight under its
-  // epilogue (which writes O from registers, so sQ is free) and the next item's start. Out
-  // of the key loop: inside it (before the last PV, to hide more) it made the loop's code
-  // 1500 instructions longer and every case 2-17% slower (bench/NOTES.md, session 16). The
-  // warpgroup meets first: each warp has waited for its own wgmma groups. Past the walk's
-  // last unit (or on a tile without rows) it zeroes sQ.
-  auto prefetch_q = [&](int round) {
-    const int u = unit_of(round + 1);
-    named_barrier(2 + cg, 128);
-    int head = 0;
-    cuda::QueryTile tile{};
-    const bool rows = find_tile(unit_parts(u < units ? u : 0).item, head, tile) && u < units;
-    load_q(head, tile.qs + tile.t0, rows ? tile.t1 - tile.t0 : 0);
-  };
-
   Ring used{0, 0};  // the ring position after the stages consumed so far
   for (int round = 0; round < rounds; ++round) {
     const int u = unit_of(round);
@@ -894,7 +873,8 @@ __global__ void __launch_bounds__(384, 1)
     // wgmma of the kernel: C7520.)
     locate(item);
     row_blocks = ((p0 + wrow) / B - qb0) | (((p0 + wrow + 8) / B - qb0) << 8);
-    if (round == 0) load_q(h, qs + t0, t1 - t0);  // later items' Q was prefetched under the previous item's end
+    named_barrier(2 + cg, 128);  // the previous item's epilogue has read its rows of sQ back
+    load_q();
     // Q landed: every thread waits for its own copies, then the warpgroup meets.
     cp_async_wait<0>();
     fence_proxy_async();
@@ -965,7 +945,6 @@ __global__ void __launch_bounds__(384, 1)
       while (body(pa, pb) && body(pb, pa)) {
       }
     }
-    prefetch_q(round);
 
     // The item's rows and head again, rather than keeping them in registers through the
     // key loop (consumer registers are the kernel's limit).
@@ -1024,8 +1003,8 @@ __global__ void __launch_bounds__(384, 1)
       }
     }
     if (last_in) {
-      // Epilogue: normalise and store from registers, 4 bytes a lane (sQ holds the next
-      // item's Q by now); a quad's four lanes write 16 consecutive bytes of a row.
+      // Epilogue: normalise, stage this warp's 16 rows in its own part of sQ (its warpgroup's
+      // wgmma reads of sQ are complete), store 16 bytes a lane.
       float inv[2];
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
@@ -1040,24 +1019,29 @@ __global__ void __launch_bounds__(384, 1)
         if (p.lse && (lane & 3) == 0 && t < t1)
           p.lse[static_cast<int64_t>(h) * p.lse_head + qs + t] = cuda::row_lse(m[rr], sum);
       }
-      T *obase = static_cast<T *>(p.out) + static_cast<int64_t>(qs + t0) * p.o_tok + static_cast<int64_t>(h) * p.o_head;
 #pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int r = wrow + rr * 8;
-        if (t0 + r < t1) {
-          T *orow = obase + static_cast<int64_t>(r) * p.o_tok + 2 * (lane & 3);
+      for (int hh = 0; hh < NH; ++hh)
 #pragma unroll
-          for (int hh = 0; hh < NH; ++hh)
-#pragma unroll
-            for (int q = 0; q < 8; ++q)
-              *reinterpret_cast<uint32_t *>(orow + hh * 64 + q * 8) =
-                  pack2<T>(o[hh][4 * q + 2 * rr] * inv[rr], o[hh][4 * q + 2 * rr + 1] * inv[rr]);
+        for (int i = 0; i < 32; i += 2) {
+          const int rr = (i >> 1) & 1;
+          const int r = wrow + rr * 8;
+          const int col = hh * 64 + (i >> 2) * 8 + 2 * (lane & 3);
+          *reinterpret_cast<uint32_t *>(sQ + swz<BM>(r, col >> 3) + (col & 7) * 2) =
+              pack2<T>(o[hh][i] * inv[rr], o[hh][i + 1] * inv[rr]);
         }
+      __syncwarp();
+      T *obase = static_cast<T *>(p.out) + static_cast<int64_t>(qs + t0) * p.o_tok + static_cast<int64_t>(h) * p.o_head;
+      const int row0 = cg * 64 + (warp & 3) * 16;
+#pragma unroll
+      for (int i = 0; i < 16 * C::kChunks / 32; ++i) {
+        const int idx = lane + i * 32;
+        const int r = row0 + idx / C::kChunks, c = idx % C::kChunks;
+        if (t0 + r < t1)
+          *reinterpret_cast<uint4 *>(obase + static_cast<int64_t>(r) * p.o_tok + c * 8) =
+              *reinterpret_cast<const uint4 *>(sQ + swz<BM>(r, c));
       }
     }  // last_in
   }    // units
-  // The last round's prefetch (zeros) lands before the CTA leaves the SM.
-  cp_async_wait<0>();
 #endif
 }
 
