@@ -58,4 +58,23 @@ DecodeRoute route_decode_rows(const DecodeRouteInput &in, TileFits &&tile_fits) 
   return r;
 }
 
+// A fixed-shape batch's launch sizes both grids by its limits (PrefillProblem::live_work,
+// live_decode_seqs give the step's own counts; -1 = unknown, as sized): which routed grid
+// has none of the step's work, its CTAs would only exit. Outside stream capture the caller
+// leaves such a grid out; while capturing it launches both, since a replay may have work.
+// The prefill grid is idle only while it walks the plan's work list (without the list it
+// covers every sequence).
+struct IdleGrids {
+  bool prefill = false;
+  bool decode = false;
+};
+
+inline IdleGrids idle_grids(const DecodeRoute &route, bool walks_work_list, int32_t live_work,
+                            int32_t live_decode_seqs) {
+  IdleGrids g;
+  g.prefill = route.prefill && walks_work_list && live_work == 0;
+  g.decode = route.decode && live_decode_seqs == 0;
+  return g;
+}
+
 }  // namespace bspa::kernels

@@ -348,16 +348,14 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // computes).
   PrefillProblem prefill = p;
   if (prefill.work && prm.decode_max_query_len != p.decode_query_bound) prefill.work = nullptr;
-  // A fixed-shape batch's grid with none of this step's work (PrefillProblem::live_work,
-  // live_decode_seqs) is not launched outside stream capture: its CTAs would only exit, and
-  // an eager decode step of such a batch would pay two launches. The prefill's only where
-  // the work list stands (without it the grid covers every sequence). Everything else below
+  // A fixed-shape batch's grid with none of this step's work (idle_grids, in
+  // decode_routing.hpp) is not launched outside stream capture: its CTAs would only exit,
+  // and an eager decode step of such a batch would pay two launches. Everything else below
   // (the workspace's parts, the decode split) is planned as if both ran, so an eager launch
   // computes the same bits as a graph captured with both grids.
-  bool skip_prefill_grid = any_prefill && prefill.work && p.live_work == 0;
-  bool skip_decode_grid = route_decode && p.live_decode_seqs == 0;
-  if ((skip_prefill_grid || skip_decode_grid) && cuda::stream_may_be_capturing(stream))
-    skip_prefill_grid = skip_decode_grid = false;
+  const IdleGrids idle = idle_grids(route, prefill.work != nullptr, p.live_work, p.live_decode_seqs);
+  const bool capturing = (idle.prefill || idle.decode) && cuda::stream_may_be_capturing(stream);
+  const bool skip_prefill_grid = idle.prefill && !capturing, skip_decode_grid = idle.decode && !capturing;
   const bool launch_decode_grid = route_decode && !skip_decode_grid;
   // Both kernels on compute capability 9.0: the decode grid starts on the SMs the
   // prefill's last CTAs leave idle (decode::Overlap::previous), so each takes its own part

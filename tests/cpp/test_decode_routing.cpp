@@ -12,6 +12,8 @@
 
 using bspa::kernels::DecodeRoute;
 using bspa::kernels::DecodeRouteInput;
+using bspa::kernels::idle_grids;
+using bspa::kernels::IdleGrids;
 using bspa::kernels::route_decode_rows;
 
 namespace {
@@ -135,4 +137,30 @@ Test(decode_routing, every_row_goes_to_one_kernel_that_runs) {
                           q, r.bound, r.decode, r.prefill, process, caller, group, seqs, max_q, known);
               }
             }
+}
+
+// A fixed-shape batch's eager step leaves out a grid with none of the step's work, and only
+// then: unknown counts (-1), a dropped work list, or a grid the routing did not launch
+// never count as idle.
+Test(decode_routing, idle_grids_of_fixed_shape_steps) {
+  DecodeRoute both;
+  both.bound = 8, both.decode = true, both.prefill = true;
+  IdleGrids g = idle_grids(both, true, 0, 64);
+  cr_expect(g.prefill && !g.decode, "a decode-only step: the prefill grid is idle");
+  g = idle_grids(both, true, 3, 0);
+  cr_expect(!g.prefill && g.decode, "a step without decode rows: the decode grid is idle");
+  g = idle_grids(both, true, 0, 0);
+  cr_expect(g.prefill && g.decode, "a step of no rows: both are idle");
+  g = idle_grids(both, true, -1, -1);
+  cr_expect(!g.prefill && !g.decode, "unknown counts (not a fixed-shape batch): nothing is idle");
+  g = idle_grids(both, false, 0, 64);
+  cr_expect(!g.prefill, "without its work list the prefill grid covers every sequence: not idle");
+  DecodeRoute prefill_only;
+  prefill_only.prefill = true;
+  g = idle_grids(prefill_only, true, 0, 0);
+  cr_expect(g.prefill && !g.decode, "a grid the routing does not launch is never reported idle");
+  DecodeRoute decode_only;
+  decode_only.bound = 1, decode_only.decode = true;
+  g = idle_grids(decode_only, true, 0, 5);
+  cr_expect(!g.prefill && !g.decode, "decode rows only, routed so: nothing idle");
 }
