@@ -39,10 +39,10 @@ int main() {
 }
 #else
 #include <algorithm>
-#include <random>
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <random>
 #include <thread>
 
 #include "gpu_common.hpp"

@@ -38,10 +38,8 @@ DeviceLayout device_layout(const Layout &layout, int device, cudaStream_t stream
   if (copies->per_device.size() <= static_cast<size_t>(device)) copies->per_device.resize(device + 1, nullptr);
   void *&mem = copies->per_device[device];
   if (!mem) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    check_cuda(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
-    check(capture == cudaStreamCaptureStatusNone, Errc::InvalidState, "a CSR layout's first use on CUDA device ",
-          device, " uploads its arrays and cannot happen during graph capture: launch once before capturing");
+    check(!stream_may_be_capturing(stream), Errc::InvalidState, "a CSR layout's first use on CUDA device ", device,
+          " uploads its arrays and cannot happen during graph capture: launch once before capturing");
     const size_t crow_bytes = layout.crow.size() * sizeof(int32_t);
     const size_t col_bytes = layout.col.size() * sizeof(int32_t);
     void *p = cuda_malloc(device, crow_bytes + col_bytes + 16);

@@ -22,7 +22,8 @@ inline void check_cuda(cudaError_t e, const char *what) {
 
 // Whether work queued on `stream` now may be captured into a graph: true while it (or, for
 // the legacy stream, another stream in global capture mode) is capturing, and when the
-// runtime cannot say (the question's error is cleared: the launch that follows reports any).
+// runtime cannot say (the question's error is cleared). The one test of capture: calls
+// that must not be captured refuse on it, launches keep every grid on it.
 bool stream_may_be_capturing(cudaStream_t stream);
 
 // Call right after a <<<...>>> launch.

@@ -120,9 +120,7 @@ void StepBuffers::upload(const BatchPlan &plan, void *stream_ptr) {
   // Everything up to the end of the n-th table row (row tails are never read).
   const size_t bytes = off_table_ + static_cast<size_t>(n) * plan.block_table_stride * sizeof(int32_t);
   DeviceGuard guard(device_);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  cuda::check_cuda(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
-  check(capture == cudaStreamCaptureStatusNone, Errc::InvalidState,
+  check(!cuda::stream_may_be_capturing(stream), Errc::InvalidState,
         "the stream is capturing a CUDA graph: plan a batch before capturing its launches (a captured copy would "
         "replay this plan forever)");
   cuda::check_cuda(cudaMemcpyAsync(meta_->allocation, s.host, bytes, cudaMemcpyHostToDevice, stream),
