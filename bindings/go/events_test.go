@@ -1,6 +1,7 @@
 package bspa_test
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -43,5 +44,23 @@ func TestDrainEvents(t *testing.T) {
 	defer off.Close()
 	if _, err := off.DrainEvents(); !errors.Is(err, bspa.ErrInvalidState) {
 		t.Fatalf("a pool without events: %v", err)
+	}
+}
+
+// Every stored page's map in the msgpack batch names the pool's dtype (bspa's own key).
+func TestDrainEventsMsgpackSaysTheDType(t *testing.T) {
+	pool, err := bspa.NewPool(bspa.PoolOptions{BookkeepingOnly: true, DType: bspa.FP8E4M3, PageSize: 16, NumPages: 8, EventsCapacity: 64})
+	must(t, err)
+	defer pool.Close()
+	seq, err := pool.NewSequence()
+	must(t, err)
+	prompt := make([]int32, 16)
+	must(t, seq.Append(prompt))
+	must(t, seq.Commit(len(prompt)))
+	must(t, seq.Close())
+	batch, err := pool.DrainEventsMsgpack(1.0, -1)
+	must(t, err)
+	if !bytes.Contains(batch, []byte("\xaekv_cache_dtype\xa8fp8_e4m3")) {
+		t.Fatalf("no kv_cache_dtype fp8_e4m3 in % x", batch)
 	}
 }

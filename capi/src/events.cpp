@@ -83,7 +83,7 @@ BSPA_API bspa_status bspa_pool_events_drain_msgpack(bspa_pool *pool, double ts, 
     bspa::check(std::isfinite(ts), Errc::InvalidArgument, "ts = ", ts, " is not finite");
     std::lock_guard<std::mutex> lock(p.mutex());
     bspa::cache::EventQueue &q = queue_of(p);
-    const size_t needed = bspa::capi::encode_kv_event_batch(q, p.page_size(), ts, dp_rank,
+    const size_t needed = bspa::capi::encode_kv_event_batch(q, p.page_size(), p.dtype(), ts, dp_rank,
                                                             static_cast<unsigned char *>(buffer), capacity);
     *size = needed;
     if (buffer == nullptr) return;  // the size query

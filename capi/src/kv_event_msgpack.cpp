@@ -283,8 +283,19 @@ std::string router_salt(const std::string &salt) {
   return out;
 }
 
-size_t encode_kv_event_batch(const cache::EventQueue &queue, int32_t page_size, double ts, int32_t dp_rank,
-                             unsigned char *out, size_t capacity) {
+const char *kv_cache_dtype_name(cache::ElementType dtype) {
+  switch (dtype) {
+    case cache::ElementType::F32: return "float32";
+    case cache::ElementType::F16: return "float16";
+    case cache::ElementType::BF16: return "bfloat16";
+    case cache::ElementType::FP8_E4M3: return "fp8_e4m3";
+  }
+  return "unknown";
+}
+
+size_t encode_kv_event_batch(const cache::EventQueue &queue, int32_t page_size, cache::ElementType dtype, double ts,
+                             int32_t dp_rank, unsigned char *out, size_t capacity) {
+  const char *dtype_name = kv_cache_dtype_name(dtype);
   const std::vector<EventRecord> &r = queue.records();
   const int32_t *tokens = queue.tokens();
   size_t groups = 0;
@@ -315,7 +326,7 @@ size_t encode_kv_event_batch(const cache::EventQueue &queue, int32_t page_size, 
       continue;
     }
     const std::string &salt = queue.salt(first.salt);
-    w.map(salt.empty() ? 8 : 9);
+    w.map(salt.empty() ? 9 : 10);
     w.lit("type");
     w.lit("BlockStored");
     w.lit("block_hashes");
@@ -346,6 +357,8 @@ size_t encode_kv_event_batch(const cache::EventQueue &queue, int32_t page_size, 
       w.lit("cache_salt");
       write_router_salt(w, salt);
     }
+    w.lit("kv_cache_dtype");
+    w.str(dtype_name, std::strlen(dtype_name));
   }
   if (dp_rank < 0) {
     w.nil();

@@ -9,10 +9,11 @@
 
 #include "support.h"
 
-static bspa_pool *events_pool(int64_t num_pages, int32_t page_size, int64_t capacity) {
+static bspa_pool *events_pool_of(int64_t num_pages, int32_t page_size, int64_t capacity, bspa_dtype dtype) {
   bspa_pool_options o;
   EXPECT_OK(bspa_pool_options_init(&o));
   cr_assert_eq(o.events_capacity, 0, "events are off by default");
+  o.dtype = dtype;
   o.num_layers = 0;
   o.page_size = page_size;
   o.num_pages = num_pages;
@@ -20,6 +21,10 @@ static bspa_pool *events_pool(int64_t num_pages, int32_t page_size, int64_t capa
   bspa_pool *pool = NULL;
   EXPECT_OK(bspa_pool_create(&pool, &o));
   return pool;
+}
+
+static bspa_pool *events_pool(int64_t num_pages, int32_t page_size, int64_t capacity) {
+  return events_pool_of(num_pages, page_size, capacity, BSPA_DTYPE_BF16);
 }
 
 static int64_t serve(bspa_pool *pool, const char *salt, const int32_t *t, int64_t n) {
@@ -147,17 +152,49 @@ Test(events, msgpack_drain_encodes_a_vllm_event_batch) {
   unsigned char buf[512];
   cr_assert_lt(size, sizeof buf);
   EXPECT_OK(bspa_pool_events_drain_msgpack(pool, 2.0, 0, buf, sizeof buf, &size));
-  /* [2.0, [{"type": "BlockStored", ...}], 0] */
-  static const unsigned char head[] = {0x93, 0xcb, 0x40, 0x00, 0,   0,   0,   0,   0,   0,   0x91, 0x88, 0xa4, 't', 'y',
+  /* [2.0, [{"type": "BlockStored", ...}], 0]: a map of 9 keys (vLLM's 8 and the dtype) */
+  static const unsigned char head[] = {0x93, 0xcb, 0x40, 0x00, 0,   0,   0,   0,   0,   0,   0x91, 0x89, 0xa4, 't', 'y',
                                        'p',  'e',  0xab, 'B',  'l', 'o', 'c', 'k', 'S', 't', 'o',  'r',  'e',  'd'};
   cr_assert_eq(memcmp(buf, head, sizeof head), 0);
   cr_assert_eq(buf[size - 1], 0x00, "dp_rank 0");
+  static const char dtype_kv[] =
+      "\xaekv_cache_dtype\xa8"
+      "bfloat16";
+  cr_assert_eq(memcmp(buf + size - 1 - (sizeof dtype_kv - 1), dtype_kv, sizeof dtype_kv - 1), 0,
+               "the map's last key is the pool's dtype");
   /* Drained: the next batch is empty, [ts, [], nil] with dp_rank < 0. */
   EXPECT_OK(bspa_pool_events_drain_msgpack(pool, 2.0, -1, buf, sizeof buf, &size));
   cr_assert_eq(size, 12);
   cr_assert_eq(buf[10], 0x90);
   cr_assert_eq(buf[11], 0xc0);
   bspa_pool_destroy(pool);
+}
+
+/* Every pool dtype is named in its stored pages' maps, in vLLM's --kv-cache-dtype spelling. */
+Test(events, msgpack_stored_pages_say_the_pool_dtype) {
+  static const struct {
+    bspa_dtype dtype;
+    const char *name;
+  } cases[] = {{BSPA_DTYPE_BF16, "bfloat16"},
+               {BSPA_DTYPE_F16, "float16"},
+               {BSPA_DTYPE_F32, "float32"},
+               {BSPA_DTYPE_FP8_E4M3, "fp8_e4m3"}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    bspa_pool *pool = events_pool_of(4, 16, 8, cases[c].dtype);
+    int32_t t[33];
+    fill(t, 33, 3);
+    serve(pool, "tenant", t, 33);
+    unsigned char buf[512];
+    size_t size = 0;
+    EXPECT_OK(bspa_pool_events_drain_msgpack(pool, 0.0, -1, buf, sizeof buf, &size));
+    char want[64];
+    const int n =
+        snprintf(want, sizeof want, "\xaekv_cache_dtype%c%s", (char)(0xa0 | strlen(cases[c].name)), cases[c].name);
+    /* The last key of the one BlockStored (after cache_salt), just before the nil rank. */
+    cr_assert_eq(buf[size - 1], 0xc0);
+    cr_assert_eq(memcmp(buf + size - 1 - n, want, (size_t)n), 0, "dtype %s", cases[c].name);
+    bspa_pool_destroy(pool);
+  }
 }
 
 /* msgpack ints as the encoder may write them (fixint, uint8-32, int8-32). */

@@ -250,8 +250,9 @@ def check_wire_bytes() -> None:
         kv_cache_spec_kind: str | None = None
         kv_cache_spec_sliding_window: int | None = None
 
-    class SaltedBlockStored(BlockStored, tag="BlockStored"):  # + the key Dynamo reads
+    class BspaBlockStored(BlockStored, tag="BlockStored"):  # + the key Dynamo reads, + bspa's
         cache_salt: str | None = None
+        kv_cache_dtype: str | None = None
 
     class BlockRemoved(KVCacheEvent):
         block_hashes: list[int]
@@ -276,14 +277,16 @@ def check_wire_bytes() -> None:
     events = []
     for e in raw[1]:
         kind = e.pop("type")
-        cls = {"BlockStored": SaltedBlockStored if "cache_salt" in e else BlockStored,
+        cls = {"BlockStored": BspaBlockStored,
                "BlockRemoved": BlockRemoved, "AllBlocksCleared": AllBlocksCleared}[kind]
         events.append(cls(**e))
     want = msgspec.msgpack.encode(EventBatch(ts=1234.5, events=events, data_parallel_rank=0))
     if want != payload:
         fail(f"payload differs from msgspec's encoding:\n  bspa    {payload.hex()}\n  msgspec {want.hex()}")
     kinds = [type(e).__name__ for e in events]
-    salts = [e.cache_salt for e in events if isinstance(e, SaltedBlockStored)]
+    salts = [e.cache_salt for e in events if isinstance(e, BspaBlockStored) and e.cache_salt is not None]
+    if any(e.kv_cache_dtype != "float32" for e in events if isinstance(e, BspaBlockStored)):
+        fail(f"stored pages of an f32 pool (the CPU default) without kv_cache_dtype 'float32': {events}")
     if "BlockRemoved" not in kinds or salts != ["tenant-\u00e9", "bspa-hex:ff0073616c74"] or \
             [e.lora_id for e in events if isinstance(e, BlockStored)][:2] != [None, 42]:
         fail(f"unexpected events {events}")

@@ -32,6 +32,7 @@ def test_drain_returns_one_vllm_batch_then_an_empty_one():
         assert struct.unpack(">d", payload[2:10])[0] == 3.0
         assert payload[10] == 0x91  # one BlockStored for the two pages of one chain
         assert b"BlockStored" in payload and b"cache_salt" in payload
+        assert payload.endswith(b"\xaekv_cache_dtype\xa7float32\x02")  # the CPU pool's f32, then the rank
         assert payload[-1] == 2
         empty = pool.drain_events_msgpack(ts=3.0, dp_rank=None)
         assert empty == b"\x93\xcb" + struct.pack(">d", 3.0) + b"\x90\xc0"
@@ -43,6 +44,7 @@ def test_drain_returns_one_vllm_batch_then_an_empty_one():
         (e,) = events
         assert e["type"] == "BlockStored" and e["token_ids"] == list(range(32)) and e["block_size"] == 16
         assert e["parent_block_hash"] is None and len(e["block_hashes"]) == 2 and e["cache_salt"] == "t"
+        assert e["kv_cache_dtype"] == "float32"  # the pool's dtype (f32 on the CPU), bspa's own key
 
 
 def test_publisher_sends_topic_sequence_payload():

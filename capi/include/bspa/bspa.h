@@ -493,7 +493,12 @@ BSPA_API bspa_status bspa_pool_events_drain(bspa_pool *pool, bspa_kv_event *even
  * ai-dynamo-runtime 1.6.1) and mixes it into its block hash seed, so the pages of one
  * tenant match only queries made with the same cache salt (Dynamo: nvext.cache_salt, or
  * cache_salt in its indexer's /query). Dynamo ignores lora_id: pages that differ only in
- * extra key look alike to it. Send the buffer as the payload frame of a ZMQ PUB message
+ * extra key look alike to it. Every "BlockStored" ends with "kv_cache_dtype", the pool's
+ * element type as vLLM's --kv-cache-dtype and torch spell it ("bfloat16", "float16",
+ * "float32", "fp8_e4m3"): not a vLLM key either (vLLM's and Dynamo's decoders skip it), so
+ * that a router or a KV transfer can tell an fp8 worker's pages from a 16-bit one's. The
+ * structured events of bspa_pool_events_drain leave it out: they come from one pool, whose
+ * dtype bspa_pool_info reports. Send the buffer as the payload frame of a ZMQ PUB message
  * (topic, 8-byte big-endian sequence number from 0, payload). *size is set to the batch's
  * bytes; with buffer NULL and capacity 0 it only reports that size (BSPA_OK, nothing
  * drained). An empty queue gives a batch with no events. Any thread, any time.

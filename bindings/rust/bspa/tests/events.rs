@@ -199,6 +199,7 @@ fn msgpack_batch_matches_the_structured_events() {
                 assert_eq!(get("block_size").unwrap(), Value::Int(PAGE as i64));
                 assert_eq!(get("medium").unwrap().str(), "GPU");
                 assert_eq!(get("lora_name").unwrap(), Value::Nil);
+                assert_eq!(get("kv_cache_dtype").unwrap().str(), "float32", "the pool's dtype (f32, the default)");
                 let extra_key = match get("lora_id").unwrap() {
                     Value::Nil => 0,
                     v => v.uint(),
