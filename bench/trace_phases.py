@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Per-item phases of the sm90a prefill kernel from a clock64 trace.
 
-The trace comes from a diagnostic build (bench/results/h200_sm90_trace_instrumentation.patch at commit 0c66ae2,
-made against bf8eba1; not part of the library): each consumer warpgroup's first warp stamps
+The trace comes from a diagnostic build (not part of the library): for the current kernel
+bench/results/session17/diag_trace_host_profile.diff (16 words per slot: pass 16), for the
+session-4 kernel bench/results/h200_sm90_trace_instrumentation.patch at commit 0c66ae2, made
+against bf8eba1: each consumer warpgroup's first warp stamps
 an item's start, Q landed, first S done, first softmax done, key loop done and epilogue
 done, counts its steps and masked steps, and stamps the phases of its sixth step; the
 producer stamps the start and the end of its fills. The launch function writes one launch
@@ -56,6 +58,9 @@ print(f"  the producer starts an item {(t0 - p0)[cg == 0].mean():.0f} cycles bef
 if W == 16:
     st = np.array([a[x, y, g, 8:16] for x in range(ctas) for y in range(TR) for g in range(2)
                    if a[x, y, g, 8] != 0 and (a[x, y, g, 8:16] != 0).all()])
+    if len(st) == 0:
+        print("  no traced item had a sixth step (short items): no per-step phases")
+        sys.exit(0)
     names = ["take_step (K landed)", "fences, issue S", "wait V", "issue PV", "wait S", "softmax", "wait PV"]
     dif = np.diff(st, axis=1)
     print(f"  phases of the sixth step ({len(st)} samples):")
