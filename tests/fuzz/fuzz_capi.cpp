@@ -1345,7 +1345,7 @@ struct Msgpack {
 
 // A drained EventBatch is exactly [ts, [event map...], dp_rank] filling `size` bytes: each
 // map's "type" first; stores carry block_size = the pool's page and page-size tokens per
-// block hash; removals their hashes; block ids never 0.
+// block hash, and the pool's dtype; removals their hashes; block ids never 0.
 void check_event_batch(const unsigned char *b, size_t size, double ts, int32_t dp_rank, int32_t page) {
   Msgpack m{b, b + size};
   if (m.header('a') != 3 || m.byte() != 0xcb) die("msgpack batch: not [float64 ts, events, rank]");
@@ -1360,6 +1360,7 @@ void check_event_batch(const unsigned char *b, size_t size, double ts, int32_t d
     if (keys < 1 || m.str() != "type") die("msgpack batch: an event that is not a map led by its type");
     const std::string type = m.str();
     int64_t hashes = -1, tokens = -1;
+    bool dtype = false;
     for (int64_t k = 1; k < keys; ++k) {
       const std::string key = m.str();
       if (key == "block_hashes" || key == "token_ids") {
@@ -1376,11 +1377,16 @@ void check_event_batch(const unsigned char *b, size_t size, double ts, int32_t d
         m.str();
       } else if (key == "lora_name") {
         if (!m.nil()) die("msgpack batch: lora_name is not nil");
+      } else if (key == "kv_cache_dtype") {
+        const std::string d = m.str();
+        if (d != "bfloat16" && d != "float16" && d != "float32" && d != "fp8_e4m3")
+          die("msgpack batch: kv_cache_dtype is", d.c_str());
+        dtype = true;
       } else {
         die("msgpack batch: unknown key", key.c_str());
       }
     }
-    const bool ok = type == "BlockStored"        ? keys >= 8 && hashes > 0 && tokens == hashes * page
+    const bool ok = type == "BlockStored"        ? keys >= 9 && hashes > 0 && tokens == hashes * page && dtype
                     : type == "BlockRemoved"     ? keys == 3 && hashes > 0 && tokens < 0
                     : type == "AllBlocksCleared" ? keys == 1
                                                  : false;
