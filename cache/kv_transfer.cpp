@@ -162,6 +162,11 @@ KvImport *KvImport::create(Pool &p, const void *salt, size_t salt_len, uint64_t 
   imp->salt_index_ = p.events_ ? p.events_->intern_salt(salt, salt_len) : 0;
   imp->hold_ = p.empty_hold_locked(static_cast<size_t>(blocks));  // the last step that can throw
 
+  // Where the chain of the cached blocks ends, before the evictions below (which may
+  // overflow the event queue and so unpublish it: commit then starts it again).
+  imp->tip_ = cached > 0 ? ChainTip{keys[static_cast<size_t>(cached - 1)], found.back(),
+                                    p.pages_[static_cast<size_t>(found.back())].gen, p.index_resets_}
+                         : p.root_tip(digest);
   // Matched pages first, then new ones (as a sequence's match and append do).
   for (int32_t c : found) {
     p.pin(c);
@@ -173,13 +178,6 @@ KvImport *KvImport::create(Pool &p, const void *salt, size_t salt_len, uint64_t 
     Pool::adopt_into_hold(imp->hold_, page);
   }
   imp->cached_ = cached;
-  if (cached > 0) {
-    imp->chain_key_ = keys[static_cast<size_t>(cached - 1)];
-    imp->chain_page_ = found.back();
-    imp->chain_gen_ = p.pages_[static_cast<size_t>(found.back())].gen;
-  } else {
-    imp->chain_key_ = truncate_key(digest);
-  }
   return imp.release();
 }
 
@@ -189,12 +187,8 @@ int64_t KvImport::commit() {
   check(state_ == ImportState::Reserved, Errc::InvalidState, "the import was already ",
         state_ == ImportState::Committed ? "committed" : "aborted");
   const std::vector<int32_t> &pages = hold_->pages();
-  int64_t published = 0;
-  for (int64_t i = cached_; i < blocks_; ++i) {
-    if (p.publish_locked(pages[static_cast<size_t>(i)], root_digest_, extra_key_, salt_index_, chain_key_, chain_page_,
-                         chain_gen_))
-      ++published;
-  }
+  const int64_t published =
+      p.publish_chain_locked(pages.data(), cached_, blocks_, root_digest_, extra_key_, salt_index_, tip_);
   // Published pages go to the LRU list as cached (tail first), pages that lost to an
   // identical one published meanwhile back to the free list.
   p.release_hold_locked(hold_);

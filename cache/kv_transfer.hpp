@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cache/chain_tip.hpp"
 #include "cache/key.hpp"
 
 namespace bspa::cache {
@@ -117,9 +118,7 @@ class KvImport {
   int64_t published_ = 0;
   ImportState state_ = ImportState::Reserved;
   // The chain after the cached blocks, where commit continues it.
-  Key chain_key_;
-  int32_t chain_page_ = -1;
-  uint32_t chain_gen_ = 0;
+  ChainTip tip_;
 };
 
 }  // namespace bspa::cache

@@ -149,8 +149,10 @@ void Pool::destroy_sequence(Sequence *seq) noexcept {
 SequenceHold *Pool::hold_sequences_locked(std::vector<Sequence *> seqs) {
   auto hold = std::unique_ptr<SequenceHold>(new SequenceHold);
   hold->seqs_ = std::move(seqs);
-  // Room to retire every sequence a hold has, so destroy_sequence (noexcept) cannot fail.
-  retired_.reserve(retired_.size() + hold->seqs_.size());
+  // Room to retire every live sequence, so destroy_sequence (noexcept) cannot fail: any
+  // sequence retired later is live now (or held by a later hold, which reserves again).
+  // Room for this hold's sequences alone fell short when several holds were alive.
+  retired_.reserve(retired_.size() + sequences_.size());
   for (Sequence *s : hold->seqs_) ++s->batch_refs_;
   return hold.release();
 }
@@ -267,38 +269,53 @@ int32_t Pool::find_published(const Key &key, const int32_t *tokens, uint64_t ext
   });
 }
 
-bool Pool::publish_locked(int32_t page, const Key &root_digest, uint64_t extra_key, uint32_t salt_index, Key &chain_key,
-                          int32_t &chain_page, uint32_t &chain_gen) {
-  const int32_t *toks = page_tokens(page);
-  const Key k = hasher_.page_key(chain_key, toks, extra_key);
-  const int32_t existing = find_published(k, toks, extra_key, chain_page, chain_gen, root_digest);
-  bool ours = false;
-  if (existing >= 0) {
-    // An identical page is already the index entry: it stands for ours in the chain,
-    // so later pages stay reachable from it; ours is freed unpublished.
-    chain_page = existing;
-    chain_gen = pages_[static_cast<size_t>(existing)].gen;
-  } else {
-    if (events_) make_event_room();  // may empty the index: chain_page then stays unpublished
-    Page &pg = pages_[static_cast<size_t>(page)];
-    pg.key = k;
-    pg.parent_key = chain_page < 0 ? root_digest : chain_key;
-    pg.parent_page = chain_page;
-    pg.parent_gen = chain_gen;
-    pg.extra_key = extra_key;
-    pg.published = true;
-    index_.insert(k, page);
-    ++counters_.published_pages;
-    if (events_) {
-      const uint64_t parent_id = chain_page < 0 ? 0 : block_id(chain_page, chain_gen);
-      events_->push_stored(page, block_id(page, pg.gen), parent_id, k, extra_key, salt_index, toks);
+int64_t Pool::publish_chain_locked(const int32_t *pages, int64_t from, int64_t to, const Key &root_digest,
+                                   uint64_t extra_key, uint32_t salt_index, ChainTip &tip) {
+  int64_t ours = 0;
+  bool restarted = false;
+  for (int64_t i = from; i < to; ++i) {
+    const Published r = publish_locked(pages[i], root_digest, extra_key, salt_index, tip);
+    if (r == Published::ChainLost) {
+      if (restarted) return ours;  // overflowed again: the rest waits for a later call
+      restarted = true;
+      tip = root_tip(root_digest);
+      i = -1;  // from pages[0]
+      continue;
     }
-    chain_page = page;
-    chain_gen = pg.gen;
-    ours = true;
+    ours += r == Published::Ours && i >= from;
   }
-  chain_key = k;
   return ours;
+}
+
+Pool::Published Pool::publish_locked(int32_t page, const Key &root_digest, uint64_t extra_key, uint32_t salt_index,
+                                     ChainTip &tip) {
+  const int32_t *toks = page_tokens(page);
+  const Key k = hasher_.page_key(tip.key, toks, extra_key);
+  const int32_t existing = find_published(k, toks, extra_key, tip.page, tip.gen, root_digest);
+  if (existing >= 0) {
+    // An identical page is already the index entry: it stands for ours in the chain, so
+    // later pages stay reachable from it; ours is freed unpublished. (It went in under our
+    // tip after the last reset, so the chain up to it is in the index now.)
+    tip = ChainTip{k, existing, pages_[static_cast<size_t>(existing)].gen, index_resets_};
+    return Published::Existing;
+  }
+  if (events_) make_event_room();  // may empty the index
+  if (tip.page >= 0 && tip.resets != index_resets_) return Published::ChainLost;
+  Page &pg = pages_[static_cast<size_t>(page)];
+  pg.key = k;
+  pg.parent_key = tip.page < 0 ? root_digest : tip.key;
+  pg.parent_page = tip.page;
+  pg.parent_gen = tip.gen;
+  pg.extra_key = extra_key;
+  pg.published = true;
+  index_.insert(k, page);
+  ++counters_.published_pages;
+  if (events_) {
+    const uint64_t parent_id = tip.page < 0 ? 0 : block_id(tip.page, tip.gen);
+    events_->push_stored(page, block_id(page, pg.gen), parent_id, k, extra_key, salt_index, toks);
+  }
+  tip = ChainTip{k, page, pg.gen, index_resets_};
+  return Published::Ours;
 }
 
 void Pool::make_event_room() {

@@ -33,6 +33,7 @@
 #include <mutex>
 #include <vector>
 
+#include "cache/chain_tip.hpp"
 #include "cache/event_queue.hpp"
 #include "cache/key.hpp"
 #include "cache/kv_storage.hpp"
@@ -195,6 +196,8 @@ class Pool {
     for (int32_t b = 0; b < config_.page_size * 4; b += 64) __builtin_prefetch(t + b);
   }
   int64_t available_pages() const { return static_cast<int64_t>(free_.size()) + lru_size_; }
+  // Where a chain that starts at the root of `root_digest` begins, as of now.
+  ChainTip root_tip(const Key &root_digest) const { return ChainTip{truncate_key(root_digest), -1, 0, index_resets_}; }
   int32_t take_page();         // precondition: available_pages() > 0
   void pin(int32_t page);      // ref++ (leaving the LRU list if cached)
   void release(int32_t page);  // ref--; at 0 to the LRU tail or the free list
@@ -204,13 +207,24 @@ class Pool {
   PageHold *empty_hold_locked(size_t capacity);
   static void adopt_into_hold(PageHold *hold, int32_t page) noexcept;
   void release_hold_locked(PageHold *hold) noexcept;
-  // Publishes one full page as the next link of a chain (Sequence::commit, KvImport::commit):
-  // the chain is (key of its last page, the page that stands for it in the index, that
-  // page's generation), advanced past `page`. An identical page already published stands
-  // for ours (ours stays unpublished and is freed when released). Returns whether `page`
-  // itself entered the index. Allocates nothing (the event queue is reserved).
-  bool publish_locked(int32_t page, const Key &root_digest, uint64_t extra_key, uint32_t salt_index, Key &chain_key,
-                      int32_t &chain_page, uint32_t &chain_gen);
+  // Publishes pages[from, to) as the next links of the chain that pages[0, from) form
+  // (Sequence::commit, KvImport::commit; `tip`: where it ends, advanced past the pages). An
+  // identical page already published stands for one of ours (ours stays unpublished and is
+  // freed when released). If an event-queue overflow emptied the index since the tip was
+  // set, or empties it on the way, the chain's earlier pages left the index with it: pages
+  // published under them could never be matched, and a router told "all cleared" would get
+  // stored pages with unknown parents. The chain is then published again from pages[0] and
+  // the root (the caller holds every page, their tokens intact); a second overflow in one
+  // call (a queue shorter than the chain) leaves the rest unpublished, and a later call
+  // starts again. Returns how many of pages[from, to) entered the index themselves.
+  // Allocates nothing (the event queue is reserved).
+  int64_t publish_chain_locked(const int32_t *pages, int64_t from, int64_t to, const Key &root_digest,
+                               uint64_t extra_key, uint32_t salt_index, ChainTip &tip);
+  enum class Published { Ours, Existing, ChainLost };
+  // One page of publish_chain_locked: ChainLost (nothing published) when the chain's pages
+  // left the index since `tip` was set.
+  Published publish_locked(int32_t page, const Key &root_digest, uint64_t extra_key, uint32_t salt_index,
+                           ChainTip &tip);
   void lru_push_back(int32_t page);
   void lru_unlink(int32_t page);
   // The published page equal to (key, tokens, extra key, parent), or -1.

@@ -16,7 +16,7 @@ Sequence::Sequence(Pool *pool, const Key &salt_digest, uint64_t extra_key, uint3
       root_key_(truncate_key(salt_digest)),
       extra_key_(extra_key),
       salt_index_(salt_index) {
-  chain_key_ = root_key_;
+  tip_.key = root_key_;
 }
 
 int64_t Sequence::match(const int32_t *tokens, int64_t n) {
@@ -68,13 +68,12 @@ int64_t Sequence::match(const int32_t *tokens, int64_t n) {
   // Pinned before any new page is taken, so a later append cannot evict them.
   for (int32_t c : pages_) p.pin(c);
   match_resets_ = p.index_resets_;
+  // An overflow during the append that follows (its evictions) is caught at commit.
+  tip_ = ChainTip{key, parent, parent_gen, p.index_resets_};
 
   const int64_t found = static_cast<int64_t>(pages_.size()) * ps;
   num_tokens_ = num_computed_ = num_cached_ = found;
   keyed_pages_ = static_cast<int64_t>(pages_.size());
-  chain_key_ = key;
-  chain_page_ = parent;
-  chain_gen_ = parent_gen;
 
   PoolStats &s = p.counters_;
   ++s.match_calls;
@@ -128,12 +127,11 @@ void Sequence::commit(int64_t computed) {
         " is past the sequence's num_tokens = ", num_tokens_);
   const int64_t ps = p.config_.page_size;
   const int64_t full = computed / ps;
-  for (int64_t i = keyed_pages_; i < full; ++i) {
-    p.counters_.hashed_tokens += static_cast<uint64_t>(ps);
-    p.publish_locked(pages_[static_cast<size_t>(i)], root_digest_, extra_key_, salt_index_, chain_key_, chain_page_,
-                     chain_gen_);
+  if (full > keyed_pages_) {
+    p.counters_.hashed_tokens += static_cast<uint64_t>((full - keyed_pages_) * ps);
+    p.publish_chain_locked(pages_.data(), keyed_pages_, full, root_digest_, extra_key_, salt_index_, tip_);
+    keyed_pages_ = full;
   }
-  if (full > keyed_pages_) keyed_pages_ = full;
   num_computed_ = computed;
 }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cache/chain_tip.hpp"
 #include "cache/key.hpp"
 
 namespace bspa::cache {
@@ -65,12 +66,11 @@ class Sequence {
   int64_t num_tokens_ = 0;
   int64_t num_computed_ = 0;
   int64_t num_cached_ = 0;
-  // The chain so far: pages [0, keyed_pages_) have keys; the last one's key and the page
-  // that stands for it in the index (ours, or an identical page published before ours).
+  // The chain so far: pages [0, keyed_pages_) have keys; where it ends (the last one's key
+  // and the page that stands for it in the index: ours, or an identical page published
+  // before ours).
   int64_t keyed_pages_ = 0;
-  Key chain_key_;
-  int32_t chain_page_ = -1;
-  uint32_t chain_gen_ = 0;    // chain_page_'s generation then: it may be evicted since
+  ChainTip tip_;
   size_t registry_slot_ = 0;  // its place in the pool's sequences_ (retired_ once retired)
   // Batches planned over this sequence and not released (Pool::hold_sequences_locked). A
   // sequence destroyed while some hold it is retired instead: its pages stay referenced

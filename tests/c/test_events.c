@@ -4,6 +4,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +140,83 @@ Test(events, overflow_clears_the_queue_and_the_index) {
   bspa_seq_destroy(s);
   cr_assert_leq(announced, 1);
   EXPECT_OK(bspa_pool_check(pool));
+  bspa_pool_destroy(pool);
+}
+
+/* Stored events since the last "all cleared" name parents stored after it (or 0): what a
+ * router rebuilds from them is a tree of chains from the root. */
+static void expect_no_orphans(const drained *d) {
+  int64_t from = 0;
+  for (int64_t i = 0; i < d->n; ++i)
+    if (d->ev[i].type == BSPA_KV_EVENT_ALL_CLEARED) from = i + 1;
+  for (int64_t i = from; i < d->n; ++i) {
+    if (d->ev[i].type != BSPA_KV_EVENT_STORED || d->ev[i].parent_block_id == 0) continue;
+    int found = 0;
+    for (int64_t j = from; j < i; ++j)
+      found |= d->ev[j].type == BSPA_KV_EVENT_STORED && d->ev[j].block_id == d->ev[i].parent_block_id;
+    cr_assert(found, "event %lld: stored under parent %#llx, which no event since the clear stored", (long long)i,
+              (unsigned long long)d->ev[i].parent_block_id);
+  }
+}
+
+/* A prompt committed in chunks, with an overflow between them: the chain's first pages left
+ * the index with the clear, so the next chunk's pages would hang under parents nobody has;
+ * the chain is published again from its first page and the whole prompt matches. */
+Test(events, a_chain_overflowed_between_chunks_is_published_again_from_its_start) {
+  bspa_pool *pool = events_pool(16, 16, 6);
+  int32_t a[65], b[64];
+  fill(a, 65, 1000);
+  fill(b, 64, 5000);
+  bspa_seq *sa = test_seq_salted(pool, NULL, 0);
+  EXPECT_OK(bspa_seq_append(sa, a, 64));
+  EXPECT_OK(bspa_seq_commit(sa, 16));
+  EXPECT_OK(bspa_seq_commit(sa, 32)); /* 2 records */
+  serve(pool, NULL, b, 64);           /* 4 more: the queue of 6 is full */
+  EXPECT_OK(bspa_seq_commit(sa, 64)); /* page 2 overflows it */
+  drained d;
+  drain(pool, &d);
+  cr_assert_eq(d.ev[0].type, BSPA_KV_EVENT_ALL_CLEARED);
+  cr_assert_eq(d.n, 5, "the clear, then the prompt's 4 pages again from the first (got %lld events)", (long long)d.n);
+  expect_no_orphans(&d);
+  EXPECT_OK(bspa_pool_check(pool));
+  bspa_seq_destroy(sa);
+  bspa_seq *s = test_seq_salted(pool, NULL, 0);
+  int64_t cached = -1;
+  EXPECT_OK(bspa_seq_match(s, a, 65, &cached));
+  cr_assert_eq(cached, 64, "the whole prompt is matchable again (got %lld)", (long long)cached);
+  bspa_seq_destroy(s);
+  /* b's pages went with the clear and nothing published them again: no match, as the
+   * router (told "all cleared") believes. */
+  s = test_seq_salted(pool, NULL, 0);
+  EXPECT_OK(bspa_seq_match(s, b, 64, &cached));
+  cr_assert_eq(cached, 0);
+  bspa_seq_destroy(s);
+  EXPECT_OK(bspa_pool_check(pool));
+  bspa_pool_destroy(pool);
+}
+
+/* A queue shorter than the chain overflows again while the chain is published anew: what
+ * went in is a chain from the root, the rest stays out, nothing is orphaned. */
+Test(events, a_queue_shorter_than_the_chain_leaves_the_rest_out_without_orphans) {
+  bspa_pool *pool = events_pool(16, 16, 2);
+  int32_t a[129];
+  fill(a, 129, 7);
+  bspa_seq *sa = test_seq_salted(pool, NULL, 0);
+  EXPECT_OK(bspa_seq_append(sa, a, 128));
+  for (int64_t c = 16; c <= 128; c += 16) EXPECT_OK(bspa_seq_commit(sa, c));
+  drained d;
+  drain(pool, &d);
+  expect_no_orphans(&d);
+  EXPECT_OK(bspa_pool_check(pool));
+  bspa_seq_destroy(sa);
+  int64_t announced = 0;
+  for (int64_t i = 0; i < d.n; ++i) announced += d.ev[i].type == BSPA_KV_EVENT_STORED;
+  bspa_seq *s = test_seq_salted(pool, NULL, 0);
+  int64_t cached = -1;
+  EXPECT_OK(bspa_seq_match(s, a, 129, &cached));
+  cr_assert_eq(cached, 16 * announced, "the pool matches exactly the %lld pages announced since the clear (got %lld)",
+               (long long)announced, (long long)cached);
+  bspa_seq_destroy(s);
   bspa_pool_destroy(pool);
 }
 

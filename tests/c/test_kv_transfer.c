@@ -416,6 +416,72 @@ Test(kv_transfer, a_page_published_meanwhile_wins_and_commit_stays_consistent) {
   bspa_layout_destroy(layout);
 }
 
+/* The import's own evictions overflow the event queue, which takes its cached blocks out of
+ * the index: commit publishes the chain again from the first block, so the pool's next
+ * match hits every block (as the header promises) and the events name no unknown parent. */
+Test(kv_transfer, an_overflow_during_the_import_republishes_its_chain_from_the_first_block) {
+  bspa_pool_options o;
+  EXPECT_OK(bspa_pool_options_init(&o));
+  o.num_layers = 0;
+  o.page_size = PS;
+  o.num_pages = 8;
+  o.events_capacity = 4;
+  bspa_pool *pool = NULL;
+  EXPECT_OK(bspa_pool_create(&pool, &o));
+  bspa_kv_event ev[16];
+  int32_t tk[16 * PS];
+  int64_t ne = 0, nt = 0;
+  int32_t other[4 * PS + 1];
+  for (int i = 0; i < 4 * PS + 1; ++i) other[i] = 90000 + i;
+  /* The prompt's first two blocks cached, events drained; another prompt's four cached
+   * blocks fill the queue; a sequence takes the free pages. */
+  bspa_seq *s = test_seq_salted(pool, NULL, 0);
+  EXPECT_OK(bspa_seq_append(s, g_tokens, 2 * PS));
+  EXPECT_OK(bspa_seq_commit(s, 2 * PS));
+  bspa_seq_destroy(s);
+  EXPECT_OK(bspa_pool_events_drain(pool, ev, 16, tk, 16 * PS, &ne, &nt));
+  s = test_seq_salted(pool, NULL, 0);
+  EXPECT_OK(bspa_seq_append(s, other, 4 * PS + 1));
+  EXPECT_OK(bspa_seq_commit(s, 4 * PS + 1));
+  bspa_seq_destroy(s);
+  struct bspa_pool_stats st;
+  EXPECT_OK(bspa_pool_stats(pool, &st));
+  bspa_seq *hog = test_seq_salted(pool, NULL, 0);
+  int32_t *zeros = calloc((size_t)st.pages_free * PS, sizeof(int32_t));
+  EXPECT_OK(bspa_seq_append(hog, zeros, st.pages_free * PS));
+  /* Import three blocks: two pinned, one reserved by evicting a block of the other prompt. */
+  struct bspa_pool_memory m = {.version = BSPA_POOL_MEMORY_VERSION};
+  EXPECT_OK(bspa_pool_memory(pool, &m));
+  bspa_kv_import_options io;
+  EXPECT_OK(bspa_kv_import_options_init(&io));
+  io.peer_fingerprint = m.fingerprint;
+  bspa_kv_import *imp = NULL;
+  EXPECT_OK(bspa_kv_import_create(&imp, pool, g_tokens, 3 * PS, &io));
+  int64_t published = -1;
+  EXPECT_OK(bspa_kv_import_commit(imp, &published));
+  cr_assert_eq(published, 1, "the reserved block is published");
+  bspa_kv_import_destroy(imp);
+  EXPECT_OK(bspa_pool_events_drain(pool, ev, 16, tk, 16 * PS, &ne, &nt));
+  cr_assert_eq(ne, 4, "all cleared, then the three blocks from the first (got %lld events)", (long long)ne);
+  cr_assert_eq(ev[0].type, BSPA_KV_EVENT_ALL_CLEARED);
+  for (int i = 1; i < 4; ++i) {
+    cr_assert_eq(ev[i].type, BSPA_KV_EVENT_STORED);
+    cr_assert_eq(ev[i].parent_block_id, i == 1 ? 0 : ev[i - 1].block_id, "event %d's parent", i);
+  }
+  bspa_seq_destroy(hog);
+  free(zeros);
+  EXPECT_OK(bspa_pool_check(pool));
+  int32_t next[3 * PS + 1];
+  memcpy(next, g_tokens, sizeof(int32_t) * 3 * PS);
+  next[3 * PS] = 1;
+  s = test_seq_salted(pool, NULL, 0);
+  int64_t cached = -1;
+  EXPECT_OK(bspa_seq_match(s, next, 3 * PS + 1, &cached));
+  cr_assert_eq(cached, 3 * PS, "the next match hits all three blocks (got %lld)", (long long)cached);
+  bspa_seq_destroy(s);
+  bspa_pool_destroy(pool);
+}
+
 static uint64_t fingerprint_of(const bspa_pool_options *o) {
   bspa_pool *p = NULL;
   EXPECT_OK(bspa_pool_create(&p, o));

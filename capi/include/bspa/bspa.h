@@ -238,7 +238,7 @@ typedef struct bspa_pool_options {
   /* Since version 2: KV cache event records the pool keeps until they are drained
    * (see "KV cache events" below), in [0, INT32_MAX]; 0 (the default) = no events, and
    * then the pool does no event work at all. The queue is reserved at creation:
-   * about (48 + 4 * page_size) bytes per record. */
+   * about (64 + 4 * page_size) bytes per record. */
   int64_t events_capacity;
 } bspa_pool_options;
 
@@ -436,8 +436,11 @@ BSPA_API void bspa_seq_destroy(bspa_seq *seq);
  * When a record does not fit, the pool drops the queue's contents, records one
  * "all cleared" event and empties its prefix index (cached pages become free; pages in
  * use stay with their sequences but are no longer published), so a router that rebuilds
- * from the events that follow holds exactly what the pool can match. Size the queue for
- * the pages published and evicted between two drains.
+ * from the events that follow holds exactly what the pool can match. A sequence (or KV
+ * import) whose published pages the clear took publishes its chain again from its first
+ * page at its next commit, so no stored event names a parent from before the clear (a queue
+ * shorter than that chain leaves the rest unpublished). Size the queue for the pages
+ * published and evicted between two drains.
  *
  * Block ids: a page's stay in the index is named block_id = (generation << 32) | page,
  * where the generation counts how often the page was handed out: unique over the pool's

@@ -1,0 +1,23 @@
+// Where a chain of published pages ends: shared by the pool, which publishes and checks
+// chains, and their owners (Sequence, KvImport), which keep their chain's tip between calls.
+#pragma once
+
+#include <cstdint>
+
+#include "cache/key.hpp"
+
+namespace bspa::cache {
+
+// Where a chain of published pages ends (a sequence's, an import's): the key of its last
+// page, the page that stands for it in the index (-1 before the first: the chain hangs from
+// the salt's root key), that page's generation then (it may be evicted and handed out
+// since), and the pool's count of index resets then (an event-queue overflow since took the
+// whole chain out of the index: Pool::publish_chain_locked starts it again).
+struct ChainTip {
+  Key key;
+  int32_t page = -1;
+  uint32_t gen = 0;
+  uint64_t resets = 0;
+};
+
+}  // namespace bspa::cache
