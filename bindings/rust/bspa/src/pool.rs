@@ -43,7 +43,7 @@ pub struct PoolOptions {
     pub hash_seed: u64,
     /// KV cache event records kept until drained ([`Pool::drain_events`]), in
     /// `[0, i32::MAX]`; 0 (the default) = no events and no event work. Reserved at
-    /// creation: about (48 + 4 * page_size) bytes per record.
+    /// creation: about (64 + 4 * page_size) bytes per record.
     pub events_capacity: i64,
 }
 
