@@ -106,10 +106,16 @@ type PoolStats struct {
 type Pool struct {
 	// mu guards the lifetime of the pool and of every handle made from it: calls hold it
 	// for reading, Close calls for writing. The C pool synchronises the calls themselves.
-	mu      sync.RWMutex
-	p       *C.bspa_pool
-	opts    PoolOptions
-	batches map[*C.bspa_batch][]*C.bspa_seq // live batches and the sequences they use
+	mu   sync.RWMutex
+	p    *C.bspa_pool
+	opts PoolOptions
+	// Live batches by C handle: the sequences each uses and the id of the Go Batch that owns
+	// it. The id, not the address, says whether a Batch is still live: a batch closed with
+	// one of its sequences frees its C handle, which the next batch may be given, and the
+	// old Batch must not reach (or close) the new one. Keyed by the C handle, not the Batch,
+	// so that an abandoned Batch can still be finalized.
+	batches     map[*C.bspa_batch]liveBatch
+	nextBatchID uint64
 	// live KV exports and imports (transfer.go): each entry frees its C handle
 	transfers map[interface{}]func()
 }
@@ -158,7 +164,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	if err := call(func() C.bspa_status { return C.bspa_pool_create(&p, &o) }); err != nil {
 		return nil, err
 	}
-	pool := &Pool{p: p, opts: opts, batches: map[*C.bspa_batch][]*C.bspa_seq{}, transfers: map[interface{}]func(){}}
+	pool := &Pool{p: p, opts: opts, batches: map[*C.bspa_batch]liveBatch{}, transfers: map[interface{}]func(){}}
 	runtime.SetFinalizer(pool, (*Pool).Close)
 	return pool, nil
 }
@@ -345,8 +351,8 @@ func (s *Sequence) Close() error {
 		s.s = nil
 		return nil
 	}
-	for b, seqs := range p.batches {
-		for _, member := range seqs {
+	for b, live := range p.batches {
+		for _, member := range live.seqs {
 			if member == s.s {
 				C.bspa_batch_destroy(b)
 				delete(p.batches, b)
@@ -431,6 +437,7 @@ type Batch struct {
 	pool      *Pool
 	seqs      []*Sequence // keeps them alive as long as the batch
 	b         *C.bspa_batch
+	id        uint64 // its entry in pool.batches (see there)
 	numTokens int
 	rows      int           // rows of the launch tensors: numTokens, or MaxTokens of a fixed shape
 	reusable  *BatchOptions // nil for a one-step batch (NewBatch)
@@ -477,10 +484,30 @@ func (p *Pool) NewBatch(seqs []*Sequence, queryLens []int32, stream Stream) (*Ba
 	}
 	members := make([]*C.bspa_seq, len(seqs))
 	copy(members, raw)
-	p.batches[b] = members
-	batch := &Batch{pool: p, seqs: append([]*Sequence(nil), seqs...), b: b, numTokens: numTokens, rows: numTokens}
+	batch := &Batch{pool: p, seqs: append([]*Sequence(nil), seqs...), b: b, id: p.registerBatch(b, members),
+		numTokens: numTokens, rows: numTokens}
 	runtime.SetFinalizer(batch, (*Batch).Close)
 	return batch, nil
+}
+
+type liveBatch struct {
+	id   uint64
+	seqs []*C.bspa_seq // closing one of them closes the batch (none for a reusable batch)
+}
+
+// registerBatch records a new C batch that uses seqs and returns the id of its Batch. Call
+// with p.mu held for writing.
+func (p *Pool) registerBatch(b *C.bspa_batch, seqs []*C.bspa_seq) uint64 {
+	p.nextBatchID++
+	p.batches[b] = liveBatch{id: p.nextBatchID, seqs: seqs}
+	return p.nextBatchID
+}
+
+// batchLive says whether b's C handle is still its own (not closed with a sequence, its address
+// perhaps handed to another batch since). Call with p.mu held.
+func (p *Pool) batchLive(b *Batch) bool {
+	e, ok := p.batches[b.b]
+	return ok && e.id == b.id
 }
 
 // NumTokens is the number of the step's new tokens: the sum of the query lengths.
@@ -495,11 +522,9 @@ func (b *Batch) Close() error {
 	p := b.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if b.b != nil && p.p != nil {
-		if _, live := p.batches[b.b]; live {
-			C.bspa_batch_destroy(b.b)
-			delete(p.batches, b.b)
-		}
+	if b.b != nil && p.p != nil && p.batchLive(b) {
+		C.bspa_batch_destroy(b.b)
+		delete(p.batches, b.b)
 	}
 	b.b = nil
 	runtime.SetFinalizer(b, nil)
@@ -513,7 +538,7 @@ func (b *Batch) use(f func() error) error {
 		if b.b == nil {
 			return ErrClosed
 		}
-		if _, live := b.pool.batches[b.b]; !live { // closed with one of its sequences
+		if !b.pool.batchLive(b) { // closed with one of its sequences
 			return ErrClosed
 		}
 		return f()

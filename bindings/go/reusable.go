@@ -77,8 +77,8 @@ func (p *Pool) NewReusableBatch(opts BatchOptions) (*Batch, error) {
 	if opts.MaxQueryLen == 0 {
 		opts.MaxQueryLen = int(opts.MaxTokens) // the library's default
 	}
-	p.batches[b] = nil // no members: closing a sequence does not close it
-	batch := &Batch{pool: p, b: b, reusable: &opts}
+	// No members: closing a sequence does not close it.
+	batch := &Batch{pool: p, b: b, id: p.registerBatch(b, nil), reusable: &opts}
 	runtime.SetFinalizer(batch, (*Batch).Close)
 	return batch, nil
 }
