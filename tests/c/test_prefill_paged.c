@@ -252,7 +252,7 @@ Test(prefill_paged, identity_unaligned_contexts) {
   static const int64_t bases[3] = {960, 1024, 2048};
   for (int b = 0; b < 3; ++b)
     for (int delta = -1; delta <= 1; ++delta) {
-      pcase c = {"identity", BSPA_DTYPE_F32, 4, 1, 64, 64, phi3(0, 4, 0), 4, 1.0 / 128, 8, {0}, {0}, 0};
+      pcase c = {"identity", BSPA_DTYPE_F32, 4, 1, 64, 64, phi3(0, 4, 0), 4, 1.0 / 128, 8, {0}, {0}, 0, 0};
       c.rl.vert_stride = 4; /* step 1 over 4 heads: every head its own stripe */
       for (int i = 0; i < 8; ++i) {
         c.ctx[i] = bases[b] + residues[i];
@@ -266,7 +266,7 @@ Test(prefill_paged, identity_unaligned_contexts) {
 /* The identity against the library itself: chunked output == last q rows of its full prefill. */
 Test(prefill_paged, identity_against_full_prefill) {
   pcase c = {"identity-full",  BSPA_DTYPE_F32, 4, 2, 64, 32, phi3(0, 4, 0), 4, 1.0 / 128, 3,
-             {1060, 36, 1023}, {28, 28, 2},    1};
+             {1060, 36, 1023}, {28, 28, 2},    1, 0};
   c.rl.local_blocks = 4;
   c.rl.vert_stride = 4;
   double *chunked = run_case(&c, 0, NULL);
@@ -334,6 +334,7 @@ Test(prefill_paged, matrix) {
                    6,
                    {0, 64, 100, 1088, 1153, 517},
                    {70, 64, 1, 1, 33, 2},
+                   0,
                    0};
         static char names[64][64];
         if (lk == 0) {
@@ -369,7 +370,8 @@ Test(prefill_paged, matrix) {
 
 /* Long contexts, bf16, Phi-3-small heads (8 query heads of a rank, 2 kv heads). */
 Test(prefill_paged, long_context_bf16) {
-  pcase c = {"long-bf16", BSPA_DTYPE_BF16, 8, 2, 128, 64, phi3(0, 32, 24), 0, 1.0 / 128, 2, {3071, 2600}, {33, 1}, 0};
+  pcase c = {"long-bf16", BSPA_DTYPE_BF16, 8,       2, 128, 64, phi3(0, 32, 24), 0, 1.0 / 128,
+             2,           {3071, 2600},    {33, 1}, 0, 0};
   c.rl = phi3(0, 32, 24);
   free(run_case(&c, 0, NULL));
 }
