@@ -249,6 +249,23 @@ void run_check_bound(int decode_bound) {
       CUDA_OK(cudaGraphDestroy(g));
       allocs_after_capture = allocations_now();
     }
+    if (step == 5) {
+      // Later plans wait on a staging buffer's copy (a synchronisation): a plan while the
+      // stream captures must still be refused before that, leaving the capture intact, in
+      // the strictest mode too.
+      cudaGraph_t g;
+      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      const bspa_status st = bspa_batch_plan(batch, seqs.data(), ql.data(), n, s);
+      expect(st == BSPA_ERR_INVALID_STATE, "a later bspa_batch_plan while capturing (global mode) is not refused",
+             step);
+      const cudaError_t end = cudaStreamEndCapture(s, &g);
+      expect(end == cudaSuccess, "the refused plan broke the capture", step);
+      if (end == cudaSuccess) {
+        CUDA_OK(cudaGraphDestroy(g));
+      } else {
+        cudaGetLastError();
+      }
+    }
     CUDA_OK(cudaMemsetAsync(t.out, 0xff, t.rows * kHq * kD * 2, s));  // poison: NaN bf16
     CUDA_OK(cudaGraphLaunch(exec, s));
     CUDA_OK(cudaStreamSynchronize(s));

@@ -88,13 +88,18 @@ class StepBuffers {
   StepBuffers(const StepBuffers &) = delete;
   StepBuffers &operator=(const StepBuffers &) = delete;
 
+  // Error(InvalidState) when `stream` may be capturing a CUDA graph (a captured copy of a
+  // plan would replay it forever). Asked first, before next_block_table's wait: a
+  // synchronisation while the stream captures would end the capture with an error.
+  void refuse_capture(void *stream) const;
   // The host buffer the next plan's block table goes to (BatchPlanInput::block_table_out):
   // the staging buffer the next upload copies from. Waits until that buffer's previous copy
   // has executed on its stream (two plans ago: normally long done).
   int32_t *next_block_table();
   // Queues one host-to-device copy of the plan (its table already in next_block_table()) on
   // `stream`; launches after it on that stream see the plan. Fixed launch shapes get the
-  // arrays padded to the limits (no new tokens, empty work items). Throws Error(Cuda).
+  // arrays padded to the limits (no new tokens, empty work items). Throws Error(Cuda); the
+  // caller has asked refuse_capture first.
   void upload(const BatchPlan &plan, void *stream);
   // The device arrays (fixed addresses) and the workspace, for launches.
   const DeviceBatchMetadata &metadata() const { return *meta_; }

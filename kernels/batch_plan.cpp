@@ -46,10 +46,11 @@ void check_limits(const BatchPlanInput &in, const BatchLimits &l) {
     check(q <= l.max_query_len, Errc::OutOfRange, "query_lens[", i, "] = ", q,
           " exceeds the batch's max_query_len = ", l.max_query_len);
     total += q;
+    // Within max_seq_tokens a sequence fits max_pages_per_seq pages (and no sequence holds
+    // more pages than the pool has).
     const int64_t tokens = static_cast<int64_t>(in.context_lens[i]) + q;
-    const int64_t pages = (tokens + in.page_size - 1) / in.page_size;
-    check(pages <= l.max_pages_per_seq, Errc::OutOfRange, "sequence ", i, " needs ", pages, " pages for ", tokens,
-          " tokens, more than the batch's max_pages_per_seq = ", l.max_pages_per_seq);
+    check(tokens <= l.max_seq_tokens, Errc::OutOfRange, "sequence ", i, " has ", tokens,
+          " tokens (computed + new), more than the batch's max_seq_tokens = ", l.max_seq_tokens);
   }
   check(total <= l.max_tokens, Errc::OutOfRange, "the step's ", total,
         " new tokens exceed the batch's max_tokens = ", l.max_tokens);

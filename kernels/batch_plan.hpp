@@ -21,12 +21,14 @@ struct WorkItem {
 
 // Limits a reusable batch is sized for (bspa_batch_options): its device buffers hold a plan
 // of at most max_seqs sequences, max_tokens new tokens, max_query_len new tokens in one
-// sequence and max_pages_per_seq pages a sequence, so re-planning never reallocates.
+// sequence and max_seq_tokens tokens (computed + new) in one, so max_pages_per_seq pages
+// a sequence, and re-planning never reallocates.
 struct BatchLimits {
   int32_t max_seqs = 0;
   int32_t max_query_len = 0;
   int64_t max_tokens = 0;
-  int64_t max_pages_per_seq = 0;
+  int64_t max_seq_tokens = 0;
+  int64_t max_pages_per_seq = 0;  // ceil(max_seq_tokens / page_size), at most the pool's pages
   // Launches sized from these limits rather than from the step (what a CUDA graph captured
   // once must replay for every later plan): sequences padded to max_seqs (no new tokens),
   // the work list padded to max_work_items(limits) empty items.

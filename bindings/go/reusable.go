@@ -17,7 +17,7 @@ import (
 // BatchOptions are the limits of NewReusableBatch (struct bspa_batch_options). MaxSeqs,
 // MaxTokens and MaxSeqTokens are required; the library refuses a zero one, naming it.
 type BatchOptions struct {
-	MaxSeqs      int   // sequences a plan may hold, >= 1
+	MaxSeqs      int   // sequences a plan may hold, >= 1 (CUDA: <= 65535; see bspa_batch_options)
 	MaxTokens    int64 // new tokens of a step (the sum of the query lengths), 1..MaxInt32
 	MaxSeqTokens int64 // tokens (computed + new) one sequence may have at planning, 1..MaxInt32
 	MaxQueryLen  int   // new tokens of one sequence, 0..MaxTokens; zero: MaxTokens

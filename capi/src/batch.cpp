@@ -113,6 +113,9 @@ bspa::kernels::BatchLimits limits_of(const bspa_batch_options &o, const bspa::ca
         "] (0: max_tokens)");
   check(o.max_seq_tokens >= 1 && o.max_seq_tokens <= kMax, Errc::InvalidArgument,
         "options->max_seq_tokens = ", o.max_seq_tokens, " must be in [1, ", kMax, "]");
+  // The work list of a step within the limits (max_work_items) is counted in int32.
+  check(o.max_seqs <= (kMax - o.max_tokens) / 2, Errc::InvalidArgument, "options->max_seqs = ", o.max_seqs,
+        " is too large: max_tokens + 2 x max_seqs must be at most ", kMax);
   check(o.fixed_launch_shape == 0 || o.fixed_launch_shape == 1, Errc::InvalidArgument,
         "options->fixed_launch_shape = ", o.fixed_launch_shape, " must be 0 or 1");
   // Version 1 callers' structs end before it.
@@ -122,6 +125,7 @@ bspa::kernels::BatchLimits limits_of(const bspa_batch_options &o, const bspa::ca
   l.max_seqs = o.max_seqs;
   l.max_tokens = o.max_tokens;
   l.max_query_len = o.max_query_len ? o.max_query_len : static_cast<int32_t>(o.max_tokens);
+  l.max_seq_tokens = o.max_seq_tokens;
   // No sequence holds more pages than the pool has.
   l.max_pages_per_seq = std::min<int64_t>((o.max_seq_tokens + p.page_size() - 1) / p.page_size(), p.num_pages());
   l.fixed_launch_shape = o.fixed_launch_shape != 0;
@@ -189,6 +193,9 @@ BSPA_API bspa_status bspa_batch_plan(bspa_batch *batch, bspa_seq *const *seqs, c
     check(batch->reusable, Errc::InvalidArgument,
           "batch was made by bspa_batch_create (one step); re-planning needs bspa_batch_create_reusable");
     bspa::cache::Pool &p = *bspa::capi::pool_of(const_cast<bspa_pool *>(batch->pool));
+    // Before anything touches the device: next_block_table may wait on an event, which
+    // would end a capture on the stream with an error instead of this refusal.
+    if (batch->step) batch->step->refuse_capture(stream);
     Snapshot s;
     snapshot(s, p, seqs, query_lens, n);
     bspa::kernels::BatchPlanInput in = plan_input(p, s, query_lens, n);

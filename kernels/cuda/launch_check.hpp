@@ -16,6 +16,10 @@ namespace bspa::kernels::cuda {
 
 bool debug_sync_enabled();
 
+// The largest gridDim.y and gridDim.z: the prefill grids hold a sequence's (or a work
+// list's) query tiles in y and the sequences in z, the decode grid its sequences in z.
+constexpr int64_t kMaxGridYZ = 65535;
+
 inline void check_cuda(cudaError_t e, const char *what) {
   if (e != cudaSuccess) fail(Errc::Cuda, what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
 }

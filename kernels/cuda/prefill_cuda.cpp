@@ -179,14 +179,15 @@ bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
     prm.work = p.work;
     prm.work_tile_rows = p.work_tile_rows;
     const int64_t y = static_cast<int64_t>(p.num_work) * (p.work_tile_rows / bm);
-    check(y <= 65535, Errc::NotSupported, "the CUDA prefill launches at most 65535 query tiles per head (", y,
-          " needed)");
+    check(y <= cuda::kMaxGridYZ, Errc::NotSupported, "the CUDA prefill launches at most ", cuda::kMaxGridYZ,
+          " query tiles per head (", y, " needed)");
     grid = dim3(p.num_q_heads, static_cast<unsigned>(y), 1);
   } else {
     const int64_t tiles = (static_cast<int64_t>(p.max_query_len) + bm - 1) / bm;
     if (tiles == 0) return false;
-    check(tiles <= 65535 && p.num_seqs <= 65535, Errc::NotSupported,
-          "the CUDA prefill launches at most 65535 query tiles per sequence and 65535 sequences");
+    check(tiles <= cuda::kMaxGridYZ && p.num_seqs <= cuda::kMaxGridYZ, Errc::NotSupported,
+          "the CUDA prefill launches at most ", cuda::kMaxGridYZ, " query tiles per sequence and ", cuda::kMaxGridYZ,
+          " sequences");
     grid = dim3(p.num_q_heads, static_cast<unsigned>(tiles), p.num_seqs);
   }
   if (check_only) return false;

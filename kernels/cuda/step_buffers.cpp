@@ -21,6 +21,19 @@ struct StepBuffers::Staging {
   char *host = nullptr;          // pinned, bytes_ long
   cudaEvent_t copied = nullptr;  // recorded after the copy from `host`
   bool pending = false;          // `copied` was recorded since the last wait
+
+  Staging() = default;
+  Staging(const Staging &) = delete;
+  Staging &operator=(const Staging &) = delete;
+  // A copy still queued reads the buffer: it finishes before the memory goes back. Also
+  // what frees a constructor's first buffer when the second cannot be made.
+  ~Staging() {
+    if (copied) {
+      if (pending) cudaEventSynchronize(copied);
+      cudaEventDestroy(copied);
+    }
+    if (host) cuda_host_free(host);
+  }
 };
 
 namespace {
@@ -33,6 +46,16 @@ size_t region(Errc code, const char *what, uint64_t count, size_t element) {
 StepBuffers::StepBuffers(const BatchLimits &limits, int32_t device, int32_t head_dim, int32_t num_kv_heads,
                          int32_t tile_rows)
     : limits_(limits), device_(device) {
+  // Limits no launch could hold are refused here, not at every launch of a planned step:
+  // the grids hold at most kMaxGridYZ sequences, and a fixed launch shape's work list at
+  // most kMaxGridYZ query tiles, which are twice its items when the sm80 kernel's 64-row
+  // tiles run it (max_query_len <= 64).
+  check(limits.max_seqs <= cuda::kMaxGridYZ, Errc::InvalidArgument, "max_seqs = ", limits.max_seqs, " exceeds the ",
+        cuda::kMaxGridYZ, " sequences a CUDA launch holds");
+  check(!limits.fixed_launch_shape || 2 * max_work_items(limits, tile_rows) <= cuda::kMaxGridYZ, Errc::InvalidArgument,
+        "a fixed launch shape of max_tokens = ", limits.max_tokens, " and max_seqs = ", limits.max_seqs, " launches ",
+        2 * max_work_items(limits, tile_rows), " query tiles, over the ", cuda::kMaxGridYZ,
+        " a CUDA grid holds (max_tokens / ", tile_rows, " + 2 x max_seqs must be at most ", cuda::kMaxGridYZ / 2, ")");
   const uint64_t seqs = static_cast<uint64_t>(limits.max_seqs);
   const uint64_t work = static_cast<uint64_t>(max_work_items(limits, tile_rows));
   const uint64_t table = static_cast<uint64_t>(
@@ -75,14 +98,14 @@ StepBuffers::StepBuffers(const BatchLimits &limits, int32_t device, int32_t head
 StepBuffers::~StepBuffers() {
   if (!staging_) return;
   DeviceGuard guard(device_, /*nothrow=*/true);
-  for (int i = 0; i < 2; ++i) {
-    // A copy still queued reads the buffer: let it finish before the memory goes back.
-    if (staging_[i].copied) {
-      if (staging_[i].pending) cudaEventSynchronize(staging_[i].copied);
-      cudaEventDestroy(staging_[i].copied);
-    }
-    cuda_host_free(staging_[i].host);
-  }
+  staging_.reset();
+}
+
+void StepBuffers::refuse_capture(void *stream) const {
+  DeviceGuard guard(device_);
+  check(!cuda::stream_may_be_capturing(static_cast<cudaStream_t>(stream)), Errc::InvalidState,
+        "the stream is capturing a CUDA graph: plan a batch before capturing its launches (a captured copy would "
+        "replay this plan forever)");
 }
 
 int32_t *StepBuffers::next_block_table() {
@@ -120,9 +143,6 @@ void StepBuffers::upload(const BatchPlan &plan, void *stream_ptr) {
   // Everything up to the end of the n-th table row (row tails are never read).
   const size_t bytes = off_table_ + static_cast<size_t>(n) * plan.block_table_stride * sizeof(int32_t);
   DeviceGuard guard(device_);
-  check(!cuda::stream_may_be_capturing(stream), Errc::InvalidState,
-        "the stream is capturing a CUDA graph: plan a batch before capturing its launches (a captured copy would "
-        "replay this plan forever)");
   cuda::check_cuda(cudaMemcpyAsync(meta_->allocation, s.host, bytes, cudaMemcpyHostToDevice, stream),
                    "uploading the batch's plan");
   cuda::check_cuda(cudaEventRecord(s.copied, stream), "cudaEventRecord");

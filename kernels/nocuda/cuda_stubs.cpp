@@ -25,6 +25,9 @@ StepBuffers::StepBuffers(const BatchLimits &, int32_t, int32_t, int32_t, int32_t
 }
 struct StepBuffers::Staging {};
 StepBuffers::~StepBuffers() = default;
+void StepBuffers::refuse_capture(void *) const {
+  fail(Errc::NotSupported, "CUDA batch buffers: bspa was built without CUDA");
+}
 int32_t *StepBuffers::next_block_table() {
   fail(Errc::NotSupported, "CUDA batch buffers: bspa was built without CUDA");
 }

@@ -240,7 +240,7 @@ Test(reusable_batch, refusals_keep_the_previous_plan) {
   cr_assert(strstr(bspa_last_error(), "max_query_len") != NULL, "%s", bspa_last_error());
   ql_big = 1;
   EXPECT_STATUS(bspa_batch_plan(b, &big, &ql_big, 1, NULL), BSPA_ERR_OUT_OF_RANGE); /* max_seq_tokens */
-  cr_assert(strstr(bspa_last_error(), "max_pages_per_seq") != NULL, "%s", bspa_last_error());
+  cr_assert(strstr(bspa_last_error(), "max_seq_tokens = 400") != NULL, "%s", bspa_last_error());
   bspa_seq *twice[2] = {s[0], s[0]};
   int32_t ql2[2] = {8, 8};
   EXPECT_STATUS(bspa_batch_plan(b, twice, ql2, 2, NULL), BSPA_ERR_INVALID_ARGUMENT);
@@ -298,6 +298,30 @@ Test(reusable_batch, replanning_releases_the_previous_pages) {
   bspa_pool_destroy(pool);
 }
 
+/* max_seq_tokens counts tokens, not whole pages: a sequence one token past it is refused
+ * even where its pages would fit. */
+Test(reusable_batch, max_seq_tokens_is_a_token_limit) {
+  bspa_pool *pool = make_pool();
+  bspa_batch_options o;
+  EXPECT_OK(bspa_batch_options_init(&o));
+  o.max_seqs = 2, o.max_tokens = 64, o.max_seq_tokens = PS + 4;
+  bspa_batch *b = NULL;
+  EXPECT_OK(bspa_batch_create_reusable(&b, pool, &o));
+  bspa_seq *s = new_seq(pool);
+  append_random(s, PS + 4);
+  int32_t q = PS + 4;
+  EXPECT_OK(bspa_batch_plan(b, &s, &q, 1, NULL));
+  append_random(s, 1);
+  q = PS + 5; /* 21 tokens: still two pages, one token past the limit */
+  EXPECT_STATUS(bspa_batch_plan(b, &s, &q, 1, NULL), BSPA_ERR_OUT_OF_RANGE);
+  cr_assert(strstr(bspa_last_error(), "21 tokens") != NULL && strstr(bspa_last_error(), "max_seq_tokens = 20") != NULL,
+            "%s", bspa_last_error());
+  EXPECT_OK(bspa_pool_check(pool));
+  bspa_batch_destroy(b);
+  bspa_seq_destroy(s);
+  bspa_pool_destroy(pool);
+}
+
 Test(reusable_batch, option_errors) {
   bspa_pool *pool = make_pool();
   bspa_batch *b = (bspa_batch *)0x1;
@@ -326,6 +350,10 @@ Test(reusable_batch, option_errors) {
   o.max_seq_tokens = 0;
   EXPECT_STATUS(bspa_batch_create_reusable(&b, pool, &o), BSPA_ERR_INVALID_ARGUMENT);
   o.max_seq_tokens = 1000;
+  o.max_seqs = INT32_MAX; /* its work list would not fit an int32 count */
+  EXPECT_STATUS(bspa_batch_create_reusable(&b, pool, &o), BSPA_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(bspa_last_error(), "max_seqs = 2147483647") != NULL, "%s", bspa_last_error());
+  o.max_seqs = 4;
   o.version = 0;
   EXPECT_STATUS(bspa_batch_create_reusable(&b, pool, &o), BSPA_ERR_VERSION);
   o.version = BSPA_BATCH_OPTIONS_VERSION + 1;

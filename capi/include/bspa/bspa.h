@@ -613,11 +613,14 @@ BSPA_API void bspa_batch_destroy(bspa_batch *batch);
 #define BSPA_BATCH_OPTIONS_VERSION 2
 typedef struct bspa_batch_options {
   uint32_t version;      /* BSPA_BATCH_OPTIONS_VERSION (bspa_batch_options_init) */
-  int32_t max_seqs;      /* sequences a plan may hold, >= 1 (required) */
+  /* Sequences a plan may hold, >= 1 (required), with max_tokens + 2 * max_seqs <= INT32_MAX;
+   * on a CUDA pool at most 65535 (a launch's grid), and with fixed_launch_shape
+   * max_tokens / 128 + 2 * max_seqs <= 32767 (its padded work list's query tiles). */
+  int32_t max_seqs;
   int32_t max_query_len; /* new tokens of one sequence, 0..max_tokens; 0 (default) = max_tokens */
   int64_t max_tokens;    /* new tokens of a step (sum of query_lens), 1..INT32_MAX (required) */
-  /* Tokens (computed + new) one sequence may have at planning, 1..INT32_MAX (required):
-   * sizes the device block table (max_seqs rows of ceil(max_seq_tokens / page_size) pages,
+  /* Tokens (computed + new) one sequence may have at planning, 1..INT32_MAX (required; a
+   * plan past it is BSPA_ERR_OUT_OF_RANGE, to the token): sizes the device block table (max_seqs rows of ceil(max_seq_tokens / page_size) pages,
    * at most the pool's num_pages). */
   int64_t max_seq_tokens;
   /* 0 (default): each launch is sized by its step, as a one-step batch's (fastest eager
@@ -669,8 +672,13 @@ BSPA_API bspa_status bspa_batch_create_reusable(bspa_batch **batch, bspa_pool *p
  * ordered after the previous step's launches only on the same stream. The call waits for
  * the copy of the plan before the previous one to have executed (the staging buffers are
  * used in turn), never for launches. It must not be called while `stream` is capturing a
- * graph (BSPA_ERR_INVALID_STATE: the copy is the part a replay must not repeat); capture
- * the launches after planning, then for each later step plan and replay. What may change
+ * graph (BSPA_ERR_INVALID_STATE, checked before anything touches the device, so the
+ * capture goes on: the copy is the part a replay must not repeat); capture the launches
+ * after planning, then for each later step plan and replay. That wait is a
+ * synchronisation: while another thread captures a graph in cudaStreamCaptureModeGlobal
+ * (PyTorch's default), plan on a thread that is not capturing only if that capture is in
+ * cudaStreamCaptureModeThreadLocal or Relaxed mode, or CUDA ends the other capture with an
+ * error. What may change
  * between replays of a graph captured from a fixed_launch_shape batch: the sequences, their
  * number (up to max_seqs), context lengths, query lengths (up to max_query_len, total up to
  * max_tokens), page tables, which rows are decode rows; what may not: the batch, the pool,

@@ -297,7 +297,8 @@ class Pool(_Handle):
         """A batch sized once from limits and re-planned every step with
         :meth:`ReusableBatch.plan` (bspa_batch_create_reusable): a CUDA pool allocates its
         device metadata, staging buffers and split workspace here, so later plans and
-        launches allocate nothing. Limits: ``max_seqs`` sequences a plan may hold,
+        launches allocate nothing. Limits: ``max_seqs`` sequences a plan may hold (on a CUDA
+        pool at most 65535; the header's bspa_batch_options gives every range),
         ``max_tokens`` new tokens of a step, ``max_seq_tokens`` tokens (computed + new) of one
         sequence, ``max_query_len`` new tokens of one sequence (0: ``max_tokens``).
         ``fixed_launch_shape=True`` sizes every launch from the limits (a CUDA graph captured

@@ -14,7 +14,8 @@ use crate::sys;
 /// limit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BatchOptions {
-    /// Sequences a plan may hold, >= 1.
+    /// Sequences a plan may hold, >= 1; on a CUDA pool at most 65535, and with
+    /// `fixed_launch_shape` `max_tokens / 128 + 2 * max_seqs <= 32767` (the header's ranges).
     pub max_seqs: i32,
     /// New tokens of a step (the sum of the query lengths), 1..=i32::MAX.
     pub max_tokens: i64,
