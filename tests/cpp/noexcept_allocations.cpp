@@ -16,13 +16,46 @@ std::atomic<bool> g_counting{false};
 std::atomic<int> g_allocations{0};
 }  // namespace
 
-void *operator new(std::size_t n) {
+// Every form is replaced, all on malloc / free, so no allocation and free pair mixes this
+// file's operators with the runtime's (AddressSanitizer checks that they match).
+namespace {
+void *counted(std::size_t n) noexcept {
   if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void *p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
+  return std::malloc(n ? n : 1);
+}
+void *counted_aligned(std::size_t n, std::align_val_t a) noexcept {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  const std::size_t align = static_cast<std::size_t>(a);
+  return std::aligned_alloc(align, (n + align - 1) / align * align);
+}
+void *or_throw(void *p) {
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+void *operator new(std::size_t n) { return or_throw(counted(n)); }
+void *operator new[](std::size_t n) { return or_throw(counted(n)); }
+void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return counted(n); }
+void *operator new[](std::size_t n, const std::nothrow_t &) noexcept { return counted(n); }
+void *operator new(std::size_t n, std::align_val_t a) { return or_throw(counted_aligned(n, a)); }
+void *operator new[](std::size_t n, std::align_val_t a) { return or_throw(counted_aligned(n, a)); }
+void *operator new(std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept { return counted_aligned(n, a); }
+void *operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept {
+  return counted_aligned(n, a);
 }
 void operator delete(void *p) noexcept { std::free(p); }
+void operator delete[](void *p) noexcept { std::free(p); }
 void operator delete(void *p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void *p, std::size_t) noexcept { std::free(p); }
+void operator delete(void *p, const std::nothrow_t &) noexcept { std::free(p); }
+void operator delete[](void *p, const std::nothrow_t &) noexcept { std::free(p); }
+void operator delete(void *p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void *p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept { std::free(p); }
+void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept { std::free(p); }
+void operator delete(void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace {
 bspa_pool *small_pool() {
