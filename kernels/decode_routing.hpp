@@ -21,10 +21,12 @@ struct DecodeRouteInput {
   // The caller's bound (bspa_paged_args / bspa_batch_options max_decode_query_len, or a
   // plan's): 0 = none. It can only lower the process's.
   int32_t caller_bound = 0;
-  int32_t group = 1;              // query heads per KV head: a decode row is `group` tile rows
-  int32_t max_tile_rows = 64;     // the decode kernel's largest query tile (decode::kMaxRows)
-  int32_t max_grid_seqs = 65535;  // sequences its grid can hold (gridDim.z)
+  int32_t group = 1;               // query heads per KV head: a decode row is `group` tile rows
+  int32_t max_tile_rows = 64;      // the decode kernel's largest query tile (decode::kMaxRows)
+  int32_t max_grid_seqs = 65535;   // sequences its grid can hold (gridDim.z)
+  int32_t max_grid_heads = 65535;  // KV heads its grid can hold (gridDim.y)
   int32_t num_seqs = 0;
+  int32_t num_kv_heads = 1;
   int32_t max_query_len = 0;  // the launch's bound of the query lengths
   int32_t decode_seqs = -1;   // sequences within the bound, -1 = unknown (metadata on the device)
 };
@@ -47,7 +49,8 @@ template <class TileFits>
 DecodeRoute route_decode_rows(const DecodeRouteInput &in, TileFits &&tile_fits) {
   const int32_t wanted = wanted_decode_bound(in.process_bound, in.caller_bound);
   int32_t bound = in.group > 0 ? std::min(wanted, in.max_tile_rows / in.group) : 0;
-  if (bound > 0 && (in.num_seqs > in.max_grid_seqs || !tile_fits(std::min(in.max_query_len, bound) * in.group)))
+  if (bound > 0 && (in.num_seqs > in.max_grid_seqs || in.num_kv_heads > in.max_grid_heads ||
+                    !tile_fits(std::min(in.max_query_len, bound) * in.group)))
     bound = 0;
   const bool known = in.decode_seqs >= 0;
   DecodeRoute r;

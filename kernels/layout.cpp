@@ -10,8 +10,14 @@ namespace bspa::kernels {
 Layout make_strided_layout(const StridedLayoutParams &p) {
   check(p.block_size >= 1, Errc::InvalidArgument, "block_size = ", p.block_size, " must be at least 1");
   check(p.local_blocks >= 1, Errc::InvalidArgument, "local_blocks = ", p.local_blocks, " must be at least 1");
-  check(p.vert_stride >= 1, Errc::InvalidArgument, "vert_stride = ", p.vert_stride, " must be at least 1");
-  check(p.num_heads_total >= 1, Errc::InvalidArgument, "num_heads_total = ", p.num_heads_total, " must be at least 1");
+  // Bounded so that the kernels' int32 form of the rule (kb + g * s + 1, block_rule.hpp)
+  // cannot overflow for any key block a CUDA launch reaches (below 2^25: blocks of at least
+  // 64 of at most 2^31 tokens); past them CPU and GPU masks would differ.
+  constexpr int32_t kMaxVertStride = 1 << 30, kMaxHeadsTotal = 1 << 24;
+  check(p.vert_stride >= 1 && p.vert_stride <= kMaxVertStride, Errc::InvalidArgument, "vert_stride = ", p.vert_stride,
+        " must be in [1, ", kMaxVertStride, "]");
+  check(p.num_heads_total >= 1 && p.num_heads_total <= kMaxHeadsTotal, Errc::InvalidArgument,
+        "num_heads_total = ", p.num_heads_total, " must be in [1, ", kMaxHeadsTotal, "]");
   check(p.num_heads >= 1, Errc::InvalidArgument, "num_heads = ", p.num_heads, " must be at least 1");
   check(p.head_begin >= 0, Errc::InvalidArgument, "head_begin = ", p.head_begin, " is negative");
   check(static_cast<int64_t>(p.head_begin) + p.num_heads <= p.num_heads_total, Errc::InvalidArgument,

@@ -107,11 +107,14 @@ TensorView view(const DLTensor *t, const char *name, std::initializer_list<int64
     compact_stride *= t->shape[d];
   }
   int64_t extent = numel > 0 ? numel - 1 : 0;  // offset of the last element, in elements
+  if (t->strides) {                            // as the header says, for empty tensors too
+    for (int d = 0; d < ndim; ++d)
+      check(v.stride[d] >= 0, Errc::ShapeMismatch, name, ".strides[", d, "] = ", v.stride[d], " is negative");
+  }
   if (t->strides && numel > 0) {
     compact_stride = 1;
     extent = 0;  // the kernels index up to it in int64
     for (int d = ndim - 1; d >= 0; --d) {
-      check(v.stride[d] >= 0, Errc::ShapeMismatch, name, ".strides[", d, "] = ", v.stride[d], " is negative");
       int64_t span = 0;
       check(!__builtin_mul_overflow(t->shape[d] - 1, v.stride[d], &span) &&
                 !__builtin_add_overflow(extent, span, &extent),
@@ -228,6 +231,8 @@ void check_uint8(const DLTensor *t, const char *name) {
 void check_elements_distinct(const TensorView &v, const char *name) {
   const DLTensor *t = v.t;
   if (!t->strides) return;  // compact
+  for (int d = 0; d < t->ndim; ++d)
+    if (t->shape[d] == 0) return;  // no elements to collide (and view() bounded no stride)
   // Dimensions of more than one element, by increasing stride: each stride must step past
   // everything the smaller ones span, or two indices reach the same element.
   int dims[4], n = 0;

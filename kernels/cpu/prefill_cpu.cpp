@@ -32,14 +32,16 @@ constexpr int kKeyChunk = 64;
 struct Scratch {
   std::vector<float> q, k, kt, v, acc, m, l, s;
   std::vector<uint8_t> allow;
-  void size_for(int group_rows, int d) {
+  // group_rows: a GQA group's query heads times a tile's rows, in 64 bits (the group is
+  // any Hq / Hkv the caller's layout allows).
+  void size_for(int64_t group_rows, int d) {
     q.resize(static_cast<size_t>(group_rows) * d);
     acc.resize(static_cast<size_t>(group_rows) * d);
     k.resize(static_cast<size_t>(kKeyChunk) * d);
     kt.resize(static_cast<size_t>(kKeyChunk) * d);
     v.resize(static_cast<size_t>(kKeyChunk) * d);
-    m.resize(group_rows);
-    l.resize(group_rows);
+    m.resize(static_cast<size_t>(group_rows));
+    l.resize(static_cast<size_t>(group_rows));
     s.resize(kKeyChunk);
   }
 };
@@ -155,12 +157,12 @@ void run_group(const PrefillProblem &p, const WorkItem &w, int32_t kvh, Scratch 
   const int64_t allow_per_head = (qb1 - qb0 + 1) * nkb;
   const int32_t *table = p.block_table + w.seq * p.block_table_stride;
 
-  sc.allow.resize(static_cast<size_t>(group * allow_per_head));
+  sc.allow.resize(static_cast<size_t>(group) * static_cast<size_t>(allow_per_head));
   for (int g = 0; g < group; ++g) {
     const int32_t h = h0 + g;
     fill_allowed(L, h, qb0, qb1, sc.allow.data() + g * allow_per_head);
     for (int r = 0; r < nr; ++r) {
-      const int gr = g * nr + r;
+      const int64_t gr = int64_t{g} * nr + r;
       float *qr = sc.q.data() + static_cast<size_t>(gr) * d;
       cpu::load_f32(p.dtype, element(p.q, p.dtype, (row0 + r) * p.q_token_stride + h * p.q_head_stride), qr, d);
       for (int i = 0; i < d; ++i) qr[i] *= p.scale;
@@ -168,7 +170,7 @@ void run_group(const PrefillProblem &p, const WorkItem &w, int32_t kvh, Scratch 
       sc.l[gr] = 0.0f;
     }
   }
-  std::fill(sc.acc.begin(), sc.acc.begin() + static_cast<size_t>(group * nr) * d, 0.0f);
+  std::fill(sc.acc.begin(), sc.acc.begin() + static_cast<size_t>(group) * nr * d, 0.0f);
 
   for (int64_t kb = 0; kb <= qb1; ++kb) {
     bool any = false;
@@ -196,7 +198,7 @@ void run_group(const PrefillProblem &p, const WorkItem &w, int32_t kvh, Scratch 
         for (int r = 0; r < nr; ++r) {
           const int64_t pos = p_first + r;
           if (c0 > pos || !allow[(pos / B - qb0) * nkb + kb]) continue;
-          const int gr = g * nr + r;
+          const int64_t gr = int64_t{g} * nr + r;
           const int ncr = static_cast<int>(std::min<int64_t>(nc, pos - c0 + 1));  // causal within the chunk
           const float *qr = sc.q.data() + static_cast<size_t>(gr) * d;
           float *logits = sc.s.data();
@@ -243,7 +245,7 @@ void run_group(const PrefillProblem &p, const WorkItem &w, int32_t kvh, Scratch 
   for (int g = 0; g < group; ++g) {
     const int32_t h = h0 + g;
     for (int r = 0; r < nr; ++r) {
-      const int gr = g * nr + r;
+      const int64_t gr = int64_t{g} * nr + r;
       float *acc = sc.acc.data() + static_cast<size_t>(gr) * d;
       const float inv = 1.0f / sc.l[gr];
       for (int i = 0; i < d; ++i) acc[i] *= inv;
@@ -287,7 +289,7 @@ void prefill_cpu(const PrefillProblem &p) {
 #endif
   std::vector<Scratch> scratch(threads);
   for (auto &s : scratch) {
-    s.size_for(group * max_rows, p.head_dim);
+    s.size_for(int64_t{group} * max_rows, p.head_dim);
     s.allow.reserve(max_allow);
   }
   const int64_t hkv = p.num_kv_heads, tasks = num_work * hkv;

@@ -337,6 +337,7 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   route_in.group = prm.group;
   route_in.max_tile_rows = decode::kMaxRows;
   route_in.num_seqs = p.num_seqs;
+  route_in.num_kv_heads = p.num_kv_heads;
   route_in.max_query_len = p.max_query_len;
   route_in.decode_seqs = p.decode_seqs;
   const DecodeRoute route = route_decode_rows(

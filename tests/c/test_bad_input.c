@@ -419,9 +419,11 @@ static void layout_strided_cases(env *e) {
   STRIDED(local_blocks, -1, BSPA_ERR_INVALID_ARGUMENT, "local_blocks");
   STRIDED(vert_stride, 0, BSPA_ERR_INVALID_ARGUMENT, "vert_stride");
   STRIDED(vert_stride, INT32_MIN, BSPA_ERR_INVALID_ARGUMENT, "vert_stride");
+  STRIDED(vert_stride, (1 << 30) + 1, BSPA_ERR_INVALID_ARGUMENT, "vert_stride"); /* the kernels' int32 rule */
   STRIDED(homo_head, 2, BSPA_ERR_INVALID_ARGUMENT, "homo_head");
   STRIDED(homo_head, -1, BSPA_ERR_INVALID_ARGUMENT, "homo_head");
   STRIDED(num_heads_total, 0, BSPA_ERR_INVALID_ARGUMENT, "num_heads_total");
+  STRIDED(num_heads_total, INT32_MAX, BSPA_ERR_INVALID_ARGUMENT, "num_heads_total");
   STRIDED(num_heads, 0, BSPA_ERR_INVALID_ARGUMENT, "num_heads");
   STRIDED(num_heads, -32, BSPA_ERR_INVALID_ARGUMENT, "num_heads");
   STRIDED(head_begin, -1, BSPA_ERR_INVALID_ARGUMENT, "head_begin");
@@ -704,6 +706,11 @@ static void paged_cases(env *e) {
     int64_t huge[4] = {INT64_MAX / 2, PS * D, D, 1};
     PAGED(BSPA_ERR_SHAPE_MISMATCH, "k_pages.strides[0]", e->tkp.t.strides = huge);
   }
+  { /* An empty tensor's strides are checked too (they were not, and a huge one overflowed
+     * the distinctness check of an empty out). */
+    int64_t negative[4] = {-1, PS * D, D, 1};
+    PAGED(BSPA_ERR_SHAPE_MISMATCH, "k_pages.strides[0]", e->tkp.shape[0] = 0; e->tkp.t.strides = negative);
+  }
   /* q / out / lse against the pages */
   PAGED(BSPA_ERR_SHAPE_MISMATCH, "q", e->tq.shape[2] = D / 2);
   PAGED(BSPA_ERR_SHAPE_MISMATCH, "layout", e->pa.layout = e->dense3);
@@ -802,11 +809,11 @@ Test(bad_input, seq_append) { run_cases(seq_append_cases, "seq_append", 7); }
 Test(bad_input, seq_commit) { run_cases(seq_commit_cases, "seq_commit", 6); }
 Test(bad_input, seq_pages) { run_cases(seq_pages_cases, "seq_pages", 5); }
 Test(bad_input, seq_info_destroy) { run_cases(seq_info_cases, "seq_info_destroy", 3); }
-Test(bad_input, layout_strided) { run_cases(layout_strided_cases, "layout_strided", 19); }
+Test(bad_input, layout_strided) { run_cases(layout_strided_cases, "layout_strided", 21); }
 Test(bad_input, layout_dense) { run_cases(layout_dense_cases, "layout_dense", 3); }
 Test(bad_input, layout_csr) { run_cases(layout_csr_cases, "layout_csr", 16); }
 Test(bad_input, layout_allowed_destroy) { run_cases(layout_allowed_cases, "layout_allowed_destroy", 9); }
 Test(bad_input, batch_create_destroy) { run_cases(batch_cases, "batch_create_destroy", 16); }
 Test(bad_input, kv_write) { run_cases(kv_write_cases, "kv_write", 39); }
 Test(bad_input, prefill) { run_cases(prefill_cases, "prefill", 46); }
-Test(bad_input, prefill_paged) { run_cases(paged_cases, "prefill_paged", 67); }
+Test(bad_input, prefill_paged) { run_cases(paged_cases, "prefill_paged", 68); }

@@ -111,6 +111,11 @@ Test(decode_routing, device_limits) {
   cr_expect_eq(asked, 2 * 4, "rows %d", asked);
   expect_route(route(phi3(65535, 1)), 8, true, false, "a full decode grid");
   expect_route(route(phi3(65536, 1)), 0, false, true, "one sequence more than the decode grid holds");
+  in = phi3(2, 1);
+  in.num_kv_heads = 65535;
+  expect_route(route(in), 8, true, false, "a decode grid of 65535 KV heads");
+  in.num_kv_heads = 65536;  // pages of so many KV heads are accepted; their grid is the prefill's
+  expect_route(route(in), 0, false, true, "one KV head more than the decode grid holds");
 }
 
 // Exhaustively: whatever the inputs, a sequence of q rows (0 < q <= max_query_len) is

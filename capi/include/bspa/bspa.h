@@ -532,9 +532,9 @@ typedef struct bspa_layout_strided_options {
   uint32_t version;        /* BSPA_LAYOUT_STRIDED_OPTIONS_VERSION */
   int32_t block_size;      /* tokens per block (default 64) */
   int32_t local_blocks;    /* >= 1 (default 16) */
-  int32_t vert_stride;     /* >= 1 (default 8) */
+  int32_t vert_stride;     /* 1..2^30 (default 8) */
   int32_t homo_head;       /* 0 = heterogeneous heads (default), 1 = all heads alike */
-  int32_t num_heads_total; /* query heads over all tensor-parallel ranks (default 32) */
+  int32_t num_heads_total; /* query heads over all tensor-parallel ranks, 1..2^24 (default 32) */
   int32_t head_begin;      /* this rank's first global head (default 0) */
   int32_t num_heads;       /* this rank's query heads (default 32) */
 } bspa_layout_strided_options;
@@ -551,7 +551,8 @@ BSPA_API bspa_status bspa_layout_create_dense(bspa_layout **layout, int32_t num_
  * crow[h][0] == crow[h-1][num_block_rows], crow[0][0] == 0). col: key block indices,
  * strictly ascending within a row, each <= its row, and every row holds its own
  * diagonal block (so every query sees at least itself). Both arrays are copied.
- * Queries beyond num_block_rows * block_size tokens are rejected by the prefill.
+ * Queries beyond num_block_rows * block_size tokens are rejected by the prefill (on
+ * CUDA over device metadata, bspa_prefill_paged cannot see them: see its errors).
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_INVALID_ARGUMENT (the message names the
  * first bad head, row and entry). */
 BSPA_API bspa_status bspa_layout_create_csr(bspa_layout **layout, int32_t num_heads, int32_t block_size,
@@ -905,11 +906,17 @@ BSPA_API bspa_status bspa_paged_args_init(bspa_paged_args *args);
  * BSPA_ERR_NULL_POINTER (NULL data) and BSPA_ERR_INVALID_ARGUMENT (not 16-byte aligned,
  * a requirement of the argument, not a kernel limit; overlapping any other argument);
  * BSPA_ERR_INVALID_ARGUMENT when out or lse overlaps k_pages, v_pages or the metadata
- * tensors; BSPA_ERR_SHAPE_MISMATCH when block_table.shape[0] exceeds INT32_MAX; on CPU,
- * out-of-range page ids or
- * lengths in the metadata are BSPA_ERR_OUT_OF_RANGE (on CUDA they are the caller's
- * responsibility: the kernel does not read the metadata back to the host). On every
- * device, q rows with no sequence or with max_query_len 0 are BSPA_ERR_OUT_OF_RANGE. */
+ * tensors; BSPA_ERR_SHAPE_MISMATCH when block_table.shape[0] exceeds INT32_MAX. On every
+ * device, q rows with no sequence at all (block_table with 0 rows) or with max_query_len
+ * 0 are BSPA_ERR_OUT_OF_RANGE. The metadata's values: on CPU each is checked
+ * (BSPA_ERR_OUT_OF_RANGE naming it); on CUDA the launch does not read device memory back
+ * to the host and trusts them, so keeping them is the caller's part: query_starts[0] == 0,
+ * non-decreasing, query_starts[num_seqs] == q.shape[0]; every query length at most
+ * max_query_len; context_lens >= 0 and context + query length <= INT32_MAX; each
+ * sequence's pages within block_table's width and their ids in [0, k_pages.shape[0]); a
+ * CSR layout covering every sequence's tokens. Past them a CUDA launch computes wrongly:
+ * rows of out left unwritten, rows of a sequence past a CSR layout's end as 0 with lse
+ * -inf, or (a query_starts past q.shape[0], or decreasing) writes outside out and lse. */
 BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream stream);
 
 /* ------------------------------------------------------------------------------
