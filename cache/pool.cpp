@@ -296,7 +296,7 @@ Pool::Published Pool::publish_locked(int32_t page, const Key &root_digest, uint6
     // An identical page is already the index entry: it stands for ours in the chain, so
     // later pages stay reachable from it; ours is freed unpublished. (It went in under our
     // tip after the last reset, so the chain up to it is in the index now.)
-    tip = ChainTip{k, existing, pages_[static_cast<size_t>(existing)].gen, index_resets_};
+    tip.set(k, existing, pages_[static_cast<size_t>(existing)].gen, index_resets_);
     return Published::Existing;
   }
   if (events_) make_event_room();  // may empty the index
@@ -314,7 +314,7 @@ Pool::Published Pool::publish_locked(int32_t page, const Key &root_digest, uint6
     const uint64_t parent_id = tip.page < 0 ? 0 : block_id(tip.page, tip.gen);
     events_->push_stored(page, block_id(page, pg.gen), parent_id, k, extra_key, salt_index, toks);
   }
-  tip = ChainTip{k, page, pg.gen, index_resets_};
+  tip.set(k, page, pg.gen, index_resets_);
   return Published::Ours;
 }
 
