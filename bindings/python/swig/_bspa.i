@@ -341,10 +341,14 @@ typedef struct {
 
 static void bspa_py_managed_deleter(DLManagedTensor *self) {
   bspa_py_managed *m = (bspa_py_managed *)self->manager_ctx;
-  /* Consumers may free a tensor from any thread, with or without the GIL. */
-  PyGILState_STATE gil = PyGILState_Ensure();
-  Py_XDECREF(m->owner);
-  PyGILState_Release(gil);
+  /* Consumers may free a tensor from any thread, with or without the GIL; after the
+   * interpreter has finalized (a C++ static holding a tensor) the reference is leaked, as
+   * NumPy's deleter does, since no Python call is possible then. */
+  if (Py_IsInitialized()) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Py_XDECREF(m->owner);
+    PyGILState_Release(gil);
+  }
   free(m);
 }
 

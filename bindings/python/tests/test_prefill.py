@@ -187,3 +187,19 @@ def test_launch_errors_map_to_exceptions():
                 pool.kv_write(batch, 1, k, k)
         with pytest.raises(bspa.OutOfRangeError):
             pool.batch([seq], [21])
+
+
+def test_arrays_not_in_native_byte_order_are_refused():
+    # DLPack has no byte order: a big-endian array would be read as other values.
+    pool = bspa.Pool(num_kv_heads=1, head_dim=8, num_pages=4, page_size=16, dtype="f32")
+    seq = pool.sequence()
+    seq.append(np.arange(4))
+    batch = pool.batch([seq], [4])
+    k = np.zeros((4, 1, 8), dtype=">f4")
+    with pytest.raises(ValueError, match="byte order"):
+        pool.kv_write(batch, 0, k, k)
+    native = np.zeros((4, 1, 8), dtype=np.float32)
+    pool.kv_write(batch, 0, native, native)
+    with pytest.raises(ValueError, match="byte order"):
+        pool.prefill(batch, 0, bspa.Layout.dense(1), native, np.zeros((4, 1, 8), dtype=">f4"), scale=0.5)
+    pool.close()

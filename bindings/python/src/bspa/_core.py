@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 import time
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Optional, Sequence as Seq, TypeVar, Union
 
@@ -71,17 +73,50 @@ def _closed(what: str) -> InvalidStateError:
 
 _H = TypeVar("_H", bound="_Handle")
 
+# Guards every object's count of calls in flight and its closing flag (_using, close): held
+# only to count, never across a C call, so it is never held while it is waited for.
+_GATE = threading.Lock()
+
+
+@contextmanager
+def _using(*objs: "_Handle"):
+    """The C handles of ``objs``, held open for one call into the library: the SWIG calls
+    release the GIL, so another thread may close an object meanwhile, and its C object is
+    then destroyed only when the last call using it returns (here). InvalidStateError for an
+    object already closed. Every call on a pool's sequence, batch or transfer uses the pool
+    too, so a pool is destroyed only when no call on anything of it runs."""
+    with _GATE:
+        for o in objs:
+            if o._handle is None or o._closing:
+                raise _closed(o._what)
+        for o in objs:
+            o._inflight += 1
+        handles = tuple(o._handle for o in objs)
+    try:
+        yield handles
+    finally:
+        last = []
+        with _GATE:
+            for o in objs:
+                o._inflight -= 1
+                if o._closing and o._inflight == 0:
+                    last.append(o)
+        for o in last:
+            o._finish_close()
+
 
 class _Handle:
-    """The lifetime every bspa object shares, written once: ``close()`` (idempotent; what
-    it frees is the subclass's ``_release``), use as a context manager, close on garbage
-    collection, and ``_h()``, the C handle or InvalidStateError once closed."""
+    """The lifetime every bspa object shares, written once: ``close()`` (idempotent, any
+    thread; what it frees is the subclass's ``_release``), use as a context manager, close
+    on garbage collection, and ``_using``, the C handle held open for a call."""
 
     _what = "handle"  # the object's name in the "... is closed" message
     _handle = None
+    _inflight = 0  # calls using it that run in the library now (_using)
+    _closing = False  # close() was called: later calls raise; _release runs once none is in flight
 
     def _release(self) -> None:
-        """Frees ``self._handle`` (and what depends on it); runs once, from close()."""
+        """Frees ``self._handle`` (and what depends on it); runs once, with no call in flight."""
         raise NotImplementedError
 
     def _may_finalize(self) -> bool:
@@ -89,10 +124,23 @@ class _Handle:
         return True
 
     def close(self) -> None:
-        if self._handle is None:
-            return
-        self._release()
-        self._handle = None
+        """Closes it (idempotent; any thread). A call another thread is running on it (or, for
+        a pool, on anything of it) finishes first: the C object is destroyed when the last such
+        call returns, so no call reads freed memory. Calls made after close() raise
+        InvalidStateError."""
+        with _GATE:
+            if self._handle is None or self._closing:
+                return  # closed, or another thread is closing it: destroyed once
+            self._closing = True
+            now = self._inflight == 0
+        if now:
+            self._finish_close()
+
+    def _finish_close(self) -> None:
+        try:
+            self._release()
+        finally:
+            self._handle = None
 
     def __enter__(self: _H) -> _H:
         return self
@@ -106,12 +154,12 @@ class _Handle:
 
     @property
     def closed(self) -> bool:
-        return self._handle is None
+        return self._handle is None or self._closing
 
-    def _h(self):
-        if self._handle is None:
-            raise _closed(self._what)
-        return self._handle
+
+def _handle_array(handles) -> np.ndarray:
+    """C handles as the uintp array the SWIG batch functions take."""
+    return np.array([int(h) for h in handles], dtype=np.uintp)
 
 
 class _PoolStorage:
@@ -273,7 +321,8 @@ class Pool(_Handle):
         (a tenant id), never from a request body (shared prefixes leak through timing)."""
         if isinstance(salt, str):
             salt = salt.encode()
-        status, handle = _bspa.bspa_py_seq_create(self._h(), salt, extra_key)
+        with _using(self) as (h,):
+            status, handle = _bspa.bspa_py_seq_create(h, salt, extra_key)
         check(status)
         seq = Sequence(self, handle)
         self._sequences.add(seq)
@@ -282,9 +331,10 @@ class Pool(_Handle):
     def batch(self, sequences: Seq["Sequence"], query_lens: Iterable[int], stream: StreamLike = None) -> "Batch":
         """Plans one engine step: sequence i computes query_lens[i] new tokens after its
         computed ones. Token rows of q/k/v/out are the new tokens concatenated in order."""
-        seqs, lens, handles = self._step_args(sequences, query_lens)
-        status, handle = _bspa.bspa_batch_create(self._h(), handles, lens, len(seqs),
-                                                 self._stream(stream) or None)
+        seqs, lens = self._step_args(sequences, query_lens)
+        with _using(self, *seqs) as (h, *seq_handles):
+            status, handle = _bspa.bspa_batch_create(h, _handle_array(seq_handles), lens, len(seqs),
+                                                     self._stream(stream) or None)
         check(status)
         batch = Batch(self, handle, seqs, lens)
         self._batches.add(batch)
@@ -318,7 +368,8 @@ class Pool(_Handle):
         options.max_query_len = max_query_len
         options.fixed_launch_shape = int(bool(fixed_launch_shape))
         options.max_decode_query_len = max_decode_query_len
-        status, handle = _bspa.bspa_batch_create_reusable(self._h(), options)
+        with _using(self) as (h,):
+            status, handle = _bspa.bspa_batch_create_reusable(h, options)
         check(status)
         batch = ReusableBatch(self, handle, int(max_seqs), int(max_tokens), int(max_seq_tokens),
                               int(max_query_len) or int(max_tokens), bool(fixed_launch_shape),
@@ -330,7 +381,8 @@ class Pool(_Handle):
     def memory(self):
         """Where the pages live and the fingerprint a peer must match (:class:`PoolMemory`)."""
         from ._transfer import _memory
-        return _memory(self._h())
+        with _using(self) as (h,):
+            return _memory(h)
 
     def export_kv(self, tokens: Iterable[int], salt: Optional[bytes] = None, extra_key: int = 0):
         """Pins every full cached page of the prompt for a transport to read
@@ -349,7 +401,8 @@ class Pool(_Handle):
                         extra_key=extra_key)
 
     def _step_args(self, sequences: Seq["Sequence"], query_lens: Iterable[int]) -> tuple:
-        """A step's sequences, their query lengths as int32 and their C handles, checked."""
+        """A step's sequences and their query lengths as int32, checked (the call that uses
+        them holds them open: _using)."""
         seqs = list(sequences)
         lens = np.ascontiguousarray(np.asarray(list(query_lens), dtype=np.int32))
         if len(lens) != len(seqs):
@@ -357,8 +410,7 @@ class Pool(_Handle):
         for s in seqs:
             if s._pool is not self:
                 raise ValueError("a sequence of another pool")
-        handles = np.array([int(s._h()) for s in seqs], dtype=np.uintp)
-        return seqs, lens, handles
+        return seqs, lens
 
     def _stream(self, stream: StreamLike) -> int:
         cuda_device = self.device[1] if self.device[0] == kDLCUDA else None
@@ -367,14 +419,16 @@ class Pool(_Handle):
     # -- queries ---------------------------------------------------------------------
     def stats(self) -> PoolStats:
         raw = _bspa.bspa_pool_stats_t()
-        check(_bspa.bspa_pool_stats(self._h(), raw))
+        with _using(self) as (h,):
+            check(_bspa.bspa_pool_stats(h, raw))
         return PoolStats(**{f: int(getattr(raw, f)) for f in PoolStats.__dataclass_fields__})
 
     def info(self) -> PoolInfo:
         """The pool's geometry, dtype and storage bytes (bspa_pool_info)."""
         raw = _bspa.bspa_pool_info_t()
         raw.version = _bspa.BSPA_POOL_INFO_VERSION
-        check(_bspa.bspa_pool_info(self._h(), raw))
+        with _using(self) as (h,):
+            check(_bspa.bspa_pool_info(h, raw))
         fields = {f: int(getattr(raw, f)) for f in PoolInfo.__dataclass_fields__ if f != "dtype"}
         return PoolInfo(dtype=_DTYPE_NAMES.get(int(raw.dtype), str(raw.dtype)), **fields)
 
@@ -387,19 +441,22 @@ class Pool(_Handle):
         v = np.ascontiguousarray(v_scales, dtype=np.float32).reshape(-1)
         if k.size != v.size:
             raise ValueError(f"{k.size} K scales but {v.size} V scales")
-        check(_bspa.bspa_pool_set_kv_scales(self._h(), layer, k, v, int(k.size)))
+        with _using(self) as (h,):
+            check(_bspa.bspa_pool_set_kv_scales(h, layer, k, v, int(k.size)))
 
     def kv_scales(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
         """FP8 pools: one layer's K and V scales as float32 arrays ``[num_kv_heads]``;
         InvalidStateError when they were never set."""
         k = np.empty(self.num_kv_heads, dtype=np.float32)
         v = np.empty(self.num_kv_heads, dtype=np.float32)
-        check(_bspa.bspa_pool_get_kv_scales(self._h(), layer, k, v, self.num_kv_heads))
+        with _using(self) as (h,):
+            check(_bspa.bspa_pool_get_kv_scales(h, layer, k, v, self.num_kv_heads))
         return k, v
 
     def check(self) -> None:
         """Verifies every invariant of the pool; raises InternalError if one is broken."""
-        check(_bspa.bspa_pool_check(self._h()))
+        with _using(self) as (h,):
+            check(_bspa.bspa_pool_check(h))
 
     def drain_events_msgpack(self, ts: Optional[float] = None, dp_rank: Optional[int] = 0) -> bytes:
         """Takes every queued KV cache event as one msgpack-encoded vLLM ``EventBatch``
@@ -413,8 +470,8 @@ class Pool(_Handle):
         size = 0
         while True:  # events recorded between the size query and the drain make it grow
             buf = bytearray(size)
-            status, size_needed = _bspa.bspa_pool_events_drain_msgpack(self._h(), float(ts), rank,
-                                                                       buf if size else None)
+            with _using(self) as (h,):
+                status, size_needed = _bspa.bspa_pool_events_drain_msgpack(h, float(ts), rank, buf if size else None)
             if status == _bspa.BSPA_ERR_BUFFER_TOO_SMALL or (status == _bspa.BSPA_OK and not size):
                 size = int(size_needed) + 4096
                 continue
@@ -437,7 +494,9 @@ class Pool(_Handle):
         if self.device[0] != kDLCPU:
             return self.kv_tensors(layer)
         k, v = DLTensor(), DLTensor()
-        check(_bspa.bspa_pool_kv(self._h(), layer, ctypes.addressof(k), ctypes.addressof(v)))
+        with _using(self) as (h,):
+            check(_bspa.bspa_pool_kv(h, layer, ctypes.addressof(k), ctypes.addressof(v)))
+            storage = self._storage
         np_dtype = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
                     "bf16": bfloat16_dtype() or np.dtype(np.uint16),
                     "fp8_e4m3": float8_e4m3fn_dtype() or np.dtype(np.uint8)}[self.dtype]
@@ -446,14 +505,15 @@ class Pool(_Handle):
             shape = tuple(t.shape[i] for i in range(t.ndim))
             count = int(np.prod(shape))
             buf = (ctypes.c_char * (count * np_dtype.itemsize)).from_address(t.data)
-            buf._bspa_storage = self._storage  # numpy's .base chain keeps buf, buf keeps the storage
+            buf._bspa_storage = storage  # numpy's .base chain keeps buf, buf keeps the storage
             views.append(np.frombuffer(buf, dtype=np_dtype).reshape(shape))
         return views[0], views[1]
 
     def kv_tensors(self, layer: int) -> tuple["KVTensor", "KVTensor"]:
         """One layer's K and V storage as :class:`KVTensor` objects (DLPack producers) on the
         pool's device, for ``torch.from_dlpack``, ``cupy.from_dlpack``, ``np.from_dlpack``."""
-        self._h()
+        if self.closed:
+            raise _closed(self._what)
         if not 0 <= layer < self.num_layers:  # checked by the library too; a clear message here
             raise IndexError(f"layer = {layer} is outside [0, {self.num_layers})")
         return KVTensor(self, layer, 0), KVTensor(self, layer, 1)
@@ -469,7 +529,8 @@ class Pool(_Handle):
         args.layer = layer
         args.k_new = tensor_arg(k, s, keep, raw_bf16=raw)
         args.v_new = tensor_arg(v, s, keep, raw_bf16=raw)
-        check(_bspa.bspa_kv_write(self._h(), batch._h(), args, s or None))
+        with batch._launch_lock, _using(self, batch) as (h, hb):
+            check(_bspa.bspa_kv_write(h, hb, args, s or None))
 
     def prefill(self, batch: "Batch", layer: int, layout: "Layout", q: TensorLike, out: Optional[TensorLike] = None,
                 *, scale: float, lse: Optional[TensorLike] = None, stream: StreamLike = None) -> TensorLike:
@@ -484,12 +545,13 @@ class Pool(_Handle):
         args = _bspa.bspa_prefill_args()
         check(_bspa.bspa_prefill_args_init(args))
         args.layer = layer
-        args.layout = layout._h()
         args.q = tensor_arg(q, s, keep, raw_bf16=raw)
         args.out = tensor_arg(out, s, keep, writable=True, raw_bf16=raw)
         args.lse = tensor_arg(lse, s, keep, writable=True)
         args.scale = float(scale)
-        check(_bspa.bspa_prefill(self._h(), batch._h(), args, s or None))
+        with batch._launch_lock, _using(self, batch, layout) as (h, hb, hl):
+            args.layout = hl
+            check(_bspa.bspa_prefill(h, hb, args, s or None))
         return out
 
 
@@ -562,29 +624,39 @@ class Sequence(_Handle):
     def match(self, tokens: Iterable[int]) -> int:
         """Pins the longest cached page-aligned prefix of the prompt (never its last token)
         and returns its length in tokens; 0 on a miss. Only on an empty sequence."""
-        status, cached = _bspa.bspa_seq_match(self._h(), _tokens(tokens))
+        toks = _tokens(tokens)
+        with _using(self._pool, self) as (_, h):
+            status, cached = _bspa.bspa_seq_match(h, toks)
         check(status)
         return int(cached)
 
     def append(self, tokens: Iterable[int]) -> None:
         """Adds tokens and reserves their pages; all or nothing (OutOfPagesError changes nothing)."""
-        check(_bspa.bspa_seq_append(self._h(), _tokens(tokens)))
+        toks = _tokens(tokens)
+        with _using(self._pool, self) as (_, h):
+            check(_bspa.bspa_seq_append(h, toks))
 
     def commit(self, computed: int) -> None:
         """Tokens [0, computed) now hold valid KV; full pages are published."""
-        check(_bspa.bspa_seq_commit(self._h(), computed))
+        with _using(self._pool, self) as (_, h):
+            check(_bspa.bspa_seq_commit(h, computed))
 
     def pages(self) -> np.ndarray:
-        status, count = _bspa.bspa_seq_pages(self._h(), None)
-        check(status)
-        pages = np.empty(count, dtype=np.int32)
-        status, _ = _bspa.bspa_seq_pages(self._h(), pages)
-        check(status)
-        return pages
+        count = 0
+        while True:  # another thread's append between sizing and copying makes it grow
+            pages = np.empty(count, dtype=np.int32)
+            with _using(self._pool, self) as (_, h):
+                status, needed = _bspa.bspa_seq_pages(h, pages if count else None)
+            if status == _bspa.BSPA_ERR_BUFFER_TOO_SMALL or (status == _bspa.BSPA_OK and needed > count):
+                count = int(needed)
+                continue
+            check(status)
+            return pages[:needed]
 
     def info(self) -> SeqInfo:
         raw = _bspa.bspa_seq_info_t()
-        check(_bspa.bspa_seq_info(self._h(), raw))
+        with _using(self._pool, self) as (_, h):
+            check(_bspa.bspa_seq_info(h, raw))
         return SeqInfo(int(raw.num_tokens), int(raw.num_computed), int(raw.num_cached), int(raw.num_pages))
 
     @property
@@ -648,7 +720,8 @@ class Layout(_Handle):
         return cls(handle, num_heads)
 
     def allowed(self, head: int, q_block: int, k_block: int) -> bool:
-        status, allowed = _bspa.bspa_layout_allowed(self._h(), head, q_block, k_block)
+        with _using(self) as (h,):
+            status, allowed = _bspa.bspa_layout_allowed(h, head, q_block, k_block)
         check(status)
         return bool(allowed)
 
@@ -669,6 +742,8 @@ class Batch(_Handle):
         self._storage = pool._storage
         self._storage.adopt(handle, _bspa.bspa_batch_destroy)
         self._handle = handle
+        # One call at a time on a batch (bspa.h): a plan replaces what a launch reads.
+        self._launch_lock = threading.Lock()
         self.sequences = tuple(sequences)
         self.query_lens = tuple(int(x) for x in query_lens)
         self.num_tokens = sum(self.query_lens)
@@ -700,8 +775,10 @@ class ReusableBatch(Batch):
         """Plans a step (bspa_batch_plan), with :meth:`Pool.batch`'s meaning of the
         arguments. A step past a limit raises OutOfRangeError naming it; a failed plan keeps
         the previous one (and these attributes) as they were."""
-        seqs, lens, handles = self._pool._step_args(sequences, query_lens)
-        check(_bspa.bspa_batch_plan(self._h(), handles, lens, len(seqs), self._pool._stream(stream) or None))
+        seqs, lens = self._pool._step_args(sequences, query_lens)
+        with self._launch_lock, _using(self._pool, self, *seqs) as (_, h, *seq_handles):
+            check(_bspa.bspa_batch_plan(h, _handle_array(seq_handles), lens, len(seqs),
+                                        self._pool._stream(stream) or None))
         self.sequences = tuple(seqs)
         self.query_lens = tuple(int(x) for x in lens)
         self.num_tokens = sum(self.query_lens)
@@ -789,9 +866,10 @@ def prefill_paged(q: TensorLike, k_pages: TensorLike, v_pages: TensorLike, block
     args.v_scale = tensor_arg(v_scale, s, keep)
     args.max_query_len = int(max_query_len)
     args.max_decode_query_len = int(max_decode_query_len)
-    args.layout = layout._h()
     args.scale = float(scale)
-    check(_bspa.bspa_prefill_paged(args, s or None))
+    with _using(layout) as (hl,):
+        args.layout = hl
+        check(_bspa.bspa_prefill_paged(args, s or None))
     return out
 
 

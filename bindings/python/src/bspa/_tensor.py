@@ -81,6 +81,9 @@ class HostTensor:
     def __init__(self, array: np.ndarray, *, writable: bool = False, raw_bf16: bool = False) -> None:
         if writable and not array.flags.writeable:
             raise ValueError("output array is read-only")
+        if not array.dtype.isnative:  # DLPack has no byte order: the library reads native values
+            raise ValueError(f"array dtype {array.dtype.str} is not in this machine's byte order; "
+                             "convert it with .astype(array.dtype.newbyteorder('='))")
         itemsize = array.dtype.itemsize
         if any(s % itemsize for s in array.strides):
             raise ValueError(f"array strides {array.strides} are not multiples of its item size {itemsize}")

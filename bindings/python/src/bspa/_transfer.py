@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Iterable, Optional
 import numpy as np
 
 from . import _bspa
-from ._errors import InvalidStateError, check
+from ._core import _Handle, _tokens, _using
+from ._errors import check
 from ._tensor import kDLCPU, kDLCUDA
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def _salt(salt) -> Optional[bytes]:
     return salt.encode() if isinstance(salt, str) else salt
 
 
-class KvExport:
+class KvExport(_Handle):
     """A prompt's cached pages, pinned for a transport to read (bspa_kv_export_create).
     ``pages`` (int32) and ``keys`` (uint64 ``[n, 2]``, low and high halves) are in block
     order; ``num_tokens`` = pages x page_size tokens of the prompt are exported. Use it as a
@@ -131,21 +132,21 @@ class KvExport:
     _what = "KV export"
 
     def __init__(self, pool: "Pool", tokens, salt=None, extra_key: int = 0) -> None:
-        from ._core import _tokens
         self._pool = pool
-        self._handle = None
-        status, handle = _bspa.bspa_py_kv_export_create(pool._h(), _salt(salt), int(extra_key), _tokens(tokens))
-        check(status)
-        # Destroyed through the pool's storage, so never after the C pool (_PoolStorage).
-        self._storage = pool._storage
-        self._storage.adopt(handle, _bspa.bspa_kv_export_destroy)
-        self._handle = handle
-        status, count = _bspa.bspa_py_kv_export_pages(handle, None, None, 0)
-        check(status)
-        self.pages = np.empty(count, dtype=np.int32)
-        self.keys = np.empty((count, 2), dtype=np.uint64)
-        status, _ = _bspa.bspa_py_kv_export_pages(handle, self.pages, self.keys, count)
-        check(status)
+        toks = _tokens(tokens)
+        with _using(pool) as (h,):  # the pool stays open until the pages are copied out
+            status, handle = _bspa.bspa_py_kv_export_create(h, _salt(salt), int(extra_key), toks)
+            check(status)
+            # Destroyed through the pool's storage, so never after the C pool (_PoolStorage).
+            self._storage = pool._storage
+            self._storage.adopt(handle, _bspa.bspa_kv_export_destroy)
+            self._handle = handle
+            status, count = _bspa.bspa_py_kv_export_pages(handle, None, None, 0)
+            check(status)
+            self.pages = np.empty(count, dtype=np.int32)
+            self.keys = np.empty((count, 2), dtype=np.uint64)
+            status, _ = _bspa.bspa_py_kv_export_pages(handle, self.pages, self.keys, count)
+            check(status)
         self.num_tokens: int = int(count) * pool.page_size
         pool._transfers.add(self)
 
@@ -153,29 +154,13 @@ class KvExport:
         """The exported pages' descriptors in this pool (see :meth:`PoolMemory.page_descs`)."""
         return self._pool.memory().page_descs(self.pages, layers)
 
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
-    def close(self) -> None:
-        """Releases the pins (the pages stay cached). Idempotent."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            storage, self._storage = self._storage, None  # a closed export keeps no storage alive
-            storage.destroy_child(handle)  # a no-op once the pool destroyed it
-
-    def __enter__(self) -> "KvExport":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
+    def _release(self) -> None:
+        """Releases the pins (the pages stay cached); :meth:`close` calls it."""
+        storage, self._storage = self._storage, None  # a closed export keeps no storage alive
+        storage.destroy_child(self._handle)  # a no-op once the pool destroyed it
 
 
-class KvImport:
+class KvImport(_Handle):
     """Pages reserved for the blocks of a prompt this pool lacks (bspa_kv_import_create).
     ``blocks[i]`` of the prompt goes into ``pages[i]``; blocks ``[0, num_cached)`` were
     already here. Write them, then :meth:`commit` (they are published and match) or
@@ -187,48 +172,43 @@ class KvImport:
 
     def __init__(self, pool: "Pool", tokens, *, peer_fingerprint: int, peer_keys=None, salt=None,
                  extra_key: int = 0) -> None:
-        from ._core import _tokens
         self._pool = pool
-        self._handle = None
         self._final_state = "aborted"
         toks = _tokens(tokens)
         keys = None
         if peer_keys is not None:
             keys = np.ascontiguousarray(np.asarray(peer_keys, dtype=np.uint64).reshape(-1, 2))
-        status, handle = _bspa.bspa_py_kv_import_create(pool._h(), toks, _salt(salt), int(extra_key),
-                                                        int(peer_fingerprint), keys,
-                                                        0 if keys is None else int(keys.shape[0]))
-        check(status)
-        self._storage = pool._storage  # as KvExport's
-        self._storage.adopt(handle, _bspa.bspa_kv_import_destroy)
-        self._handle = handle
-        status, count = _bspa.bspa_py_kv_import_pages(handle, None, None, 0)
-        check(status)
-        self.pages = np.empty(count, dtype=np.int32)
-        self.blocks = np.empty(count, dtype=np.int64)
-        status, _ = _bspa.bspa_py_kv_import_pages(handle, self.pages, self.blocks, count)
-        check(status)
+        with _using(pool) as (h,):  # as KvExport's
+            status, handle = _bspa.bspa_py_kv_import_create(h, toks, _salt(salt), int(extra_key),
+                                                            int(peer_fingerprint), keys,
+                                                            0 if keys is None else int(keys.shape[0]))
+            check(status)
+            self._storage = pool._storage  # as KvExport's
+            self._storage.adopt(handle, _bspa.bspa_kv_import_destroy)
+            self._handle = handle
+            status, count = _bspa.bspa_py_kv_import_pages(handle, None, None, 0)
+            check(status)
+            self.pages = np.empty(count, dtype=np.int32)
+            self.blocks = np.empty(count, dtype=np.int64)
+            status, _ = _bspa.bspa_py_kv_import_pages(handle, self.pages, self.blocks, count)
+            check(status)
         info = self._info()
         self.num_blocks: int = int(info.num_blocks)
         self.num_cached: int = int(info.num_cached)
         self.published: Optional[int] = None
         pool._transfers.add(self)
 
-    def _h(self):
-        if self._handle is None:
-            raise InvalidStateError(_bspa.BSPA_ERR_INVALID_STATE, "the KV import is closed")
-        return self._handle
-
     def _info(self):
         raw = _bspa.bspa_kv_import_info_t()
         raw.version = _bspa.BSPA_KV_IMPORT_INFO_VERSION
-        check(_bspa.bspa_kv_import_info(self._h(), raw))
+        with _using(self._pool, self) as (_, h):
+            check(_bspa.bspa_kv_import_info(h, raw))
         return raw
 
     @property
     def state(self) -> str:
         """"reserved", "committed" or "aborted" (after close: what it ended as)."""
-        if self._handle is None:
+        if self.closed:
             return self._final_state
         return {_bspa.BSPA_KV_IMPORT_RESERVED: "reserved", _bspa.BSPA_KV_IMPORT_COMMITTED: "committed",
                 _bspa.BSPA_KV_IMPORT_ABORTED: "aborted"}[int(self._info().state)]
@@ -241,45 +221,34 @@ class KvImport:
     def commit(self) -> int:
         """The transport wrote every reserved page: publishes them; returns how many entered
         the prefix index. InvalidStateError after commit or abort."""
-        status, published = _bspa.bspa_kv_import_commit(self._h())
+        with _using(self._pool, self) as (_, h):
+            status, published = _bspa.bspa_kv_import_commit(h)
         check(status)
         self.published = int(published)
         return self.published
 
     def abort(self) -> None:
         """Frees the reserved pages unpublished. A second abort is a no-op."""
-        check(_bspa.bspa_kv_import_abort(self._h()))
+        with _using(self._pool, self) as (_, h):
+            check(_bspa.bspa_kv_import_abort(h))
 
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
-    def close(self) -> None:
-        """Aborts an open reservation and frees the import. Idempotent."""
-        if self._handle is None:
-            return
-        storage = self._storage
+    def _release(self) -> None:
+        """Aborts an open reservation and frees the import (:meth:`close`, idempotent)."""
+        storage, self._storage = self._storage, None  # closed: no storage kept
         if not storage.owns(self._handle):  # destroyed with its pool (an aborted reservation)
-            self._handle = self._storage = None
             return
-        state = self.state
-        handle, self._handle, self._storage = self._handle, None, None  # closed: no storage kept
-        self._final_state = "aborted" if state == "reserved" else state
-        storage.destroy_child(handle)
-
-    def __enter__(self) -> "KvImport":
-        return self
+        raw = _bspa.bspa_kv_import_info_t()
+        raw.version = _bspa.BSPA_KV_IMPORT_INFO_VERSION
+        check(_bspa.bspa_kv_import_info(self._handle, raw))  # no call in flight: close waited
+        self._final_state = "committed" if int(raw.state) == _bspa.BSPA_KV_IMPORT_COMMITTED else "aborted"
+        storage.destroy_child(self._handle)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
-            if self._handle is not None and self.state == "reserved":
+            if not self.closed and self.state == "reserved":
                 if exc_type is None:
                     self.commit()
                 else:
                     self.abort()
         finally:
-            self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
             self.close()
