@@ -667,7 +667,7 @@ func TestPrefillPagedErrorsCarryTheLibrarysMessage(t *testing.T) {
 	}
 }
 
-func TestWithKVF32ReadsWhatKVWriteWroteAndCloseWaits(t *testing.T) {
+func TestUnsafeWithKVF32ReadsWhatKVWriteWroteAndCloseWaits(t *testing.T) {
 	pool := newPool(t, 4)
 	tokens := make([]int32, 20)
 	for i := range tokens {
@@ -689,12 +689,12 @@ func TestWithKVF32ReadsWhatKVWriteWroteAndCloseWaits(t *testing.T) {
 
 	inside, closed := make(chan struct{}), make(chan struct{})
 	go func() { <-inside; pool.Close(); close(closed) }()
-	err = pool.WithKVF32(0, func(kk, vv []float32) error {
+	err = pool.UnsafeWithKVF32(0, func(kk, vv []float32) error {
 		close(inside)
 		// Close runs concurrently now but must wait for this function to return.
 		select {
 		case <-closed:
-			t.Error("Close returned while WithKVF32's slices were in use")
+			t.Error("Close returned while UnsafeWithKVF32's slices were in use")
 		case <-time.After(100 * time.Millisecond):
 		}
 		// Token 17 is page 1, slot 1; head 1.
@@ -708,8 +708,11 @@ func TestWithKVF32ReadsWhatKVWriteWroteAndCloseWaits(t *testing.T) {
 	})
 	must(t, err)
 	<-closed
-	if err := pool.WithKVF32(0, func(k, v []float32) error { return nil }); !errors.Is(err, bspa.ErrClosed) {
-		t.Fatalf("WithKVF32 on a closed pool: %v, want ErrClosed", err)
+	if err := pool.ReadKVF32(0, k, k); !errors.Is(err, bspa.ErrClosed) {
+		t.Fatalf("ReadKVF32 on a closed pool: %v, want ErrClosed", err)
+	}
+	if err := pool.UnsafeWithKVF32(0, func(k, v []float32) error { return nil }); !errors.Is(err, bspa.ErrClosed) {
+		t.Fatalf("UnsafeWithKVF32 on a closed pool: %v, want ErrClosed", err)
 	}
 }
 
@@ -774,7 +777,7 @@ func TestZeroPoolOptionsAreUsable(t *testing.T) {
 	noKV, err := bspa.NewPool(bspa.PoolOptions{BookkeepingOnly: true, NumPages: 8})
 	must(t, err)
 	defer noKV.Close()
-	if err := noKV.WithKVF32(0, func(k, v []float32) error { return nil }); !errors.Is(err, bspa.ErrInvalidState) {
-		t.Fatalf("WithKVF32 on a pool without storage: %v, want ErrInvalidState", err)
+	if err := noKV.UnsafeWithKVF32(0, func(k, v []float32) error { return nil }); !errors.Is(err, bspa.ErrInvalidState) {
+		t.Fatalf("UnsafeWithKVF32 on a pool without storage: %v, want ErrInvalidState", err)
 	}
 }

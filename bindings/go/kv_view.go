@@ -10,16 +10,34 @@ import (
 	"unsafe"
 )
 
-// WithKVF32 calls f with one layer's K and V storage of a float32 CPU pool as slices,
-// [num_pages, num_kv_heads, page_size, head_dim] row-major.
+// ReadKVF32 copies one layer's K and V storage of a float32 CPU pool,
+// [num_pages, num_kv_heads, page_size, head_dim] row-major, into k and v (each of exactly
+// that many elements: ErrShapeMismatch otherwise). The copies are the caller's: the safe
+// way to look at the pool's pages. Reading races with concurrent KVWrite calls.
+func (p *Pool) ReadKVF32(layer int, k, v []float32) error {
+	return p.UnsafeWithKVF32(layer, func(ks, vs []float32) error {
+		if len(k) != len(ks) || len(v) != len(vs) {
+			return argError(StatusShapeMismatch, fmt.Sprintf("ReadKVF32: k and v have %d and %d elements, the layer %d",
+				len(k), len(v), len(ks)))
+		}
+		copy(k, ks)
+		copy(v, vs)
+		return nil
+	})
+}
+
+// UnsafeWithKVF32 calls f with one layer's K and V storage of a float32 CPU pool as
+// slices, [num_pages, num_kv_heads, page_size, head_dim] row-major, without a copy.
 //
-// The slices alias the pool's C memory, which the Go collector does not track, so they
-// are valid only inside f: the pool is held open while f runs (a concurrent Close waits
-// for f to return), and f must neither keep the slices nor call the pool's methods (the
-// pool's lock is held). Copy what must outlive f. Reading races with concurrent
-// KVWrite calls (docs/design.md, "Lifetimes in the bindings").
-func (p *Pool) WithKVF32(layer int, f func(k, v []float32) error) error {
-	if err := p.checkHostF32("WithKVF32"); err != nil {
+// Unsafe as package unsafe is: the slices alias the pool's C memory, which the Go
+// collector does not track, so they are valid only inside f, and nothing stops f from
+// keeping them (a slice kept and used after the pool's Close reads freed memory). The pool
+// is held open while f runs (a concurrent Close waits for f to return); f must neither
+// keep the slices nor call the pool's methods (the pool's lock is held). ReadKVF32 is the
+// safe copy. Reading races with concurrent KVWrite calls (docs/design.md, "Lifetimes in
+// the bindings").
+func (p *Pool) UnsafeWithKVF32(layer int, f func(k, v []float32) error) error {
+	if err := p.checkHostF32("UnsafeWithKVF32"); err != nil {
 		return err
 	}
 	return p.use(func() error {
@@ -33,7 +51,7 @@ func (p *Pool) WithKVF32(layer int, f func(k, v []float32) error) error {
 			n *= s
 		}
 		if n <= 0 || n > int64(^uint(0)>>1) {
-			return argError(StatusInternal, fmt.Sprintf("WithKVF32: a layer of %d elements", n))
+			return argError(StatusInternal, fmt.Sprintf("UnsafeWithKVF32: a layer of %d elements", n))
 		}
 		ks := unsafe.Slice((*float32)(k.data), int(n))
 		vs := unsafe.Slice((*float32)(v.data), int(n))

@@ -117,7 +117,10 @@ type Pool struct {
 	batches     map[*C.bspa_batch]liveBatch
 	nextBatchID uint64
 	// live KV exports and imports (transfer.go): each entry frees its C handle
-	transfers map[interface{}]func()
+	// Keyed by the C handle, the closure holding only that handle: nothing of the pool
+	// points at a KVExport or KVImport, so one dropped without Close is still finalized
+	// (and a pool dropped with one is freed).
+	transfers map[unsafe.Pointer]func()
 }
 
 // NewPool creates a pool. Close it when done (a finalizer does it otherwise).
@@ -164,7 +167,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	if err := call(func() C.bspa_status { return C.bspa_pool_create(&p, &o) }); err != nil {
 		return nil, err
 	}
-	pool := &Pool{p: p, opts: opts, batches: map[*C.bspa_batch]liveBatch{}, transfers: map[interface{}]func(){}}
+	pool := &Pool{p: p, opts: opts, batches: map[*C.bspa_batch]liveBatch{}, transfers: map[unsafe.Pointer]func(){}}
 	runtime.SetFinalizer(pool, (*Pool).Close)
 	return pool, nil
 }
@@ -437,7 +440,8 @@ type Batch struct {
 	pool      *Pool
 	seqs      []*Sequence // keeps them alive as long as the batch
 	b         *C.bspa_batch
-	id        uint64 // its entry in pool.batches (see there)
+	id        uint64     // its entry in pool.batches (see there)
+	mu        sync.Mutex // one call at a time (bspa.h): a Plan replaces what a launch reads
 	numTokens int
 	rows      int           // rows of the launch tensors: numTokens, or MaxTokens of a fixed shape
 	reusable  *BatchOptions // nil for a one-step batch (NewBatch)
@@ -511,11 +515,19 @@ func (p *Pool) batchLive(b *Batch) bool {
 }
 
 // NumTokens is the number of the step's new tokens: the sum of the query lengths.
-func (b *Batch) NumTokens() int { return b.numTokens }
+func (b *Batch) NumTokens() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.numTokens
+}
 
 // Rows is the number of rows of q/k/v/out: NumTokens, except for a reusable batch with
 // FixedLaunchShape, whose tensors have MaxTokens rows (the step's are the first NumTokens).
-func (b *Batch) Rows() int { return b.rows }
+func (b *Batch) Rows() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rows
+}
 
 // Close destroys the plan; no launch using it may still run on a device. Idempotent.
 func (b *Batch) Close() error {
@@ -531,10 +543,13 @@ func (b *Batch) Close() error {
 	return nil
 }
 
-// use runs f with the batch, its pool and its sequences held open.
+// use runs f with the batch, its pool and its sequences held open, and no other call of
+// the batch running (another goroutine's Plan or launch waits).
 func (b *Batch) use(f func() error) error {
 	defer runtime.KeepAlive(b)
 	return b.pool.use(func() error {
+		b.mu.Lock()
+		defer b.mu.Unlock()
 		if b.b == nil {
 			return ErrClosed
 		}

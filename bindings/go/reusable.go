@@ -118,21 +118,22 @@ func (b *Batch) Plan(seqs []*Sequence, queryLens []int32, stream Stream) error {
 			}
 			raw[i] = s.s
 		}
-		return call(func() C.bspa_status {
+		if err := call(func() C.bspa_status {
 			return C.bspa_batch_plan(b.b, &raw[0], (*C.int32_t)(unsafe.Pointer(&queryLens[0])), C.int32_t(len(seqs)),
 				C.go_plan_stream(C.uintptr_t(stream)))
-		})
+		}); err != nil {
+			return err
+		}
+		// Under the batch's lock, as launches read them.
+		b.seqs = append(b.seqs[:0], seqs...)
+		b.numTokens, b.rows = numTokens, numTokens
+		if b.reusable.FixedLaunchShape {
+			b.rows = int(b.reusable.MaxTokens)
+		}
+		return nil
 	})
 	runtime.KeepAlive(seqs)
-	if err != nil {
-		return err
-	}
-	b.seqs = append(b.seqs[:0], seqs...)
-	b.numTokens, b.rows = numTokens, numTokens
-	if b.reusable.FixedLaunchShape {
-		b.rows = int(b.reusable.MaxTokens)
-	}
-	return nil
+	return err
 }
 
 // Reusable returns the limits a batch of NewReusableBatch was made with (MaxQueryLen 0

@@ -112,44 +112,53 @@ type Stream uintptr
 
 // Tensor describes memory the library reads or writes during one call (a DLTensor).
 // Data is host memory (a Go slice's first element, C memory) or a device address.
-// Strides are in elements; nil means compact row-major.
+// Strides are in elements; nil means compact row-major. A Tensor made by a Host*
+// constructor remembers its slice's size: a launch refuses it (ErrShapeMismatch) when
+// Shape, Strides or DType, edited since, reach past the slice.
 type Tensor struct {
 	Data    unsafe.Pointer
 	Device  Device
 	DType   DType
 	Shape   []int64
 	Strides []int64
+	// hostBytes: the Host* constructor's slice in bytes; 0 for memory the caller vouches for.
+	hostBytes int64
 }
 
 // HostF32 describes a float32 slice of the given shape; it panics when the slice's
 // length is not the shape's product.
 func HostF32(data []float32, shape ...int64) Tensor {
 	checkLen(len(data), shape)
-	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: F32, Shape: shape}
+	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: F32, Shape: shape,
+		hostBytes: 4 * int64(len(data))}
 }
 
 // Host16 describes a slice of 16-bit values (dtype F16 or BF16, as bits).
 func Host16(data []uint16, dtype DType, shape ...int64) Tensor {
 	checkLen(len(data), shape)
-	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: dtype, Shape: shape}
+	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: dtype, Shape: shape,
+		hostBytes: 2 * int64(len(data))}
 }
 
 // HostI32 describes an int32 slice (PrefillPaged's metadata); it panics like HostF32.
 func HostI32(data []int32, shape ...int64) Tensor {
 	checkLen(len(data), shape)
-	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: I32, Shape: shape}
+	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: I32, Shape: shape,
+		hostBytes: 4 * int64(len(data))}
 }
 
 // HostFP8 describes e4m3 bytes (PrefillPaged's FP8 pages); it panics like HostF32.
 func HostFP8(data []byte, shape ...int64) Tensor {
 	checkLen(len(data), shape)
-	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: FP8E4M3, Shape: shape}
+	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: FP8E4M3, Shape: shape,
+		hostBytes: int64(len(data))}
 }
 
 // HostU8 describes a byte slice (PrefillPaged's workspace); it panics like HostF32.
 func HostU8(data []byte, shape ...int64) Tensor {
 	checkLen(len(data), shape)
-	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: U8, Shape: shape}
+	return Tensor{Data: unsafe.Pointer(&data[0]), Device: Device{Type: CPU}, DType: U8, Shape: shape,
+		hostBytes: int64(len(data))}
 }
 
 func checkLen(n int, shape []int64) {
@@ -160,6 +169,57 @@ func checkLen(n int, shape []int64) {
 	if int64(n) != want || n == 0 {
 		panic(fmt.Sprintf("bspa: a slice of %d elements for shape %v", n, shape))
 	}
+}
+
+func dtypeBytes(d DType) int64 {
+	switch d {
+	case F16, BF16:
+		return 2
+	case U8, FP8E4M3:
+		return 1
+	}
+	return 4
+}
+
+// checkHostExtents: every Tensor of a Host* constructor must still describe only its slice
+// (its exported fields may have been edited), or the library would read or write past it.
+func checkHostExtents(ts ...*Tensor) error {
+	for _, t := range ts {
+		if t == nil || t.hostBytes == 0 {
+			continue
+		}
+		last, stride, ok := int64(0), int64(1), true
+		for i := len(t.Shape) - 1; i >= 0 && ok; i-- {
+			s := t.Shape[i]
+			if s == 0 {
+				last, ok = -1, true // no elements
+				break
+			}
+			st := stride
+			if t.Strides != nil && i < len(t.Strides) {
+				st = t.Strides[i]
+			}
+			ok = s > 0 && st >= 0 && (s-1) <= (math.MaxInt64-last)/max64(st, 1)
+			if ok {
+				last += (s - 1) * st
+				ok = stride <= math.MaxInt64/max64(s, 1)
+				stride *= s
+			}
+		}
+		if !ok || (last >= 0 && (last+1) > t.hostBytes/dtypeBytes(t.DType)) {
+			return argError(StatusShapeMismatch, fmt.Sprintf(
+				"a Tensor of a %d-byte slice now has shape %v, strides %v and dtype %d: it reaches past its slice",
+				t.hostBytes, t.Shape, t.Strides, t.DType))
+		}
+	}
+	return nil
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
 }
 
 func (t *Tensor) appendDesc(desc []int64) []int64 {
@@ -197,6 +257,9 @@ func (p *Pool) KVWrite(b *Batch, layer int, k, v Tensor, stream Stream) error {
 	if b.pool != p {
 		return argError(StatusInvalidArgument, "a batch of another pool")
 	}
+	if err := checkHostExtents(&k, &v); err != nil {
+		return err
+	}
 	desc := v.appendDesc(k.appendDesc(nil))
 	return b.use(func() error {
 		return call(func() C.bspa_status {
@@ -212,6 +275,9 @@ func (p *Pool) KVWrite(b *Batch, layer int, k, v Tensor, stream Stream) error {
 func (p *Pool) Prefill(b *Batch, layer int, l *Layout, q, out Tensor, scale float32, lse *Tensor, stream Stream) error {
 	if b.pool != p {
 		return argError(StatusInvalidArgument, "a batch of another pool")
+	}
+	if err := checkHostExtents(&q, &out, lse); err != nil {
+		return err
 	}
 	desc := out.appendDesc(q.appendDesc(nil))
 	var lseData unsafe.Pointer
@@ -254,7 +320,7 @@ func (p *Pool) KVWriteF32(b *Batch, layer int, k, v []float32) error {
 	if err := p.checkHostF32("KVWriteF32"); err != nil {
 		return err
 	}
-	rows, heads, dim := b.rows, p.opts.NumKVHeads, p.opts.HeadDim
+	rows, heads, dim := b.Rows(), p.opts.NumKVHeads, p.opts.HeadDim
 	if err := checkRows("k", len(k), rows, heads, dim); err != nil {
 		return err
 	}
@@ -271,7 +337,7 @@ func (p *Pool) PrefillF32(b *Batch, layer int, l *Layout, q, out []float32, scal
 	if err := p.checkHostF32("PrefillF32"); err != nil {
 		return err
 	}
-	rows, heads, dim := b.rows, l.NumHeads(), p.opts.HeadDim
+	rows, heads, dim := b.Rows(), l.NumHeads(), p.opts.HeadDim
 	if err := checkRows("q", len(q), rows, heads, dim); err != nil {
 		return err
 	}
@@ -361,6 +427,10 @@ func PrefillPaged(args PagedArgs, stream Stream) error {
 	if args.MaxDecodeQueryLen < 0 || args.MaxDecodeQueryLen > math.MaxInt32 {
 		return argError(StatusInvalidArgument, fmt.Sprintf("PrefillPaged: MaxDecodeQueryLen = %d is not in [0, %d]",
 			args.MaxDecodeQueryLen, math.MaxInt32))
+	}
+	if err := checkHostExtents(&args.Q, &args.Out, &args.KPages, &args.VPages, &args.BlockTable, &args.QueryStarts,
+		&args.ContextLens, args.LSE, args.Workspace, args.KScale, args.VScale); err != nil {
+		return err
 	}
 	desc := args.Q.appendDesc(nil)
 	for _, t := range []*Tensor{&args.Out, &args.KPages, &args.VPages, &args.BlockTable, &args.QueryStarts,

@@ -91,8 +91,9 @@ func (p *Pool) PageAddress(layer int, kv KV, page int64) (uint64, error) {
 	return uint64(a), err
 }
 
-// register records a transfer handle with the pool (Close frees it first).
-func (p *Pool) register(key interface{}, free func()) {
+// register records a transfer's C handle with the pool (Close frees it first); free must
+// hold nothing but the handle (see Pool.transfers).
+func (p *Pool) register(key unsafe.Pointer, free func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.transfers != nil {
@@ -153,7 +154,8 @@ func (p *Pool) ExportKV(tokens []int32, opts SequenceOptions) (*KVExport, error)
 	if err != nil {
 		return nil, err
 	}
-	p.register(x, func() { C.bspa_kv_export_destroy(x.e); x.e = nil })
+	e := x.e
+	p.register(unsafe.Pointer(e), func() { C.bspa_kv_export_destroy(e) })
 	runtime.SetFinalizer(x, (*KVExport).Close)
 	return x, nil
 }
@@ -168,7 +170,7 @@ func (x *KVExport) Close() error {
 	defer p.mu.Unlock()
 	if x.e != nil && p.p != nil {
 		C.bspa_kv_export_destroy(x.e)
-		delete(p.transfers, x)
+		delete(p.transfers, unsafe.Pointer(x.e))
 	}
 	x.e = nil
 	runtime.SetFinalizer(x, nil)
@@ -249,7 +251,8 @@ func (p *Pool) ImportKV(tokens []int32, opts ImportOptions) (*KVImport, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.register(m, func() { C.bspa_kv_import_destroy(m.i); m.i = nil })
+	i := m.i
+	p.register(unsafe.Pointer(i), func() { C.bspa_kv_import_destroy(i) })
 	runtime.SetFinalizer(m, (*KVImport).Close)
 	return m, nil
 }
@@ -284,7 +287,7 @@ func (m *KVImport) Close() error {
 	defer p.mu.Unlock()
 	if m.i != nil && p.p != nil {
 		C.bspa_kv_import_destroy(m.i)
-		delete(p.transfers, m)
+		delete(p.transfers, unsafe.Pointer(m.i))
 	}
 	m.i = nil
 	runtime.SetFinalizer(m, nil)

@@ -71,12 +71,12 @@ func xCopy(t *testing.T, src *bspa.Pool, x *bspa.KVExport, dst *bspa.Pool, m *bs
 	if !ok1 || !ok2 || len(from) != len(to) {
 		t.Fatalf("descriptor lists: %v %v %d %d", ok1, ok2, len(from), len(to))
 	}
-	// The copy goes through the pools' storage slices (WithKVF32); the descriptors must
+	// The copy goes through the pools' storage slices (UnsafeWithKVF32); the descriptors must
 	// name exactly those bytes.
 	per := int(ms.PageBytes / 4) // floats per page of one region
 	for l := 0; l < xLayers; l++ {
-		must(t, src.WithKVF32(l, func(sk, sv []float32) error {
-			return dst.WithKVF32(l, func(dk, dv []float32) error {
+		must(t, src.UnsafeWithKVF32(l, func(sk, sv []float32) error {
+			return dst.UnsafeWithKVF32(l, func(dk, dv []float32) error {
 				for i, b := range m.Blocks {
 					sp, dp := int(x.Pages[b]), int(m.Pages[i])
 					for kv, pair := range [][2][]float32{{sk, dk}, {sv, dv}} {
