@@ -39,8 +39,14 @@
  *  - No C++ exception or CUDA error ever crosses this ABI.
  *
  * Threading: a pool and its sequences are internally synchronised (any thread, any
- * time); layouts are immutable after creation and may be shared freely; a batch is
- * used by one stream (one thread) at a time. bspa_last_error is per thread.
+ * time), except their destroy functions: bspa_seq_destroy must not overlap another call
+ * on the sequence, bspa_pool_destroy none on the pool or anything made from it (likewise
+ * bspa_layout_destroy, bspa_batch_destroy and the KV transfer destroys for their objects);
+ * layouts are immutable after creation and may be shared freely; a batch is used by one
+ * stream (one thread) at a time. Launches that write pages (bspa_kv_write) and launches
+ * that read them (another batch over the same sequence, or over pages a commit shared
+ * with another sequence) are ordered by the caller, as any writes and reads of memory
+ * are: on the CPU, overlapping ones race. bspa_last_error is per thread.
  *
  * Environment (CUDA builds only; read once per process, at the first launch that needs it):
  *  - BSPA_CUDA_PATH = sm80 | sm90 | auto (default): forces the prefill kernel family.

@@ -383,7 +383,8 @@ impl Pool {
     /// # Safety
     /// The tensors' data must be valid for their shape, dtype and device, stay alive until
     /// the launch completes on `stream`, and `stream` must be a stream of the pool's device
-    /// (or null).
+    /// (or null). The batch must not be dropped before the launch completes either (dropping
+    /// it releases its pages, which later calls may reuse).
     pub unsafe fn kv_write(
         &self,
         batch: &Batch<'_>,
