@@ -273,13 +273,20 @@ int64_t Pool::publish_chain_locked(const int32_t *pages, int64_t from, int64_t t
                                    uint64_t extra_key, uint32_t salt_index, ChainTip &tip) {
   int64_t ours = 0;
   bool restarted = false;
-  for (int64_t i = from; i < to; ++i) {
+  int64_t first = from;
+  if (tip.page >= 0 && tip.resets != index_resets_) {  // lost since the last call: even with
+    restarted = true;                                  // no new page, the chain goes in again
+    tip = root_tip(root_digest);
+    first = 0;
+  }
+  for (int64_t i = first; i < to; ++i) {
     const Published r = publish_locked(pages[i], root_digest, extra_key, salt_index, tip);
     if (r == Published::ChainLost) {
       if (restarted) return ours;  // overflowed again: the rest waits for a later call
       restarted = true;
       tip = root_tip(root_digest);
-      i = -1;  // from pages[0]
+      ours = 0;  // pages from `from` on go in (and are counted) again
+      i = -1;    // from pages[0]
       continue;
     }
     ours += r == Published::Ours && i >= from;

@@ -195,6 +195,31 @@ Test(events, a_chain_overflowed_between_chunks_is_published_again_from_its_start
   bspa_pool_destroy(pool);
 }
 
+/* An overflow takes a sequence's published chain out of the index; its next commit puts it
+ * back even when it adds no full page, as the header promises. */
+Test(events, a_commit_without_a_new_page_republishes_an_overflowed_chain) {
+  bspa_pool *pool = events_pool(16, 16, 4);
+  int32_t a[33], b[48];
+  fill(a, 33, 3000);
+  fill(b, 48, 8000);
+  bspa_seq *sa = test_seq_salted(pool, NULL, 0);
+  EXPECT_OK(bspa_seq_append(sa, a, 33));
+  EXPECT_OK(bspa_seq_commit(sa, 32)); /* 2 records */
+  serve(pool, NULL, b, 48);           /* its third page overflows the queue of 4 */
+  EXPECT_OK(bspa_seq_commit(sa, 33)); /* no new full page */
+  drained d;
+  drain(pool, &d);
+  expect_no_orphans(&d);
+  bspa_seq *s = test_seq_salted(pool, NULL, 0);
+  int64_t cached = -1;
+  EXPECT_OK(bspa_seq_match(s, a, 33, &cached));
+  cr_assert_eq(cached, 32, "the chain is matchable again (got %lld)", (long long)cached);
+  bspa_seq_destroy(s);
+  bspa_seq_destroy(sa);
+  EXPECT_OK(bspa_pool_check(pool));
+  bspa_pool_destroy(pool);
+}
+
 /* A queue shorter than the chain overflows again while the chain is published anew: what
  * went in is a chain from the root, the rest stays out, nothing is orphaned. */
 Test(events, a_queue_shorter_than_the_chain_leaves_the_rest_out_without_orphans) {

@@ -738,3 +738,86 @@ Test(kv_transfer, bad_inputs_change_nothing) {
   bspa_pool_destroy(importer);
   bspa_layout_destroy(layout);
 }
+
+/* A pool with events and no storage, for the overflows around an import. */
+static bspa_pool *events_pool_of_fingerprint(int64_t pages, int64_t capacity, uint64_t *fingerprint) {
+  bspa_pool_options o;
+  EXPECT_OK(bspa_pool_options_init(&o));
+  o.num_layers = 0;
+  o.page_size = PS;
+  o.num_pages = pages;
+  o.events_capacity = capacity;
+  bspa_pool *pool = NULL;
+  EXPECT_OK(bspa_pool_create(&pool, &o));
+  struct bspa_pool_memory m = {.version = BSPA_POOL_MEMORY_VERSION};
+  EXPECT_OK(bspa_pool_memory(pool, &m));
+  *fingerprint = m.fingerprint;
+  return pool;
+}
+
+static void serve_prompt(bspa_pool *pool, const int32_t *t, int64_t n) {
+  bspa_seq *s = test_seq_salted(pool, NULL, 0);
+  EXPECT_OK(bspa_seq_append(s, t, n));
+  EXPECT_OK(bspa_seq_commit(s, n));
+  bspa_seq_destroy(s);
+}
+
+/* An import whose every block the pool already holds (nothing reserved) and whose pinned
+ * chain an overflow between create and commit unpublished: commit must publish it again
+ * (header: "the pool's next bspa_seq_match of the prompt hits all num_blocks blocks"). */
+Test(kv_transfer, a_fully_cached_import_overflowed_before_commit_is_published_again) {
+  uint64_t fp = 0;
+  bspa_pool *pool = events_pool_of_fingerprint(8, 4, &fp);
+  int32_t other[3 * PS];
+  for (int i = 0; i < 3 * PS; ++i) other[i] = 700000 + i;
+  serve_prompt(pool, g_tokens, 2 * PS); /* 2 stored events stay queued */
+  bspa_kv_import_options io;
+  EXPECT_OK(bspa_kv_import_options_init(&io));
+  io.peer_fingerprint = fp;
+  bspa_kv_import *imp = NULL;
+  EXPECT_OK(bspa_kv_import_create(&imp, pool, g_tokens, 2 * PS, &io));
+  struct bspa_kv_import_info ii = {.version = BSPA_KV_IMPORT_INFO_VERSION};
+  EXPECT_OK(bspa_kv_import_info(imp, &ii));
+  cr_assert_eq(ii.num_reserved, 0);
+  serve_prompt(pool, other, 3 * PS); /* its third page overflows the queue of 4 */
+  EXPECT_OK(bspa_kv_import_commit(imp, NULL));
+  bspa_kv_import_destroy(imp);
+  EXPECT_OK(bspa_pool_check(pool));
+  bspa_seq *s = test_seq_salted(pool, NULL, 0);
+  int64_t cached = -1;
+  EXPECT_OK(bspa_seq_match(s, g_tokens, 2 * PS + 1, &cached));
+  cr_expect_eq(cached, 2 * PS, "the committed import's prompt matches %lld tokens, not %d", (long long)cached, 2 * PS);
+  bspa_seq_destroy(s);
+  bspa_pool_destroy(pool);
+}
+
+/* An overflow part-way through commit republishes the chain from block 0: the pages that
+ * went in before the overflow must not be counted twice in *published / num_published. */
+Test(kv_transfer, an_overflow_during_commit_counts_each_reserved_block_once) {
+  uint64_t fp = 0;
+  bspa_pool *pool = events_pool_of_fingerprint(16, 4, &fp);
+  int32_t other[2 * PS];
+  for (int i = 0; i < 2 * PS; ++i) other[i] = 700000 + i;
+  serve_prompt(pool, other, 2 * PS); /* 2 stored events stay queued */
+  bspa_kv_import_options io;
+  EXPECT_OK(bspa_kv_import_options_init(&io));
+  io.peer_fingerprint = fp;
+  bspa_kv_import *imp = NULL;
+  EXPECT_OK(bspa_kv_import_create(&imp, pool, g_tokens, 3 * PS, &io));
+  int64_t published = -1;
+  EXPECT_OK(bspa_kv_import_commit(imp, &published)); /* block 2 overflows: all cleared, blocks 0-2 again */
+  struct bspa_kv_import_info ii = {.version = BSPA_KV_IMPORT_INFO_VERSION};
+  EXPECT_OK(bspa_kv_import_info(imp, &ii));
+  cr_expect_eq(ii.num_reserved, 3);
+  cr_expect_leq(published, ii.num_reserved, "*published = %lld for %lld reserved blocks", (long long)published,
+                (long long)ii.num_reserved);
+  cr_expect_eq(published, ii.num_published);
+  bspa_kv_import_destroy(imp);
+  bspa_seq *s = test_seq_salted(pool, NULL, 0);
+  int64_t cached = -1;
+  EXPECT_OK(bspa_seq_match(s, g_tokens, 3 * PS + 1, &cached));
+  cr_expect_eq(cached, 3 * PS);
+  bspa_seq_destroy(s);
+  EXPECT_OK(bspa_pool_check(pool));
+  bspa_pool_destroy(pool);
+}
