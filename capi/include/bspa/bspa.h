@@ -6,7 +6,9 @@
  * are DLPack DLTensor (dlpack/dlpack.h) and streams are opaque CUstream handles.
  *
  * Conventions (every function follows them unless its comment says otherwise)
- *  - Every fallible function returns a bspa_status; BSPA_OK (0) is success.
+ *  - Every fallible function returns a bspa_status; BSPA_OK (0) is success. Besides the
+ *    codes each function lists, any of them may return BSPA_ERR_OUT_OF_MEMORY (a host
+ *    allocation failed) or BSPA_ERR_INTERNAL (a bug: please report it).
  *  - On failure the thread's last-error message (bspa_last_error) names the argument
  *    and the offending value, and no state changed: a failed call is a no-op.
  *  - Constructors bspa_X_create(bspa_X **out, ...) set *out = NULL on failure.
@@ -14,11 +16,15 @@
  *  - Options structs start with `uint32_t version`; fill them with
  *    bspa_X_options_init() and then change fields. A struct whose version is 0
  *    (never initialised) or newer than this library knows is rejected with
- *    BSPA_ERR_VERSION. Structs only ever grow at the end. The launches' args structs
+ *    BSPA_ERR_VERSION. Within one ABI a struct keeps its size: a new field goes at the
+ *    end or into padding, with a new version number; one that needs more room waits for
+ *    an ABI bump. The launches' args structs
  *    (bspa_kv_write_args, bspa_prefill_args, bspa_paged_args) work the same way, filled
  *    by bspa_X_args_init.
- *  - Tensors are borrowed: the library never keeps a DLTensor pointer, or the memory
- *    behind it, past the call, except where a function says so.
+ *  - Tensors are borrowed: the library never keeps a DLTensor pointer past the call. On
+ *    CUDA, bspa_kv_write, bspa_prefill and bspa_prefill_paged are asynchronous: the memory
+ *    behind their tensors must stay allocated, and out / lse must not be read or reused,
+ *    until the launch has completed on `stream`. On the CPU they return when done.
  *  - Every tensor argument must also satisfy, whatever its shape rules (a violation is
  *    refused before any memory is touched):
  *     - strides (in elements) >= 0;
@@ -266,7 +272,9 @@ BSPA_API bspa_status bspa_pool_options_init(bspa_pool_options *options);
 BSPA_API bspa_status bspa_pool_create(bspa_pool **pool, const bspa_pool_options *options);
 
 /* Destroys the pool, its storage and every sequence still alive in it (their handles
- * become invalid). Batches made from the pool must be destroyed first. NULL is a no-op. */
+ * become invalid). Every batch, KV export and KV import made from the pool must be
+ * destroyed first (otherwise the behaviour is undefined), and no launch that uses the
+ * pool's storage may still be queued or running on a device stream. NULL is a no-op. */
 BSPA_API void bspa_pool_destroy(bspa_pool *pool);
 
 /* Fills *k and *v with views of one layer's K and V storage,
@@ -588,7 +596,8 @@ typedef struct bspa_batch bspa_batch;
  * through the batch touch only those pages, never another sequence's. The reference costs
  * one count per sequence, not per page. Snapshot means snapshot: a later append, commit or match of a sequence is
  * not seen by the batch. n is at most the pool's live sequences. For a CUDA pool it
- * uploads its metadata on `stream`; later launches neither allocate nor synchronise,
+ * uploads its metadata on `stream` asynchronously: launch the batch on `stream`, or order
+ * the launch's stream after it. Later launches neither allocate nor synchronise,
  * except the first use of a CSR layout on a device (see bspa_prefill). Where a launch
  * of the batch may split work across SMs (see bspa_prefill_workspace_bytes: the Hopper
  * prefill's last round when fewer than 8 rounds of (128-row query tile, KV head) items
@@ -713,8 +722,8 @@ BSPA_API bspa_status bspa_device_allocation_counts(uint64_t *allocations, uint64
  * Errors: BSPA_ERR_NULL_POINTER, BSPA_ERR_OUT_OF_RANGE (layer),
  * BSPA_ERR_SHAPE_MISMATCH, BSPA_ERR_DTYPE_MISMATCH, BSPA_ERR_DEVICE_MISMATCH,
  * BSPA_ERR_INVALID_ARGUMENT (batch of another pool, overlap with the pool's storage,
- * misaligned data), BSPA_ERR_INVALID_STATE (an FP8 pool's layer without scales),
- * BSPA_ERR_CUDA. */
+ * misaligned data), BSPA_ERR_INVALID_STATE (an FP8 pool's layer without scales, or a
+ * reusable batch never planned), BSPA_ERR_CUDA. */
 #define BSPA_KV_WRITE_ARGS_VERSION 1
 typedef struct bspa_kv_write_args {
   uint32_t version; /* BSPA_KV_WRITE_ARGS_VERSION */
@@ -792,9 +801,11 @@ BSPA_API bspa_status bspa_prefill_args_init(bspa_prefill_args *args);
  * between calls (e.g. per layer); it may live on any thread's stack, and the batch's
  * rule (one stream at a time) is unchanged. A future version may add fields at the end
  * only (e.g. per-launch FP8 scales or a workspace, as bspa_paged_args grew them); a
- * struct of an older version keeps working, its missing fields read as their defaults. Errors: as above, plus BSPA_ERR_NULL_POINTER (args NULL; layout, q or out
- * NULL: the message names the field as "layout" / "q" / "out") and BSPA_ERR_VERSION
- * (args->version 0, never initialised, or newer than this library knows). */
+ * struct of an older version keeps working, its missing fields read as their defaults.
+ * Errors: as above, plus BSPA_ERR_NULL_POINTER (args NULL; layout, q or out NULL: the
+ * message names the field as "layout" / "q" / "out"), BSPA_ERR_VERSION (args->version 0,
+ * never initialised, or newer than this library knows) and BSPA_ERR_INVALID_STATE (a
+ * reusable batch never planned). */
 BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, const bspa_prefill_args *args,
                                   bspa_stream stream);
 
@@ -922,7 +933,8 @@ BSPA_API bspa_status bspa_paged_args_init(bspa_paged_args *args);
  * sequence's pages within block_table's width and their ids in [0, k_pages.shape[0]); a
  * CSR layout covering every sequence's tokens. Past them a CUDA launch computes wrongly:
  * rows of out left unwritten, rows of a sequence past a CSR layout's end as 0 with lse
- * -inf, or (a query_starts past q.shape[0], or decreasing) writes outside out and lse. */
+ * -inf, or (a query_starts past q.shape[0], or decreasing) writes outside out and lse.
+ * Any thread; concurrent calls are safe when their out, lse and workspace are distinct. */
 BSPA_API bspa_status bspa_prefill_paged(const bspa_paged_args *args, bspa_stream stream);
 
 /* ------------------------------------------------------------------------------
