@@ -17,6 +17,19 @@ apt_packages=(cmake ninja-build pkg-config g++ libomp-dev libxxhash-dev libdlpac
               swig golang-go bindgen libclang1-14 clang libclang-rt-14-dev libzmq3-dev
               libcli11-dev nlohmann-json3-dev libsimdjson-dev clang-format-14 librust-half-dev)
 missing=()
+# A machine without a Rust toolchain gets Debian's (1.63); rustup's, where present, comes first.
+command -v cargo >/dev/null 2>&1 || apt_packages+=(cargo rustc)
+# Python: venv, pip and the headers the SWIG module builds against, where the interpreter
+# lacks them (Debian's python3 ships them as separate packages; pyenv's has them).
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || apt_packages+=(python3-venv)
+python3 -m pip --version >/dev/null 2>&1 || apt_packages+=(python3-pip)
+python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' ||
+  apt_packages+=(python3-dev)
+# Debian's own interpreter refuses pip installs outside a venv (PEP 668): its numpy and
+# pytest come from apt instead (the bindings' tests make venvs of their own).
+externally_managed=0
+python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], "EXTERNALLY-MANAGED")))' &&
+  externally_managed=1 && apt_packages+=(python3-numpy python3-pytest)
 # Rust's formatter and linter, where the toolchain has none (Debian's are older: 1.63).
 cargo fmt --version >/dev/null 2>&1 || apt_packages+=(rustfmt)
 cargo clippy --version >/dev/null 2>&1 || apt_packages+=(rust-clippy)
@@ -31,4 +44,6 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-python3 -m pip install -q --disable-pip-version-check numpy pytest scikit-build-core swig 2>&1 | grep -v "already satisfied" || true
+if [ "$externally_managed" = 0 ]; then
+  python3 -m pip install -q --disable-pip-version-check numpy pytest scikit-build-core swig 2>&1 | grep -v "already satisfied" || true
+fi
