@@ -238,6 +238,16 @@ Test(reusable_batch, refusals_keep_the_previous_plan) {
   int32_t ql_big = 100;
   EXPECT_STATUS(bspa_batch_plan(b, &wide, &ql_big, 1, NULL), BSPA_ERR_OUT_OF_RANGE); /* max_query_len */
   cr_assert(strstr(bspa_last_error(), "max_query_len") != NULL, "%s", bspa_last_error());
+  { /* two sequences of 50 new tokens: each within max_query_len (64), together past max_tokens (96) */
+    bspa_seq *two[2] = {new_seq(pool), new_seq(pool)};
+    append_random(two[0], 50);
+    append_random(two[1], 50);
+    int32_t ql50[2] = {50, 50};
+    EXPECT_STATUS(bspa_batch_plan(b, two, ql50, 2, NULL), BSPA_ERR_OUT_OF_RANGE);
+    cr_assert(strstr(bspa_last_error(), "max_tokens = 96") != NULL, "%s", bspa_last_error());
+    bspa_seq_destroy(two[0]);
+    bspa_seq_destroy(two[1]);
+  }
   ql_big = 1;
   EXPECT_STATUS(bspa_batch_plan(b, &big, &ql_big, 1, NULL), BSPA_ERR_OUT_OF_RANGE); /* max_seq_tokens */
   cr_assert(strstr(bspa_last_error(), "max_seq_tokens = 400") != NULL, "%s", bspa_last_error());
