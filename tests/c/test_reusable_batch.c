@@ -273,6 +273,7 @@ Test(reusable_batch, refusals_keep_the_previous_plan) {
   test_tensor_init(&tq8, q, BSPA_DTYPE_F32, 3, q8);
   test_tensor_init(&to8, out, BSPA_DTYPE_F32, 3, q8);
   EXPECT_STATUS(prefill(pool, b, layout, &tq8.t, &to8.t, NULL), BSPA_ERR_SHAPE_MISMATCH);
+  cr_assert(strstr(bspa_last_error(), "fixed launch shape") != NULL, "the message says why: %s", bspa_last_error());
 
   bspa_batch_destroy(b);
   bspa_seq_destroy(big);
