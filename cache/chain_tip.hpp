@@ -19,6 +19,11 @@ struct ChainTip {
   uint32_t gen = 0;
   uint64_t resets = 0;
 
+  // Whether the chain left the index since the tip was set: an event-queue overflow
+  // (`index_resets`, the pool's count of them, moved on) took its pages, which a tip at
+  // the root never has.
+  bool lost(uint64_t index_resets) const { return page >= 0 && resets != index_resets; }
+
   // Field by field: the next page's key is hashed from `key` at once, and a whole-struct
   // copy (one wide store) made that load wait (commits of 2048 pages took 16% longer).
   void set(const Key &k, int32_t p, uint32_t g, uint64_t r) {

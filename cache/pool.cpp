@@ -272,21 +272,21 @@ int32_t Pool::find_published(const Key &key, const int32_t *tokens, uint64_t ext
 int64_t Pool::publish_chain_locked(const int32_t *pages, int64_t from, int64_t to, const Key &root_digest,
                                    uint64_t extra_key, uint32_t salt_index, ChainTip &tip) {
   int64_t ours = 0;
-  bool restarted = false;
-  int64_t first = from;
-  if (tip.page >= 0 && tip.resets != index_resets_) {  // lost since the last call: even with
-    restarted = true;                                  // no new page, the chain goes in again
+  // The chain starts again from pages[0] and the root; pages from `from` on go in (and are
+  // counted) again.
+  auto restart = [&] {
     tip = root_tip(root_digest);
-    first = 0;
-  }
-  for (int64_t i = first; i < to; ++i) {
+    ours = 0;
+    return int64_t{0};
+  };
+  // Lost before this call: even with no new page, the chain goes in again.
+  bool restarted = tip.lost(index_resets_);
+  for (int64_t i = restarted ? restart() : from; i < to; ++i) {
     const Published r = publish_locked(pages[i], root_digest, extra_key, salt_index, tip);
     if (r == Published::ChainLost) {
       if (restarted) return ours;  // overflowed again: the rest waits for a later call
       restarted = true;
-      tip = root_tip(root_digest);
-      ours = 0;  // pages from `from` on go in (and are counted) again
-      i = -1;    // from pages[0]
+      i = restart() - 1;
       continue;
     }
     ours += r == Published::Ours && i >= from;
@@ -307,7 +307,7 @@ Pool::Published Pool::publish_locked(int32_t page, const Key &root_digest, uint6
     return Published::Existing;
   }
   if (events_) make_event_room();  // may empty the index
-  if (tip.page >= 0 && tip.resets != index_resets_) return Published::ChainLost;
+  if (tip.lost(index_resets_)) return Published::ChainLost;
   Page &pg = pages_[static_cast<size_t>(page)];
   pg.key = k;
   pg.parent_key = tip.page < 0 ? root_digest : tip.key;

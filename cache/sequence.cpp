@@ -129,8 +129,7 @@ void Sequence::commit(int64_t computed) {
   const int64_t full = computed / ps;
   // A commit also republishes a chain an event-queue overflow took out of the index, even
   // when it adds no full page (the header promises it at the next commit).
-  const bool chain_lost = tip_.page >= 0 && tip_.resets != p.index_resets_;
-  if (full > keyed_pages_ || (chain_lost && full > 0)) {
+  if (full > keyed_pages_ || (tip_.lost(p.index_resets_) && full > 0)) {
     p.counters_.hashed_tokens += static_cast<uint64_t>((full - keyed_pages_) * ps);
     p.publish_chain_locked(pages_.data(), keyed_pages_, full, root_digest_, extra_key_, salt_index_, tip_);
     keyed_pages_ = full;

@@ -13,12 +13,12 @@ namespace bspa::kernels {
 std::vector<WorkItem> plan_work(int32_t num_seqs, const int32_t *query_starts, const int32_t *context_lens,
                                 int32_t tile_rows, int32_t decode_max_query_len) {
   std::vector<WorkItem> work;
+  // Rows are counted in int32, as the kernels count them: the last tile's end (and the
+  // shift's arithmetic) must stay below INT32_MAX.
+  const int32_t max_rows = std::numeric_limits<int32_t>::max() - 2 * tile_rows;
   for (int32_t s = 0; s < num_seqs; ++s) {
     const int32_t q = query_starts[s + 1] - query_starts[s];
     if (q <= decode_max_query_len) continue;
-    // Rows are counted in int32, as the kernels count them: the last tile's end (and the
-    // shift's arithmetic) must stay below INT32_MAX.
-    const int32_t max_rows = std::numeric_limits<int32_t>::max() - 2 * tile_rows;
     check(q <= max_rows, Errc::OutOfRange, "sequence ", s, " has ", q, " new tokens, more than the ", max_rows,
           " one step can hold");
     const int32_t shift = aligned_tile_shift(context_lens[s], q, tile_rows, std::min(tile_rows, kAlignRows));

@@ -171,14 +171,22 @@ func checkLen(n int, shape []int64) {
 	}
 }
 
-func dtypeBytes(d DType) int64 {
+// dlpackType is a DType's DLPack type code and bits.
+func dlpackType(d DType) (code, bits int64) {
+	code, bits = int64(C.kDLFloat), 32
 	switch d {
-	case F16, BF16:
-		return 2
-	case U8, FP8E4M3:
-		return 1
+	case F16:
+		bits = 16
+	case BF16:
+		code, bits = int64(C.kDLBfloat), 16
+	case I32:
+		code = int64(C.kDLInt)
+	case U8:
+		code, bits = int64(C.kDLUInt), 8
+	case FP8E4M3:
+		code, bits = int64(C.BSPA_DL_FLOAT8_E4M3FN), 8
 	}
-	return 4
+	return code, bits
 }
 
 // checkHostExtents: every Tensor of a Host* constructor must still describe only its slice
@@ -206,7 +214,8 @@ func checkHostExtents(ts ...*Tensor) error {
 				stride *= s
 			}
 		}
-		if !ok || (last >= 0 && (last+1) > t.hostBytes/dtypeBytes(t.DType)) {
+		_, bits := dlpackType(t.DType)
+		if !ok || (last >= 0 && (last+1) > t.hostBytes/(bits/8)) {
 			return argError(StatusShapeMismatch, fmt.Sprintf(
 				"a Tensor of a %d-byte slice now has shape %v, strides %v and dtype %d: it reaches past its slice",
 				t.hostBytes, t.Shape, t.Strides, t.DType))
@@ -223,19 +232,7 @@ func max64(a, b int64) int64 {
 }
 
 func (t *Tensor) appendDesc(desc []int64) []int64 {
-	code, bits := int64(C.kDLFloat), int64(32)
-	switch t.DType {
-	case F16:
-		bits = 16
-	case BF16:
-		code, bits = int64(C.kDLBfloat), 16
-	case I32:
-		code = int64(C.kDLInt)
-	case U8:
-		code, bits = int64(C.kDLUInt), 8
-	case FP8E4M3:
-		code, bits = int64(C.BSPA_DL_FLOAT8_E4M3FN), 8
-	}
+	code, bits := dlpackType(t.DType)
 	hasStrides := int64(0)
 	if t.Strides != nil {
 		if len(t.Strides) != len(t.Shape) {

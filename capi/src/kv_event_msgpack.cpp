@@ -244,6 +244,17 @@ class Writer {
   size_t pos_ = 0;
 };
 
+// The "kv_cache_dtype" value of a pool's element type (kv_event_msgpack.hpp).
+const char *kv_cache_dtype_name(cache::ElementType dtype) {
+  switch (dtype) {
+    case cache::ElementType::F32: return "float32";
+    case cache::ElementType::F16: return "float16";
+    case cache::ElementType::BF16: return "bfloat16";
+    case cache::ElementType::FP8_E4M3: return "fp8_e4m3";
+  }
+  return "unknown";
+}
+
 // As router_salt, written without building the string.
 void write_router_salt(Writer &w, const std::string &salt) {
   const auto *s = reinterpret_cast<const unsigned char *>(salt.data());
@@ -281,16 +292,6 @@ std::string router_salt(const std::string &salt) {
     out += hex[c & 15];
   }
   return out;
-}
-
-const char *kv_cache_dtype_name(cache::ElementType dtype) {
-  switch (dtype) {
-    case cache::ElementType::F32: return "float32";
-    case cache::ElementType::F16: return "float16";
-    case cache::ElementType::BF16: return "bfloat16";
-    case cache::ElementType::FP8_E4M3: return "fp8_e4m3";
-  }
-  return "unknown";
 }
 
 size_t encode_kv_event_batch(const cache::EventQueue &queue, int32_t page_size, cache::ElementType dtype, double ts,

@@ -35,9 +35,6 @@ namespace bspa::capi {
 size_t encode_kv_event_batch(const cache::EventQueue &queue, int32_t page_size, cache::ElementType dtype, double ts,
                              int32_t dp_rank, unsigned char *out, size_t capacity);
 
-// The "kv_cache_dtype" value of a pool's element type (see above).
-const char *kv_cache_dtype_name(cache::ElementType dtype);
-
 // The salt as the router sees it (see above).
 std::string router_salt(const std::string &salt);
 

@@ -294,12 +294,12 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
     require(q, "q");
     require(out, "out");
     // q's rows are the batch's new tokens: checked before out is compared with q, so a
-    // wrong q is reported as q, and first with the reason a fixed launch shape has its own.
-    check(q->ndim < 1 || !q->shape || q->shape[0] == batch->tensor_rows(), Errc::ShapeMismatch,
-          "q.shape[0] = ", q->ndim >= 1 && q->shape ? q->shape[0] : 0, " but the batch has ", batch->tensor_rows(),
+    // wrong q is reported as q, with the reason a fixed launch shape has its own.
+    bspa::capi::view_tensor(q, "q", {-1, -1, pl.head_dim()});
+    check(q->shape[0] == batch->tensor_rows(), Errc::ShapeMismatch, "q.shape[0] = ", q->shape[0], " but the batch has ",
+          batch->tensor_rows(),
           batch->limits.fixed_launch_shape ? " rows (its max_tokens: a fixed launch shape's tensors have them all)"
                                            : " new tokens");
-    bspa::capi::view_tensor(q, "q", {batch->tensor_rows(), -1, pl.head_dim()});
     bspa::kernels::PrefillProblem p;
     // q and out of an FP8 pool are 16-bit (their own dtype); otherwise the pool's.
     const DType qdtype = g.fp8() ? bspa::capi::fp8_companion_dtype(q, "q", "an fp8_e4m3 pool") : g.dtype;

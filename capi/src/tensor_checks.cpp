@@ -230,9 +230,8 @@ void check_uint8(const DLTensor *t, const char *name) {
 
 void check_elements_distinct(const TensorView &v, const char *name) {
   const DLTensor *t = v.t;
-  if (!t->strides) return;  // compact
-  for (int d = 0; d < t->ndim; ++d)
-    if (t->shape[d] == 0) return;  // no elements to collide (and view() bounded no stride)
+  // Compact, or empty (no elements to collide, and view() bounded no stride).
+  if (!t->strides || v.begin == v.end) return;
   // Dimensions of more than one element, by increasing stride: each stride must step past
   // everything the smaller ones span, or two indices reach the same element.
   int dims[4], n = 0;

@@ -38,6 +38,15 @@ static int64_t serve(bspa_pool *pool, const char *salt, const int32_t *t, int64_
   return cached;
 }
 
+/* The cached prefix a new sequence's match of t[0, n) finds (the sequence is destroyed). */
+static int64_t matched(bspa_pool *pool, const int32_t *t, int64_t n) {
+  bspa_seq *s = test_seq_salted(pool, NULL, 0);
+  int64_t cached = -1;
+  EXPECT_OK(bspa_seq_match(s, t, n, &cached));
+  bspa_seq_destroy(s);
+  return cached;
+}
+
 typedef struct drained {
   bspa_kv_event ev[512];
   int32_t tok[512 * 64];
@@ -180,17 +189,11 @@ Test(events, a_chain_overflowed_between_chunks_is_published_again_from_its_start
   expect_no_orphans(&d);
   EXPECT_OK(bspa_pool_check(pool));
   bspa_seq_destroy(sa);
-  bspa_seq *s = test_seq_salted(pool, NULL, 0);
-  int64_t cached = -1;
-  EXPECT_OK(bspa_seq_match(s, a, 65, &cached));
+  const int64_t cached = matched(pool, a, 65);
   cr_assert_eq(cached, 64, "the whole prompt is matchable again (got %lld)", (long long)cached);
-  bspa_seq_destroy(s);
   /* b's pages went with the clear and nothing published them again: no match, as the
    * router (told "all cleared") believes. */
-  s = test_seq_salted(pool, NULL, 0);
-  EXPECT_OK(bspa_seq_match(s, b, 64, &cached));
-  cr_assert_eq(cached, 0);
-  bspa_seq_destroy(s);
+  cr_assert_eq(matched(pool, b, 64), 0);
   EXPECT_OK(bspa_pool_check(pool));
   bspa_pool_destroy(pool);
 }
@@ -210,11 +213,8 @@ Test(events, a_commit_without_a_new_page_republishes_an_overflowed_chain) {
   drained d;
   drain(pool, &d);
   expect_no_orphans(&d);
-  bspa_seq *s = test_seq_salted(pool, NULL, 0);
-  int64_t cached = -1;
-  EXPECT_OK(bspa_seq_match(s, a, 33, &cached));
+  const int64_t cached = matched(pool, a, 33);
   cr_assert_eq(cached, 32, "the chain is matchable again (got %lld)", (long long)cached);
-  bspa_seq_destroy(s);
   bspa_seq_destroy(sa);
   EXPECT_OK(bspa_pool_check(pool));
   bspa_pool_destroy(pool);
@@ -236,12 +236,9 @@ Test(events, a_queue_shorter_than_the_chain_leaves_the_rest_out_without_orphans)
   bspa_seq_destroy(sa);
   int64_t announced = 0;
   for (int64_t i = 0; i < d.n; ++i) announced += d.ev[i].type == BSPA_KV_EVENT_STORED;
-  bspa_seq *s = test_seq_salted(pool, NULL, 0);
-  int64_t cached = -1;
-  EXPECT_OK(bspa_seq_match(s, a, 129, &cached));
+  const int64_t cached = matched(pool, a, 129);
   cr_assert_eq(cached, 16 * announced, "the pool matches exactly the %lld pages announced since the clear (got %lld)",
                (long long)announced, (long long)cached);
-  bspa_seq_destroy(s);
   bspa_pool_destroy(pool);
 }
 

@@ -416,18 +416,53 @@ Test(kv_transfer, a_page_published_meanwhile_wins_and_commit_stays_consistent) {
   bspa_layout_destroy(layout);
 }
 
-/* The import's own evictions overflow the event queue, which takes its cached blocks out of
- * the index: commit publishes the chain again from the first block, so the pool's next
- * match hits every block (as the header promises) and the events name no unknown parent. */
-Test(kv_transfer, an_overflow_during_the_import_republishes_its_chain_from_the_first_block) {
+/* A pool with events and no storage, for the event-queue overflows around an import. */
+static bspa_pool *events_pool(int64_t pages, int64_t capacity) {
   bspa_pool_options o;
   EXPECT_OK(bspa_pool_options_init(&o));
   o.num_layers = 0;
   o.page_size = PS;
-  o.num_pages = 8;
-  o.events_capacity = 4;
+  o.num_pages = pages;
+  o.events_capacity = capacity;
   bspa_pool *pool = NULL;
   EXPECT_OK(bspa_pool_create(&pool, &o));
+  return pool;
+}
+
+/* match, append and commit t[0, n) as a sequence of its own, then destroy it. */
+static void serve_prompt(bspa_pool *pool, const int32_t *t, int64_t n) {
+  bspa_seq *s = test_seq_salted(pool, NULL, 0);
+  EXPECT_OK(bspa_seq_append(s, t, n));
+  EXPECT_OK(bspa_seq_commit(s, n));
+  bspa_seq_destroy(s);
+}
+
+/* An import of g_tokens[0, n) from a peer with the pool's own fingerprint. */
+static bspa_kv_import *import_prompt(bspa_pool *pool, int64_t n) {
+  struct bspa_pool_memory m = {.version = BSPA_POOL_MEMORY_VERSION};
+  EXPECT_OK(bspa_pool_memory(pool, &m));
+  bspa_kv_import_options io;
+  EXPECT_OK(bspa_kv_import_options_init(&io));
+  io.peer_fingerprint = m.fingerprint;
+  bspa_kv_import *imp = NULL;
+  EXPECT_OK(bspa_kv_import_create(&imp, pool, g_tokens, n, &io));
+  return imp;
+}
+
+/* The cached prefix the pool's next match of g_tokens[0, n] finds (its last token never is). */
+static int64_t matched_prefix(bspa_pool *pool, int64_t n) {
+  bspa_seq *s = test_seq_salted(pool, NULL, 0);
+  int64_t cached = -1;
+  EXPECT_OK(bspa_seq_match(s, g_tokens, n + 1, &cached));
+  bspa_seq_destroy(s);
+  return cached;
+}
+
+/* The import's own evictions overflow the event queue, which takes its cached blocks out of
+ * the index: commit publishes the chain again from the first block, so the pool's next
+ * match hits every block (as the header promises) and the events name no unknown parent. */
+Test(kv_transfer, an_overflow_during_the_import_republishes_its_chain_from_the_first_block) {
+  bspa_pool *pool = events_pool(8, 4);
   bspa_kv_event ev[16];
   int32_t tk[16 * PS];
   int64_t ne = 0, nt = 0;
@@ -435,28 +470,16 @@ Test(kv_transfer, an_overflow_during_the_import_republishes_its_chain_from_the_f
   for (int i = 0; i < 4 * PS + 1; ++i) other[i] = 90000 + i;
   /* The prompt's first two blocks cached, events drained; another prompt's four cached
    * blocks fill the queue; a sequence takes the free pages. */
-  bspa_seq *s = test_seq_salted(pool, NULL, 0);
-  EXPECT_OK(bspa_seq_append(s, g_tokens, 2 * PS));
-  EXPECT_OK(bspa_seq_commit(s, 2 * PS));
-  bspa_seq_destroy(s);
+  serve_prompt(pool, g_tokens, 2 * PS);
   EXPECT_OK(bspa_pool_events_drain(pool, ev, 16, tk, 16 * PS, &ne, &nt));
-  s = test_seq_salted(pool, NULL, 0);
-  EXPECT_OK(bspa_seq_append(s, other, 4 * PS + 1));
-  EXPECT_OK(bspa_seq_commit(s, 4 * PS + 1));
-  bspa_seq_destroy(s);
+  serve_prompt(pool, other, 4 * PS + 1);
   struct bspa_pool_stats st;
   EXPECT_OK(bspa_pool_stats(pool, &st));
   bspa_seq *hog = test_seq_salted(pool, NULL, 0);
   int32_t *zeros = calloc((size_t)st.pages_free * PS, sizeof(int32_t));
   EXPECT_OK(bspa_seq_append(hog, zeros, st.pages_free * PS));
   /* Import three blocks: two pinned, one reserved by evicting a block of the other prompt. */
-  struct bspa_pool_memory m = {.version = BSPA_POOL_MEMORY_VERSION};
-  EXPECT_OK(bspa_pool_memory(pool, &m));
-  bspa_kv_import_options io;
-  EXPECT_OK(bspa_kv_import_options_init(&io));
-  io.peer_fingerprint = m.fingerprint;
-  bspa_kv_import *imp = NULL;
-  EXPECT_OK(bspa_kv_import_create(&imp, pool, g_tokens, 3 * PS, &io));
+  bspa_kv_import *imp = import_prompt(pool, 3 * PS);
   int64_t published = -1;
   EXPECT_OK(bspa_kv_import_commit(imp, &published));
   cr_assert_eq(published, 1, "the reserved block is published");
@@ -471,14 +494,51 @@ Test(kv_transfer, an_overflow_during_the_import_republishes_its_chain_from_the_f
   bspa_seq_destroy(hog);
   free(zeros);
   EXPECT_OK(bspa_pool_check(pool));
-  int32_t next[3 * PS + 1];
-  memcpy(next, g_tokens, sizeof(int32_t) * 3 * PS);
-  next[3 * PS] = 1;
-  s = test_seq_salted(pool, NULL, 0);
-  int64_t cached = -1;
-  EXPECT_OK(bspa_seq_match(s, next, 3 * PS + 1, &cached));
+  const int64_t cached = matched_prefix(pool, 3 * PS);
   cr_assert_eq(cached, 3 * PS, "the next match hits all three blocks (got %lld)", (long long)cached);
-  bspa_seq_destroy(s);
+  bspa_pool_destroy(pool);
+}
+
+/* An import whose every block the pool already holds (nothing reserved) and whose pinned
+ * chain an overflow between create and commit unpublished: commit must publish it again
+ * (header: "the pool's next bspa_seq_match of the prompt hits all num_blocks blocks"). */
+Test(kv_transfer, a_fully_cached_import_overflowed_before_commit_is_published_again) {
+  bspa_pool *pool = events_pool(8, 4);
+  int32_t other[3 * PS];
+  for (int i = 0; i < 3 * PS; ++i) other[i] = 700000 + i;
+  serve_prompt(pool, g_tokens, 2 * PS); /* 2 stored events stay queued */
+  bspa_kv_import *imp = import_prompt(pool, 2 * PS);
+  struct bspa_kv_import_info ii = {.version = BSPA_KV_IMPORT_INFO_VERSION};
+  EXPECT_OK(bspa_kv_import_info(imp, &ii));
+  cr_assert_eq(ii.num_reserved, 0);
+  serve_prompt(pool, other, 3 * PS); /* its third page overflows the queue of 4 */
+  EXPECT_OK(bspa_kv_import_commit(imp, NULL));
+  bspa_kv_import_destroy(imp);
+  EXPECT_OK(bspa_pool_check(pool));
+  const int64_t cached = matched_prefix(pool, 2 * PS);
+  cr_expect_eq(cached, 2 * PS, "the committed import's prompt matches %lld tokens, not %d", (long long)cached, 2 * PS);
+  bspa_pool_destroy(pool);
+}
+
+/* An overflow part-way through commit republishes the chain from block 0: the pages that
+ * went in before the overflow must not be counted twice in *published / num_published. */
+Test(kv_transfer, an_overflow_during_commit_counts_each_reserved_block_once) {
+  bspa_pool *pool = events_pool(16, 4);
+  int32_t other[2 * PS];
+  for (int i = 0; i < 2 * PS; ++i) other[i] = 700000 + i;
+  serve_prompt(pool, other, 2 * PS); /* 2 stored events stay queued */
+  bspa_kv_import *imp = import_prompt(pool, 3 * PS);
+  int64_t published = -1;
+  EXPECT_OK(bspa_kv_import_commit(imp, &published)); /* block 2 overflows: all cleared, blocks 0-2 again */
+  struct bspa_kv_import_info ii = {.version = BSPA_KV_IMPORT_INFO_VERSION};
+  EXPECT_OK(bspa_kv_import_info(imp, &ii));
+  cr_expect_eq(ii.num_reserved, 3);
+  cr_expect_leq(published, ii.num_reserved, "*published = %lld for %lld reserved blocks", (long long)published,
+                (long long)ii.num_reserved);
+  cr_expect_eq(published, ii.num_published);
+  bspa_kv_import_destroy(imp);
+  cr_expect_eq(matched_prefix(pool, 3 * PS), 3 * PS);
+  EXPECT_OK(bspa_pool_check(pool));
   bspa_pool_destroy(pool);
 }
 
@@ -737,87 +797,4 @@ Test(kv_transfer, bad_inputs_change_nothing) {
   bspa_pool_destroy(exporter);
   bspa_pool_destroy(importer);
   bspa_layout_destroy(layout);
-}
-
-/* A pool with events and no storage, for the overflows around an import. */
-static bspa_pool *events_pool_of_fingerprint(int64_t pages, int64_t capacity, uint64_t *fingerprint) {
-  bspa_pool_options o;
-  EXPECT_OK(bspa_pool_options_init(&o));
-  o.num_layers = 0;
-  o.page_size = PS;
-  o.num_pages = pages;
-  o.events_capacity = capacity;
-  bspa_pool *pool = NULL;
-  EXPECT_OK(bspa_pool_create(&pool, &o));
-  struct bspa_pool_memory m = {.version = BSPA_POOL_MEMORY_VERSION};
-  EXPECT_OK(bspa_pool_memory(pool, &m));
-  *fingerprint = m.fingerprint;
-  return pool;
-}
-
-static void serve_prompt(bspa_pool *pool, const int32_t *t, int64_t n) {
-  bspa_seq *s = test_seq_salted(pool, NULL, 0);
-  EXPECT_OK(bspa_seq_append(s, t, n));
-  EXPECT_OK(bspa_seq_commit(s, n));
-  bspa_seq_destroy(s);
-}
-
-/* An import whose every block the pool already holds (nothing reserved) and whose pinned
- * chain an overflow between create and commit unpublished: commit must publish it again
- * (header: "the pool's next bspa_seq_match of the prompt hits all num_blocks blocks"). */
-Test(kv_transfer, a_fully_cached_import_overflowed_before_commit_is_published_again) {
-  uint64_t fp = 0;
-  bspa_pool *pool = events_pool_of_fingerprint(8, 4, &fp);
-  int32_t other[3 * PS];
-  for (int i = 0; i < 3 * PS; ++i) other[i] = 700000 + i;
-  serve_prompt(pool, g_tokens, 2 * PS); /* 2 stored events stay queued */
-  bspa_kv_import_options io;
-  EXPECT_OK(bspa_kv_import_options_init(&io));
-  io.peer_fingerprint = fp;
-  bspa_kv_import *imp = NULL;
-  EXPECT_OK(bspa_kv_import_create(&imp, pool, g_tokens, 2 * PS, &io));
-  struct bspa_kv_import_info ii = {.version = BSPA_KV_IMPORT_INFO_VERSION};
-  EXPECT_OK(bspa_kv_import_info(imp, &ii));
-  cr_assert_eq(ii.num_reserved, 0);
-  serve_prompt(pool, other, 3 * PS); /* its third page overflows the queue of 4 */
-  EXPECT_OK(bspa_kv_import_commit(imp, NULL));
-  bspa_kv_import_destroy(imp);
-  EXPECT_OK(bspa_pool_check(pool));
-  bspa_seq *s = test_seq_salted(pool, NULL, 0);
-  int64_t cached = -1;
-  EXPECT_OK(bspa_seq_match(s, g_tokens, 2 * PS + 1, &cached));
-  cr_expect_eq(cached, 2 * PS, "the committed import's prompt matches %lld tokens, not %d", (long long)cached, 2 * PS);
-  bspa_seq_destroy(s);
-  bspa_pool_destroy(pool);
-}
-
-/* An overflow part-way through commit republishes the chain from block 0: the pages that
- * went in before the overflow must not be counted twice in *published / num_published. */
-Test(kv_transfer, an_overflow_during_commit_counts_each_reserved_block_once) {
-  uint64_t fp = 0;
-  bspa_pool *pool = events_pool_of_fingerprint(16, 4, &fp);
-  int32_t other[2 * PS];
-  for (int i = 0; i < 2 * PS; ++i) other[i] = 700000 + i;
-  serve_prompt(pool, other, 2 * PS); /* 2 stored events stay queued */
-  bspa_kv_import_options io;
-  EXPECT_OK(bspa_kv_import_options_init(&io));
-  io.peer_fingerprint = fp;
-  bspa_kv_import *imp = NULL;
-  EXPECT_OK(bspa_kv_import_create(&imp, pool, g_tokens, 3 * PS, &io));
-  int64_t published = -1;
-  EXPECT_OK(bspa_kv_import_commit(imp, &published)); /* block 2 overflows: all cleared, blocks 0-2 again */
-  struct bspa_kv_import_info ii = {.version = BSPA_KV_IMPORT_INFO_VERSION};
-  EXPECT_OK(bspa_kv_import_info(imp, &ii));
-  cr_expect_eq(ii.num_reserved, 3);
-  cr_expect_leq(published, ii.num_reserved, "*published = %lld for %lld reserved blocks", (long long)published,
-                (long long)ii.num_reserved);
-  cr_expect_eq(published, ii.num_published);
-  bspa_kv_import_destroy(imp);
-  bspa_seq *s = test_seq_salted(pool, NULL, 0);
-  int64_t cached = -1;
-  EXPECT_OK(bspa_seq_match(s, g_tokens, 3 * PS + 1, &cached));
-  cr_expect_eq(cached, 3 * PS);
-  bspa_seq_destroy(s);
-  EXPECT_OK(bspa_pool_check(pool));
-  bspa_pool_destroy(pool);
 }
