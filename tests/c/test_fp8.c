@@ -646,6 +646,40 @@ Test(fp8, paged_scale_errors) {
   cr_expect(strstr(bspa_last_error(), "not fp8_e4m3") != NULL, "%s", bspa_last_error());
   a.k_pages = &tk.t;
   a.v_pages = &tv.t;
+  { /* Outputs must not overlap the scales the launch reads (the CPU backend would read a
+     * scale it had already overwritten): k_scale inside out, v_scale inside lse. */
+    static _Alignas(16) uint16_t out_with_scales[T * HQ * AD];
+    static float lse_with_scales[HQ * T];
+    memcpy(out_with_scales, out, sizeof out);
+    memcpy(out_with_scales + 8, ks, sizeof ks);
+    test_tensor to2, tks2, tl, tvs2;
+    test_tensor_init(&to2, out_with_scales, BSPA_DTYPE_BF16, 3, sq);
+    test_tensor_init(&tks2, out_with_scales + 8, BSPA_DTYPE_F32, 1, ssc);
+    a.out = &to2.t;
+    a.k_scale = &tks2.t;
+    EXPECT_STATUS(bspa_prefill_paged(&a, NULL), BSPA_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(bspa_last_error(), "out spans bytes") && strstr(bspa_last_error(), "args->k_scale"), "%s",
+              bspa_last_error());
+    uint16_t expect_out[T * HQ * AD];
+    memcpy(expect_out, out, sizeof out);
+    memcpy(expect_out + 8, ks, sizeof ks);
+    cr_expect(memcmp(out_with_scales, expect_out, sizeof expect_out) == 0, "a refused call wrote into out");
+    a.out = &to.t;
+    a.k_scale = &tks.t;
+    for (int i = 0; i < HQ * T; ++i) lse_with_scales[i] = -1.0f;
+    memcpy(lse_with_scales + HQ * T - HKV, vs, sizeof vs);
+    const int64_t sl[2] = {HQ, T};
+    test_tensor_init(&tl, lse_with_scales, BSPA_DTYPE_F32, 2, sl);
+    test_tensor_init(&tvs2, lse_with_scales + HQ * T - HKV, BSPA_DTYPE_F32, 1, ssc);
+    a.lse = &tl.t;
+    a.v_scale = &tvs2.t;
+    EXPECT_STATUS(bspa_prefill_paged(&a, NULL), BSPA_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(bspa_last_error(), "lse spans bytes") && strstr(bspa_last_error(), "args->v_scale"), "%s",
+              bspa_last_error());
+    for (int i = 0; i < HQ * T - HKV; ++i) cr_expect_eq(lse_with_scales[i], -1.0f, "lse[%d] written", i);
+    a.lse = NULL;
+    a.v_scale = &tvs.t;
+  }
   EXPECT_OK(bspa_prefill_paged(&a, NULL));
   /* Every page byte 0x30 = 0.5: out = 0.5 * v_scale[h / 4] exactly. */
   for (int t = 0; t < T; ++t)

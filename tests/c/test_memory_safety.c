@@ -6,7 +6,9 @@
  * before the fix under scripts/sanitize.sh's build (-fno-sanitize-recover=all), 32 of
  * these 34 failed (8 by crashing on an ASan or UBSan report); the two others are
  * pool_bytes_just_past_ptrdiff_max (a guard of the limit) and
- * q_in_the_pools_storage_is_allowed (what must keep working).
+ * q_in_the_pools_storage_is_allowed (what must keep working). Four cases a coverage audit
+ * found untested (lse_on_q, lse_in_the_pools_storage, paged_q_rows_without_sequences,
+ * paged_context_plus_rows_past_int32_max) each fail with their check taken out.
  *
  * Tensor memory comes from malloc with exactly the bytes the header defines, so one
  * element read past it is an ASan report. */
@@ -448,6 +450,42 @@ Test(memory_safety, out_in_the_pools_storage) {
   tout.t.data = k.data; /* layer 1's K: prefill of layer 0 reads only layer 0, still refused */
   REFUSED(BSPA_ERR_INVALID_ARGUMENT, "pool's KV storage",
           test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
+}
+
+Test(memory_safety, lse_on_q) {
+  tlse.t.data = q; /* lse would overwrite q rows before the last head reads them */
+  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "lse", test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
+}
+
+Test(memory_safety, lse_in_the_pools_storage) {
+  DLTensor v;
+  EXPECT_OK(bspa_pool_kv(P, 0, NULL, &v));
+  tlse.t.data = (float *)v.data + LAYER_ELEMS - HQ * T; /* the last elements of layer 0's V */
+  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "pool's KV storage",
+          test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
+}
+
+Test(memory_safety, paged_q_rows_without_sequences) {
+  /* No sequence owns the rows: a CUDA launch would leave out unwritten and report success. */
+  tbt.shape[0] = 0;
+  tcl.shape[0] = 0;
+  tqs.shape[0] = 1;
+  REFUSED(BSPA_ERR_OUT_OF_RANGE, "block_table has no sequences but q has 4 rows", bspa_prefill_paged(&pa, NULL));
+}
+
+Test(memory_safety, paged_context_plus_rows_past_int32_max) {
+  /* Positions are int32 in the backends. Pages of 2^16 tokens let a block table of 32769
+   * columns (every entry page 0) reach the INT32_MAX check itself, past the page-count one. */
+  enum { BIG_PS = 1 << 16, COLS = 32769 };
+  float *k1 = exact(sizeof(float) * HKV * BIG_PS * D), *v1 = exact(sizeof(float) * HKV * BIG_PS * D);
+  int32_t *table = calloc(COLS, sizeof(int32_t));
+  cr_assert_not_null(table);
+  f32_tensor(&tkp, k1, 4, 1, HKV, BIG_PS, D);
+  f32_tensor(&tvp, v1, 4, 1, HKV, BIG_PS, D);
+  i32_tensor(&tbt, table, 1, COLS, 2);
+  cl[0] = INT32_MAX - 1; /* + T = 4 rows: INT32_MAX + 3 tokens, 32769 pages */
+  REFUSED(BSPA_ERR_OUT_OF_RANGE, "tokens exceed INT32_MAX", bspa_prefill_paged(&pa, NULL));
+  free(k1), free(v1), free(table);
 }
 
 Test(memory_safety, paged_out_on_k_pages) {
