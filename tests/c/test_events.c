@@ -270,6 +270,83 @@ Test(events, msgpack_drain_encodes_a_vllm_event_batch) {
   bspa_pool_destroy(pool);
 }
 
+/* msgpack's shortest unsigned form, as the encoder writes a block id. */
+static size_t mp_uint(unsigned char *p, uint64_t v) {
+  if (v < 0x80) return p[0] = (unsigned char)v, 1;
+  int width = v <= 0xff ? 1 : v <= 0xffff ? 2 : v <= 0xffffffffu ? 4 : 8;
+  p[0] = (unsigned char)(width == 1 ? 0xcc : width == 2 ? 0xcd : width == 4 ? 0xce : 0xcf);
+  for (int k = 0; k < width; ++k) p[1 + k] = (unsigned char)(v >> (8 * (width - 1 - k)));
+  return (size_t)(1 + width);
+}
+
+static size_t mp_str(unsigned char *p, const char *s) {
+  const size_t n = strlen(s);
+  p[0] = (unsigned char)(0xa0 | n);
+  memcpy(p + 1, s, n);
+  return n + 1;
+}
+
+/* Evictions: one "BlockRemoved" map of the removed ids in order, then the stored group. */
+Test(events, msgpack_removals_share_one_block_removed_map) {
+  bspa_pool *pool = events_pool(4, 16, 64);
+  int32_t a[64], b[32];
+  fill(a, 64, 1000);
+  fill(b, 32, 9000);
+  serve(pool, NULL, a, 64);
+  drained d;
+  drain(pool, &d);
+  cr_assert_eq(d.n, 4);
+  serve(pool, NULL, b, 32); /* evicts the last two pages of a, tail first */
+  unsigned char buf[512], want[128];
+  size_t size = 0, n = 0;
+  EXPECT_OK(bspa_pool_events_drain_msgpack(pool, 0.5, 3, buf, sizeof buf, &size));
+  want[n++] = 0x93;
+  want[n++] = 0xcb;
+  static const unsigned char half[8] = {0x3f, 0xe0, 0, 0, 0, 0, 0, 0};
+  memcpy(want + n, half, 8);
+  n += 8;
+  want[n++] = 0x92; /* two events: the removal, the stored pages of b */
+  want[n++] = 0x83;
+  n += mp_str(want + n, "type");
+  n += mp_str(want + n, "BlockRemoved");
+  n += mp_str(want + n, "block_hashes");
+  want[n++] = 0x92;
+  n += mp_uint(want + n, d.ev[3].block_id);
+  n += mp_uint(want + n, d.ev[2].block_id);
+  n += mp_str(want + n, "medium");
+  n += mp_str(want + n, "GPU");
+  want[n++] = 0x89; /* the stored map (9 keys, no salt) */
+  cr_assert_gt(size, n);
+  cr_assert_eq(memcmp(buf, want, n), 0, "the removal's bytes");
+  cr_assert_eq(buf[size - 1], 0x03, "dp_rank 3");
+  bspa_pool_destroy(pool);
+}
+
+/* An overflow is one "AllBlocksCleared" map with its type only, first in the batch. */
+Test(events, msgpack_overflow_is_an_all_blocks_cleared_map) {
+  bspa_pool *pool = events_pool(8, 16, 2);
+  int32_t t[64];
+  fill(t, 64, 5);
+  serve(pool, NULL, t, 64); /* 4 stored records into a queue of 2 */
+  unsigned char buf[1024], want[64];
+  size_t size = 0, n = 0;
+  EXPECT_OK(bspa_pool_events_drain_msgpack(pool, 0.0, -1, buf, sizeof buf, &size));
+  static const unsigned char head[10] = {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0};
+  memcpy(want, head, sizeof head);
+  n = sizeof head;
+  cr_assert(buf[n] >= 0x91 && buf[n] <= 0x93, "an array of the clear and at most 2 events: %#x", buf[n]);
+  want[n] = buf[n];
+  ++n;
+  want[n++] = 0x81;
+  n += mp_str(want + n, "type");
+  n += mp_str(want + n, "AllBlocksCleared");
+  cr_assert_geq(size, n + 1);
+  cr_assert_eq(memcmp(buf, want, n), 0, "the clear's bytes");
+  cr_assert_eq(buf[size - 1], 0xc0, "dp_rank nil");
+  if (buf[sizeof head] == 0x91) cr_assert_eq(size, n + 1, "nothing but the clear and the rank");
+  bspa_pool_destroy(pool);
+}
+
 /* Every pool dtype is named in its stored pages' maps, in vLLM's --kv-cache-dtype spelling. */
 Test(events, msgpack_stored_pages_say_the_pool_dtype) {
   static const struct {
