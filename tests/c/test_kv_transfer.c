@@ -756,6 +756,14 @@ Test(kv_transfer, bad_inputs_change_nothing) {
   EXPECT_OK(bspa_pool_stats(importer, &s0));
   EXPECT_STATUS(bspa_kv_import_create(&imp, importer, g_tokens, 5 * PS, &io), BSPA_ERR_OUT_OF_PAGES);
   cr_assert(strstr(bspa_last_error(), "needs 5 more pages") != NULL, "%s", bspa_last_error());
+  /* A peer whose keys disagree is told so before the pool's size is weighed (the header:
+   * "first checking"), even for more blocks than the pool has pages (the fuzz harness
+   * found OUT_OF_PAGES here). */
+  uint64_t seven[14] = {0};
+  io.peer_keys = seven;
+  io.num_peer_keys = 7;
+  EXPECT_STATUS(bspa_kv_import_create(&imp, importer, g_tokens, 7 * PS, &io), BSPA_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(bspa_last_error(), "peer_keys[0]") != NULL, "%s", bspa_last_error());
   /* More blocks than the pool has pages at all. */
   io.peer_keys = NULL;
   io.num_peer_keys = 0;

@@ -15,7 +15,8 @@
 // them; tensors with arbitrary strides, byte offsets (odd ones included) and spans past
 // PTRDIFF_MAX; outputs aliasing inputs or each other; views of the pool's own storage as
 // k_new, q and out; pool geometries near the size limits; batches that outlive their
-// sequences.
+// sequences; KV transfers between pools of one fingerprint (exports pinning pages,
+// imports reserving, copied, committed or aborted, either kept open across other calls).
 // Any violation aborts, which libFuzzer reports as a crash.
 //
 // Built with -fsanitize=fuzzer by scripts/fuzz.sh; tests/fuzz/replay_main.cpp replays the
@@ -68,6 +69,7 @@ struct Shadow {  // what a published page's KV stands for
 
 struct PoolState {
   bspa_pool *h = nullptr;
+  bspa_pool_options options{};  // as created: a twin pool (same fingerprint) is made from them
   int32_t page_size = 0, num_pages = 0, num_layers = 0, hkv = 0, head_dim = 0;
   bspa_dtype dtype = 0;
   std::map<int32_t, Shadow> shadow;
@@ -91,7 +93,14 @@ struct BatchState {
   int64_t fixed_rows = -1;  // fixed launch shapes: max_tokens
 };
 
-constexpr int kMaxPools = 2, kMaxSeqs = 8, kMaxLayouts = 3, kMaxBatches = 2;
+struct ImportState {  // a reservation kept open across other calls
+  bspa_kv_import *h = nullptr;
+  int pool = 0, salt = 0;
+  uint64_t extra = 0;
+  std::vector<int32_t> tokens;  // the prompt's full blocks
+};
+
+constexpr int kMaxPools = 2, kMaxSeqs = 8, kMaxLayouts = 3, kMaxBatches = 2, kMaxTransfers = 2;
 const char *const kSalts[] = {nullptr, "tenant-a", "tenant-b"};
 
 struct World {
@@ -99,9 +108,13 @@ struct World {
   std::vector<SeqState> seqs;
   std::vector<bspa_layout *> layouts;
   std::vector<BatchState> batches;
+  std::vector<std::pair<bspa_kv_export *, int>> exports;  // (export, pool)
+  std::vector<ImportState> imports;
 
   ~World() {
     for (auto &b : batches) bspa_batch_destroy(b.h);
+    for (auto &e : exports) bspa_kv_export_destroy(e.first);
+    for (auto &m : imports) bspa_kv_import_destroy(m.h);
     for (auto *l : layouts) bspa_layout_destroy(l);
     // Half the sequences go with their pool, half explicitly: both paths must be clean.
     for (size_t i = 0; i < seqs.size(); i += 2) bspa_seq_destroy(seqs[i].h);
@@ -138,6 +151,29 @@ struct World {
     for (size_t i = 0; i < a.infos.size(); ++i)
       if (std::memcmp(&a.infos[i], &b.infos[i], sizeof(struct bspa_seq_info)) != 0) return false;
     return true;
+  }
+
+  // Destroys the exports and imports of a pool about to go away (the header's order) and
+  // renumbers those of later pools.
+  void drop_transfers_of(int pool) {
+    for (size_t i = 0; i < exports.size();) {
+      if (exports[i].second == pool) {
+        bspa_kv_export_destroy(exports[i].first);
+        exports.erase(exports.begin() + static_cast<long>(i));
+        continue;
+      }
+      if (exports[i].second > pool) --exports[i].second;
+      ++i;
+    }
+    for (size_t i = 0; i < imports.size();) {
+      if (imports[i].pool == pool) {
+        bspa_kv_import_destroy(imports[i].h);
+        imports.erase(imports.begin() + static_cast<long>(i));
+        continue;
+      }
+      if (imports[i].pool > pool) --imports[i].pool;
+      ++i;
+    }
   }
 
   // Destroys every batch that holds a sequence (or is of a pool) about to go away.
@@ -567,6 +603,7 @@ void op_pool_create(World &w, Bytes &in) {
   if (p == nullptr) die("bspa_pool_create succeeded with NULL");
   PoolState ps;
   ps.h = p;
+  ps.options = o;
   ps.page_size = o.page_size;
   ps.num_layers = o.num_layers;
   ps.hkv = o.num_kv_heads;
@@ -589,6 +626,7 @@ void op_pool_destroy(World &w, Bytes &in) {
   const int i = pick_pool(w, in);
   if (i < 0) return;
   w.drop_batches_using(nullptr, i);
+  w.drop_transfers_of(i);
   bspa_pool_destroy(w.pools[static_cast<size_t>(i)].h);
   w.pools.erase(w.pools.begin() + i);
   for (size_t j = 0; j < w.seqs.size();) {
@@ -1461,6 +1499,240 @@ void op_events(World &w, Bytes &in) {
   }
 }
 
+// ---- KV transfer ----------------------------------------------------------------------------
+
+uint64_t fingerprint_of(const PoolState &p) {
+  struct bspa_pool_memory m;
+  m.version = BSPA_POOL_MEMORY_VERSION;
+  if (bspa_pool_memory(p.h, &m) != BSPA_OK || m.fingerprint == 0) die("bspa_pool_memory failed on a live pool");
+  return m.fingerprint;
+}
+
+// A second pool of src's options but its page count (so the same fingerprint): the other
+// end of a transfer. Returns its index, or -1.
+int make_twin(World &w, int src, Bytes &in) {
+  if (static_cast<int>(w.pools.size()) > kMaxPools) return -1;  // one more than op_pool_create makes
+  PoolState twin = w.pools[static_cast<size_t>(src)];
+  twin.options.num_pages = in.one_of<int64_t>({1, 2, 4, 8});
+  twin.options.memory_bytes = 0;
+  twin.shadow.clear();
+  bspa_pool *h = nullptr;
+  if (run(w, "bspa_pool_create", [&] { return bspa_pool_create(&h, &twin.options); }) != BSPA_OK)
+    die("a twin of a live pool was refused:", bspa_last_error());
+  twin.h = h;
+  twin.num_pages = static_cast<int32_t>(twin.options.num_pages);
+  w.pools.push_back(twin);
+  if (twin.dtype == BSPA_DTYPE_FP8_E4M3) set_fp8_scales(w, w.pools.back());
+  if (fingerprint_of(w.pools.back()) != fingerprint_of(w.pools[static_cast<size_t>(src)]))
+    die("a pool of the same options has another fingerprint");
+  return static_cast<int>(w.pools.size()) - 1;
+}
+
+// Commits (or aborts) an open import; a commit records what its reserved pages now stand for.
+void finish_import(World &w, ImportState &m, Bytes &in) {
+  struct bspa_kv_import_info info;
+  info.version = BSPA_KV_IMPORT_INFO_VERSION;
+  if (bspa_kv_import_info(m.h, &info) != BSPA_OK) die("bspa_kv_import_info on a live import");
+  const int how = in.pick(4);
+  if (how == 0) {
+    if (run(w, "bspa_kv_import_abort", [&] { return bspa_kv_import_abort(m.h); }) != BSPA_OK)
+      die("bspa_kv_import_abort of an open import failed:", bspa_last_error());
+    if (run(w, "bspa_kv_import_abort", [&] { return bspa_kv_import_abort(m.h); }) != BSPA_OK)
+      die("a second abort is not a no-op");
+    return;
+  }
+  if (how == 1) return;  // destroyed open: bspa_kv_import_destroy aborts it
+  std::vector<int32_t> pages(static_cast<size_t>(info.num_reserved) + 1);
+  int64_t np = -1;
+  if (bspa_kv_import_pages(m.h, pages.data(), nullptr, info.num_reserved, &np) != BSPA_OK || np != info.num_reserved)
+    die("bspa_kv_import_pages of an open import");
+  int64_t published = -1;
+  if (run(w, "bspa_kv_import_commit", [&] { return bspa_kv_import_commit(m.h, in.pick(4) ? &published : nullptr); }) !=
+      BSPA_OK)
+    die("bspa_kv_import_commit of an open import failed:", bspa_last_error());
+  PoolState &p = w.pools[static_cast<size_t>(m.pool)];
+  // A page freed instead of published (another chain published its key meanwhile) is out of
+  // the index, so recording it here is harmless; every published one is recorded.
+  for (int64_t i = 0; i < np; ++i) {
+    const size_t end = static_cast<size_t>((info.num_cached + i + 1) * p.page_size);
+    p.shadow[pages[static_cast<size_t>(i)]] = Shadow{m.salt, m.extra, {m.tokens.begin(), m.tokens.begin() + end}};
+  }
+  if (run(w, "bspa_kv_import_commit", [&] { return bspa_kv_import_commit(m.h, nullptr); }) != BSPA_ERR_INVALID_STATE)
+    die("a second commit was not refused");
+  if (run(w, "bspa_kv_import_abort", [&] { return bspa_kv_import_abort(m.h); }) != BSPA_ERR_INVALID_STATE)
+    die("an abort after commit was not refused");
+  int64_t none = -1;
+  if (run(w, "bspa_kv_import_pages", [&] { return bspa_kv_import_pages(m.h, nullptr, nullptr, 0, &none); }) !=
+      BSPA_ERR_INVALID_STATE)
+    die("bspa_kv_import_pages after commit was not refused");
+}
+
+// Exports a prompt's cached pages from one pool and imports them into another of the same
+// fingerprint (a twin made here, the same pool, or any pool: a refused fingerprint), the
+// bytes copied page by page as a transport would; bad arguments at every call.
+void op_kv_transfer(World &w, Bytes &in) {
+  // An import left open by an earlier call is finished first, half the time.
+  if (!w.imports.empty() && in.pick(2)) {
+    const size_t k = static_cast<size_t>(in.pick(static_cast<int>(w.imports.size())));
+    finish_import(w, w.imports[k], in);
+    bspa_kv_import_destroy(w.imports[k].h);
+    w.imports.erase(w.imports.begin() + static_cast<long>(k));
+    w.check_pools();
+  }
+  if (!w.exports.empty() && in.pick(2)) {
+    bspa_kv_export_destroy(w.exports.back().first);
+    w.exports.pop_back();
+    w.check_pools();
+  }
+  int src = pick_pool(w, in);
+  int64_t n = fuzz_count(in);
+  std::vector<int32_t> tokens = make_tokens(in, n);
+  int salt = in.pick(3);
+  uint64_t extra = in.pick(4) == 0 ? 7 : 0;
+  // Usually the computed prefix of a live sequence, as its salt and extra key have it: a
+  // prompt with cached pages to export.
+  const int from_seq = in.pick(4) ? pick_seq(w, in) : -1;
+  if (from_seq >= 0) {
+    const SeqState &q = w.seqs[static_cast<size_t>(from_seq)];
+    src = q.pool;
+    n = q.computed + in.pick(3);
+    tokens.assign(q.tokens.begin(), q.tokens.begin() + std::min<int64_t>(n, static_cast<int64_t>(q.tokens.size())));
+    n = static_cast<int64_t>(tokens.size());
+    salt = q.salt;
+    extra = q.extra;
+  }
+  bspa_seq_options so;
+  bspa_seq_options_init(&so);
+  so.salt = kSalts[salt];
+  so.salt_len = salt ? std::strlen(kSalts[salt]) : 0;
+  so.extra_key = extra;
+  const int mode = in.pick(20);  // 0..6: one bad argument
+  if (mode == 5) so.version = 0;
+  if (mode == 6) so.salt = nullptr;  // with salt_len > 0 when salted
+  bspa_kv_export *exp = reinterpret_cast<bspa_kv_export *>(&so);
+  const bspa_status es = run(w, "bspa_kv_export_create", [&] {
+    return bspa_kv_export_create(
+        mode == 0 ? nullptr : &exp, (src < 0 || mode == 1) ? nullptr : w.pools[static_cast<size_t>(src)].h,
+        mode == 2 ? nullptr : &so, mode == 3 ? nullptr : tokens.data(), mode == 4 ? -n - 1 : n);
+  });
+  if (es != BSPA_OK) {
+    if (mode != 0 && exp != nullptr) die("bspa_kv_export_create failed but left *exp non-NULL");
+    return;
+  }
+  const int eff_salt = mode == 2 ? 0 : salt;
+  const uint64_t eff_extra = mode == 2 ? 0 : extra;
+  PoolState &sp = w.pools[static_cast<size_t>(src)];
+  int64_t np = -1;
+  if (run(w, "bspa_kv_export_pages", [&] { return bspa_kv_export_pages(exp, nullptr, nullptr, 0, &np); }) != BSPA_OK)
+    die("bspa_kv_export_pages count");
+  if (np < 0 || np > (n > 0 ? n / sp.page_size : 0)) die("bspa_kv_export_pages: more pages than the prompt has");
+  std::vector<int32_t> pages(static_cast<size_t>(np) + 1, -7);
+  std::vector<uint64_t> keys(2 * static_cast<size_t>(np) + 2, 0);
+  if (np > 0) {
+    int64_t short_np = -1;
+    const bspa_status ss = run(w, "bspa_kv_export_pages",
+                               [&] { return bspa_kv_export_pages(exp, pages.data(), nullptr, np - 1, &short_np); });
+    if (ss != BSPA_ERR_BUFFER_TOO_SMALL || short_np != np || pages[0] != -7)
+      die("bspa_kv_export_pages with a short buffer");
+  }
+  if (run(w, "bspa_kv_export_pages", [&] { return bspa_kv_export_pages(exp, pages.data(), keys.data(), np, &np); }) !=
+      BSPA_OK)
+    die("bspa_kv_export_pages");
+  // Every exported page was committed for exactly this prefix, salt and extra key.
+  for (int64_t j = 0; j < np; ++j) {
+    auto it = sp.shadow.find(pages[static_cast<size_t>(j)]);
+    const size_t len = static_cast<size_t>((j + 1) * sp.page_size);
+    if (it == sp.shadow.end() || it->second.salt != eff_salt || it->second.extra != eff_extra ||
+        it->second.prefix.size() != len ||
+        !std::equal(it->second.prefix.begin(), it->second.prefix.end(), tokens.begin()))
+      die("bspa_kv_export_create pinned a page of another prefix, salt or extra key");
+  }
+  // The importing pool: a twin (the usual case), the same pool, or whichever (refused
+  // unless the fingerprints agree).
+  const int choice = in.pick(4);
+  int dst = choice <= 1 ? make_twin(w, src, in) : choice == 2 ? src : pick_pool(w, in);
+  if (dst < 0) dst = src;
+  PoolState &dp = w.pools[static_cast<size_t>(dst)];
+  PoolState &sp2 = w.pools[static_cast<size_t>(src)];  // the vector may have grown
+  bspa_kv_import_options io;
+  bspa_kv_import_options_init(&io);
+  io.salt = so.salt;
+  io.salt_len = so.salt_len;
+  io.extra_key = so.extra_key;
+  if (mode == 2) io.salt = nullptr, io.salt_len = 0, io.extra_key = 0;
+  io.peer_fingerprint = fingerprint_of(sp2);
+  const int bad = in.pick(10);
+  if (bad == 0) io.peer_fingerprint ^= 1;
+  if (bad == 1) io.peer_fingerprint = 0;
+  if (bad != 2 && np > 0) {
+    io.peer_keys = keys.data();
+    io.num_peer_keys = np;
+    if (bad == 3) keys[2 * static_cast<size_t>(in.pick(static_cast<int>(np)))] ^= 0x100;
+    if (bad == 4) io.num_peer_keys = np + 1;
+  }
+  if (bad == 5) io.version = BSPA_KV_IMPORT_OPTIONS_VERSION + 1;
+  const std::vector<int32_t> blocks(tokens.begin(), tokens.begin() + np * sp2.page_size);
+  bspa_kv_import *imp = reinterpret_cast<bspa_kv_import *>(&io);
+  const bspa_status is = run(w, "bspa_kv_import_create", [&] {
+    return bspa_kv_import_create(&imp, dp.h, bad == 6 && np > 0 ? nullptr : blocks.data(),
+                                 static_cast<int64_t>(blocks.size()), &io);
+  });
+  const bool must_refuse = bad <= 1 || bad == 5 || (np > 0 && (bad == 3 || bad == 4 || bad == 6)) ||
+                           fingerprint_of(dp) != fingerprint_of(sp2);
+  if (must_refuse && is != BSPA_ERR_INVALID_ARGUMENT && is != BSPA_ERR_VERSION && is != BSPA_ERR_NULL_POINTER)
+    die("bspa_kv_import_create accepted a wrong fingerprint, key, count or version:",
+        (std::string(bspa_status_string(is)) + " (case " + std::to_string(bad) + ", " + bspa_last_error() + ")")
+            .c_str());
+  if (is != BSPA_OK) {
+    if (imp != nullptr) die("bspa_kv_import_create failed but left *imp non-NULL");
+  } else {
+    struct bspa_kv_import_info info;
+    info.version = BSPA_KV_IMPORT_INFO_VERSION;
+    if (bspa_kv_import_info(imp, &info) != BSPA_OK || info.state != BSPA_KV_IMPORT_RESERVED || info.num_blocks != np ||
+        info.num_cached + info.num_reserved != np)
+      die("bspa_kv_import_info of a new reservation");
+    std::vector<int32_t> dpages(static_cast<size_t>(info.num_reserved) + 1);
+    std::vector<int64_t> dblocks(static_cast<size_t>(info.num_reserved) + 1);
+    int64_t nr = -1;
+    if (bspa_kv_import_pages(imp, dpages.data(), dblocks.data(), info.num_reserved, &nr) != BSPA_OK ||
+        nr != info.num_reserved)
+      die("bspa_kv_import_pages");
+    // The transport: each reserved block's bytes, K and V of every layer, from the exporter's page.
+    struct bspa_pool_memory sm, dm;
+    sm.version = dm.version = BSPA_POOL_MEMORY_VERSION;
+    bspa_pool_memory(sp2.h, &sm);
+    bspa_pool_memory(dp.h, &dm);
+    if (sm.page_bytes != dm.page_bytes) die("pools of one fingerprint with different page bytes");
+    for (int64_t i = 0; i < nr; ++i) {
+      const int64_t b = dblocks[static_cast<size_t>(i)];
+      if (b != info.num_cached + i) die("bspa_kv_import_pages: blocks out of order");
+      if (g_stats.on) ++g_stats.counts["(pages a transfer reserved)"].first;
+      for (int32_t layer = 0; layer < sp2.num_layers; ++layer)
+        for (int32_t kv = BSPA_KV_K; kv <= BSPA_KV_V; ++kv) {
+          uint64_t from = 0, to = 0;
+          if (bspa_pool_page_address(sp2.h, layer, kv, pages[static_cast<size_t>(b)], &from) != BSPA_OK ||
+              bspa_pool_page_address(dp.h, layer, kv, dpages[static_cast<size_t>(i)], &to) != BSPA_OK)
+            die("bspa_pool_page_address of an exported or reserved page");
+          std::memcpy(reinterpret_cast<void *>(to), reinterpret_cast<const void *>(from), sm.page_bytes);
+        }
+    }
+    ImportState m{imp, dst, eff_salt, eff_extra, blocks};
+    if (static_cast<int>(w.imports.size()) < kMaxTransfers && in.pick(3) == 0) {
+      w.imports.push_back(std::move(m));  // left open: other calls run before its commit
+    } else {
+      finish_import(w, m, in);
+      bspa_kv_import_destroy(imp);
+      w.check_pools();
+    }
+  }
+  if (static_cast<int>(w.exports.size()) < kMaxTransfers && in.pick(3) == 0) {
+    w.exports.emplace_back(exp, src);  // pins kept across other calls
+  } else {
+    bspa_kv_export_destroy(exp);
+    w.check_pools();
+  }
+}
+
 void op_misc(World &w, Bytes &in) {
   int32_t count = -1;
   const int32_t types[] = {kDLCPU, kDLCUDA, kDLCUDAHost, 0, -1};
@@ -1510,12 +1782,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       case 17: op_launch(w, in, in.pick(2) == 0); break;
       case 18: op_prefill_paged(w, in); break;
       case 19: op_launch(w, in, true); break;  // the prefill's output and aliasing checks, twice as often
-      default:
-        if (in.pick(2))
+      default: {
+        // One byte, as before the transfers came: odd, events; even, misc or (128 and up)
+        // a transfer, so the corpus's inputs keep most of their meaning.
+        const uint8_t b = in.u8();
+        if (b % 2)
           op_events(w, in);
+        else if (b >= 128)
+          op_kv_transfer(w, in);
         else
           op_misc(w, in);
         break;
+      }
     }
   }
   return 0;
