@@ -1160,10 +1160,11 @@ void op_launch(World &w, Bytes &in, bool prefill) {
     qa = pool_alias({t, hq, d});
     qt = &qa.t;
   } else if (alias == 2 && qo_elems > 0 && q.t.strides == nullptr) {
-    oa = alias_of(q, {t, hq, d}, in.pick(2) ? 0 : std::max<int64_t>(1, d / 2));  // out on q, or half a row on
+    const int64_t shift = in.pick(2) ? 0 : std::max<int64_t>(1, d / 2);  // out on q, or half a row on
+    oa = alias_of(q, {t, hq, d}, shift);
     oa.t.dtype = dt;
     ot = &oa.t;
-    overlapping = true;
+    overlapping = shift < qo_elems;  // a q of one element (d = 1) ends where out begins: apart
   } else if (alias == 3 && lt && qo_elems > 0 && out.t.strides == nullptr && out.t.byte_offset % 4 == 0 &&
              out.buf.size() >= out.t.byte_offset + static_cast<size_t>(hq * t * 4)) {
     la = alias_of(out, {hq, t}, 0);  // lse inside out
