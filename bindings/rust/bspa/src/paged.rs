@@ -81,11 +81,12 @@ pub struct PagedArgs<'a> {
 /// finite and positive `InvalidArgument` on the CPU (on CUDA the values are the caller's).
 ///
 /// # Safety
-/// The tensors' data must be valid for their shapes, dtypes and device, and stay alive
-/// until the launch completes on `stream`; `stream` must be a stream of the tensors'
-/// device (or null). On CUDA the metadata's page ids and lengths must be in range (the
-/// kernel does not read them back to check). Launches that share a workspace must not
-/// overlap: its contents are the launch's until it completes on `stream`.
+/// The tensors' data (and `layout`: a CSR layout's device copy is freed with it) must be
+/// valid for their shapes, dtypes and device, and stay alive until the launch completes on
+/// `stream`; `stream` must be a stream of the tensors' device (or null). On CUDA the
+/// metadata's page ids and lengths must be in range (the kernel does not read them back to
+/// check). Launches that share a workspace must not overlap: its contents are the launch's
+/// until it completes on `stream`.
 pub unsafe fn prefill_paged(args: PagedArgs<'_>, stream: sys::bspa_stream) -> Result<()> {
     let mut raw = std::mem::zeroed::<sys::bspa_paged_args>();
     check(sys::bspa_paged_args_init(&mut raw))?;

@@ -1,6 +1,7 @@
 use std::marker::PhantomData;
 use std::os::raw::c_void;
 use std::ptr::{self, NonNull};
+use std::sync::{PoisonError, RwLock};
 
 use crate::error::{check, check_abi, Error, Result};
 use crate::layout::Layout;
@@ -113,6 +114,11 @@ pub struct PoolStats {
 pub struct Pool {
     raw: NonNull<sys::bspa_pool>,
     options: PoolOptions,
+    /// Orders this pool's launches: `kv_write` (writes pages) alone, `prefill` (reads them)
+    /// beside other prefills. The header leaves that to the caller ("on the CPU, overlapping
+    /// ones race"), and safe code reaches the same pages from two threads through two batches
+    /// over one sequence, or over pages a commit shared.
+    launches: RwLock<()>,
 }
 
 // The header: a pool and its sequences are internally synchronised (any thread, any time).
@@ -138,7 +144,11 @@ impl Pool {
         raw.events_capacity = options.events_capacity;
         let mut pool = ptr::null_mut();
         check(unsafe { sys::bspa_pool_create(&mut pool, &raw) })?;
-        Ok(Pool { raw: NonNull::new(pool).expect("bspa returned BSPA_OK and a NULL pool"), options: *options })
+        Ok(Pool {
+            raw: NonNull::new(pool).expect("bspa returned BSPA_OK and a NULL pool"),
+            options: *options,
+            launches: RwLock::new(()),
+        })
     }
 
     pub fn options(&self) -> &PoolOptions {
@@ -383,8 +393,15 @@ impl Pool {
     /// # Safety
     /// The tensors' data must be valid for their shape, dtype and device, stay alive until
     /// the launch completes on `stream`, and `stream` must be a stream of the pool's device
-    /// (or null). The batch must not be dropped before the launch completes either (dropping
-    /// it releases its pages, which later calls may reuse).
+    /// (or null). The batch must not be dropped or re-planned ([`ReusableBatch::plan`]) before
+    /// the launch completes either (either releases its pages, which later calls may reuse),
+    /// nor, on a device, the layer's scales set ([`Pool::set_kv_scales`]). The pool orders
+    /// its CPU launches (a write excludes every other launch of the pool while it runs); on a
+    /// device, where a launch only queues, launches that write pages another launch reads
+    /// (two batches over one sequence, or pages a commit shared) must be ordered by their
+    /// streams.
+    ///
+    /// [`ReusableBatch::plan`]: crate::ReusableBatch::plan
     pub unsafe fn kv_write(
         &self,
         batch: &Batch<'_>,
@@ -398,13 +415,15 @@ impl Pool {
         args.layer = layer;
         args.k_new = k;
         args.v_new = v;
+        let _writing = self.launches.write().unwrap_or_else(PoisonError::into_inner);
         check(sys::bspa_kv_write(self.raw.as_ptr(), batch.raw.as_ptr(), &args, stream))
     }
 
     /// `bspa_prefill` on raw tensors.
     ///
     /// # Safety
-    /// As [`Pool::kv_write`]; `out` and `lse` are written by the launch.
+    /// As [`Pool::kv_write`]; `out` and `lse` are written by the launch, and `layout` must
+    /// outlive it too (a CSR layout's device copy is freed with it).
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn prefill(
         &self,
@@ -425,6 +444,7 @@ impl Pool {
         args.out = out;
         args.lse = lse.map_or(ptr::null_mut(), |t| t as *mut sys::DLTensor);
         args.scale = scale;
+        let _reading = self.launches.read().unwrap_or_else(PoisonError::into_inner);
         check(sys::bspa_prefill(self.raw.as_ptr(), batch.raw.as_ptr(), &args, stream))
     }
 
