@@ -6,11 +6,11 @@
 # TSan; see tests/sanitizers/criterion_shim) and runs them. The tests link the library's
 # objects statically: with the shared TSan runtime, libstdc++'s initialisers run before
 # TSan's and crash (-shared-libsan only lets the .so itself link). Any data race fails the run.
-#   bash scripts/tsan.sh [BUILD_DIR=build-tsan] [TESTS="test_stress_threads test_prefix_cache test_pool"]
+#   bash scripts/tsan.sh [BUILD_DIR=build-tsan] [TESTS="test_stress_threads test_prefix_cache test_pool test_events"]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-tsan}
-tests=${2:-test_stress_threads test_prefix_cache test_pool}
+tests=${2:-test_stress_threads test_prefix_cache test_pool test_events}
 start=$(date +%s)
 flags="-fsanitize=thread -g -O1"
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBSPA_CUDA=OFF -DBSPA_OPENMP=OFF \
