@@ -102,8 +102,9 @@ rust_tests() {
 go_tests() {
   command -v go >/dev/null || { echo "go not found" >&2; return 1; }
   export GOFLAGS=-mod=mod GOPROXY=off GOCACHE=${GOCACHE:-$build/bindings-go-cache}
-  # -v: one "--- PASS" line per test, which the summary counts.
-  (cd bindings/go && go vet ./... && go test -count=1 -v ./... && go run ./examples/two_turns) || return 1
+  # -v: one "--- PASS" line per test, which the summary counts. -race: the binding's
+  # concurrency (pools, batches, transfers from several goroutines) under Go's race detector.
+  (cd bindings/go && go vet ./... && go test -race -count=1 -v ./... && go run ./examples/two_turns) || return 1
   # A program outside the repository importing the package by its module path.
   bash tests/install/go_consumer.sh "$build/bindings-go-consumer"
 }
@@ -115,7 +116,7 @@ for binding in ${BSPA_BINDINGS:-python rust go}; do
             [ "${BSPA_ROUTER_TEST:-1}" = 1 ] && suite "python: KV events vs Dynamo" script router_test
             [ "${BSPA_NIXL_TEST:-1}" = 1 ] && suite "python: KV transfer over NIXL" script nixl_test ;;
     rust) suite "rust (bindings check, cargo test)" cargo rust_tests ;;
-    go) suite "go (go test)" go go_tests ;;
+    go) suite "go (go test -race)" go go_tests ;;
     *) echo "bindings: unknown binding $binding" >&2; suites_record "bindings: $binding (unknown)" FAILED ;;
   esac
 done
