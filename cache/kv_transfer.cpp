@@ -137,10 +137,17 @@ KvImport *KvImport::create(Pool &p, const void *salt, size_t salt_len, uint64_t 
         " but this pool's fingerprint is 0x", mine, std::dec,
         ": the pools differ in dtype, geometry, page size, layout, hash seed or FP8 scales, so their pages "
         "are not interchangeable (compare their bspa_pool_info)");
+  // Without peer keys nothing is compared, so a prompt longer than the pool is refused
+  // before its tokens are hashed under the lock.
+  auto check_pool_size = [&] {
+    check(blocks <= p.num_pages_, Errc::OutOfPages, "importing n = ", n, " tokens needs ", blocks,
+          " pages but the pool has only ", p.num_pages_);
+  };
+  if (!peer_keys) check_pool_size();
   std::vector<Key> keys;
   std::vector<int32_t> found;
-  keys.reserve(static_cast<size_t>(blocks));
-  found.reserve(static_cast<size_t>(blocks));
+  keys.reserve(static_cast<size_t>(blocks));  // as many as the caller's tokens hold
+  found.reserve(static_cast<size_t>(std::min<int64_t>(blocks, p.num_pages_)));
   KvExport::walk(p, truncate_key(digest), digest, extra_key, tokens, blocks, true, keys, found);
   for (int64_t i = 0; peer_keys && i < blocks; ++i) {
     const Key &k = keys[static_cast<size_t>(i)];
@@ -148,10 +155,10 @@ KvImport *KvImport::create(Pool &p, const void *salt, size_t salt_len, uint64_t 
           peer_keys[i].hi, "} but this pool keys block ", std::dec, i, " of these tokens as {0x", std::hex, k.lo,
           ", 0x", k.hi, std::dec, "}: the tokens, salt or extra key differ from the exporter's");
   }
-  // After the keys (the header's order: a peer that disagrees is told so whatever the
-  // pool's size); the walk above holds a key per block of the caller's own tokens.
-  check(blocks <= p.num_pages_, Errc::OutOfPages, "importing n = ", n, " tokens needs ", blocks,
-        " pages but the pool has only ", p.num_pages_);
+  // With peer keys, after them (the header's order: a peer that disagrees is told so,
+  // whatever the pool's size). The check below would refuse such a prompt too; this one
+  // names the pool's size as the reason.
+  check_pool_size();
   const int64_t cached = static_cast<int64_t>(found.size());
   const int64_t more = blocks - cached;
   // Pinning a cached page takes it off the LRU list, so it is not there to be evicted.

@@ -281,6 +281,7 @@ static size_t mp_uint(unsigned char *p, uint64_t v) {
 
 static size_t mp_str(unsigned char *p, const char *s) {
   const size_t n = strlen(s);
+  cr_assert_lt(n, 32, "a fixstr holds at most 31 bytes");
   p[0] = (unsigned char)(0xa0 | n);
   memcpy(p + 1, s, n);
   return n + 1;

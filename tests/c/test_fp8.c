@@ -646,15 +646,18 @@ Test(fp8, paged_scale_errors) {
   cr_expect(strstr(bspa_last_error(), "not fp8_e4m3") != NULL, "%s", bspa_last_error());
   a.k_pages = &tk.t;
   a.v_pages = &tv.t;
-  { /* Outputs must not overlap the scales the launch reads (the CPU backend would read a
-     * scale it had already overwritten): k_scale inside out, v_scale inside lse. */
-    static _Alignas(16) uint16_t out_with_scales[T * HQ * AD];
+  {                /* Outputs must not overlap the scales the launch reads (the CPU backend would read a
+                    * scale it had already overwritten): k_scale inside out, v_scale inside lse. */
+    static union { /* out's bf16 elements, with k_scale's floats among them */
+      uint16_t h[T * HQ * AD];
+      float f[T * HQ * AD / 2];
+    } out_with_scales;
     static float lse_with_scales[HQ * T];
-    memcpy(out_with_scales, out, sizeof out);
-    memcpy(out_with_scales + 8, ks, sizeof ks);
+    memcpy(out_with_scales.h, out, sizeof out);
+    memcpy(out_with_scales.f + 4, ks, sizeof ks);
     test_tensor to2, tks2, tl, tvs2;
-    test_tensor_init(&to2, out_with_scales, BSPA_DTYPE_BF16, 3, sq);
-    test_tensor_init(&tks2, out_with_scales + 8, BSPA_DTYPE_F32, 1, ssc);
+    test_tensor_init(&to2, out_with_scales.h, BSPA_DTYPE_BF16, 3, sq);
+    test_tensor_init(&tks2, out_with_scales.f + 4, BSPA_DTYPE_F32, 1, ssc);
     a.out = &to2.t;
     a.k_scale = &tks2.t;
     EXPECT_STATUS(bspa_prefill_paged(&a, NULL), BSPA_ERR_INVALID_ARGUMENT);
@@ -663,7 +666,7 @@ Test(fp8, paged_scale_errors) {
     uint16_t expect_out[T * HQ * AD];
     memcpy(expect_out, out, sizeof out);
     memcpy(expect_out + 8, ks, sizeof ks);
-    cr_expect(memcmp(out_with_scales, expect_out, sizeof expect_out) == 0, "a refused call wrote into out");
+    cr_expect(memcmp(out_with_scales.h, expect_out, sizeof expect_out) == 0, "a refused call wrote into out");
     a.out = &to.t;
     a.k_scale = &tks.t;
     for (int i = 0; i < HQ * T; ++i) lse_with_scales[i] = -1.0f;

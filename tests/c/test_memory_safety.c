@@ -4,7 +4,7 @@
  * message naming the argument, change no state (pool statistics, sequence info, every KV
  * byte, the caller's outputs) and draw no sanitizer report. Run against the library
  * before the fix under scripts/sanitize.sh's build (-fno-sanitize-recover=all), 32 of
- * these 34 failed (8 by crashing on an ASan or UBSan report); the two others are
+ * the 34 there were then failed (8 by crashing on an ASan or UBSan report); the two others are
  * pool_bytes_just_past_ptrdiff_max (a guard of the limit) and
  * q_in_the_pools_storage_is_allowed (what must keep working). Four cases a coverage audit
  * found untested (lse_on_q, lse_in_the_pools_storage, paged_q_rows_without_sequences,
@@ -454,7 +454,8 @@ Test(memory_safety, out_in_the_pools_storage) {
 
 Test(memory_safety, lse_on_q) {
   tlse.t.data = q; /* lse would overwrite q rows before the last head reads them */
-  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "lse", test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
+  REFUSED(BSPA_ERR_INVALID_ARGUMENT, "which overlap q at",
+          test_prefill(P, B, 0, dense, &tq.t, &tout.t, 0.125f, &tlse.t));
 }
 
 Test(memory_safety, lse_in_the_pools_storage) {

@@ -153,27 +153,30 @@ struct World {
     return true;
   }
 
-  // Destroys the exports and imports of a pool about to go away (the header's order) and
-  // renumbers those of later pools.
+  // Removes the records of a pool about to go away, each after `release` (which destroys
+  // what the header says must go before the pool), and renumbers those of later pools.
+  // pool_of(record) is the record's pool index, by reference.
+  template <class Record, class PoolOf, class Release>
+  static void forget_pool(std::vector<Record> &records, int pool, PoolOf pool_of, Release release) {
+    for (size_t i = 0; i < records.size();) {
+      int &p = pool_of(records[i]);
+      if (p == pool) {
+        release(records[i]);
+        records.erase(records.begin() + static_cast<long>(i));
+        continue;
+      }
+      if (p > pool) --p;
+      ++i;
+    }
+  }
+
+  // Destroys the exports and imports of a pool about to go away (the header's order).
   void drop_transfers_of(int pool) {
-    for (size_t i = 0; i < exports.size();) {
-      if (exports[i].second == pool) {
-        bspa_kv_export_destroy(exports[i].first);
-        exports.erase(exports.begin() + static_cast<long>(i));
-        continue;
-      }
-      if (exports[i].second > pool) --exports[i].second;
-      ++i;
-    }
-    for (size_t i = 0; i < imports.size();) {
-      if (imports[i].pool == pool) {
-        bspa_kv_import_destroy(imports[i].h);
-        imports.erase(imports.begin() + static_cast<long>(i));
-        continue;
-      }
-      if (imports[i].pool > pool) --imports[i].pool;
-      ++i;
-    }
+    forget_pool(
+        exports, pool, [](auto &e) -> int & { return e.second; }, [](auto &e) { bspa_kv_export_destroy(e.first); });
+    forget_pool(
+        imports, pool, [](ImportState &m) -> int & { return m.pool; },
+        [](ImportState &m) { bspa_kv_import_destroy(m.h); });
   }
 
   // Destroys every batch that holds a sequence (or is of a pool) about to go away.
@@ -629,14 +632,9 @@ void op_pool_destroy(World &w, Bytes &in) {
   w.drop_transfers_of(i);
   bspa_pool_destroy(w.pools[static_cast<size_t>(i)].h);
   w.pools.erase(w.pools.begin() + i);
-  for (size_t j = 0; j < w.seqs.size();) {
-    if (w.seqs[j].pool == i) {
-      w.seqs.erase(w.seqs.begin() + static_cast<long>(j));
-      continue;
-    }
-    if (w.seqs[j].pool > i) --w.seqs[j].pool;
-    ++j;
-  }
+  // The pool destroyed its sequences.
+  World::forget_pool(
+      w.seqs, i, [](SeqState &q) -> int & { return q.pool; }, [](SeqState &) {});
   for (auto &b : w.batches)
     if (b.pool > i) --b.pool;
   w.check_pools();
@@ -1160,11 +1158,11 @@ void op_launch(World &w, Bytes &in, bool prefill) {
     qa = pool_alias({t, hq, d});
     qt = &qa.t;
   } else if (alias == 2 && qo_elems > 0 && q.t.strides == nullptr) {
-    const int64_t shift = in.pick(2) ? 0 : std::max<int64_t>(1, d / 2);  // out on q, or half a row on
-    oa = alias_of(q, {t, hq, d}, shift);
+    const int64_t out_shift = in.pick(2) ? 0 : std::max<int64_t>(1, d / 2);  // out on q, or half a row on
+    oa = alias_of(q, {t, hq, d}, out_shift);
     oa.t.dtype = dt;
     ot = &oa.t;
-    overlapping = shift < qo_elems;  // a q of one element (d = 1) ends where out begins: apart
+    overlapping = out_shift < qo_elems;  // a q of one element (d = 1) ends where out begins: apart
   } else if (alias == 3 && lt && qo_elems > 0 && out.t.strides == nullptr && out.t.byte_offset % 4 == 0 &&
              out.buf.size() >= out.t.byte_offset + static_cast<size_t>(hq * t * 4)) {
     la = alias_of(out, {hq, t}, 0);  // lse inside out
@@ -1515,6 +1513,14 @@ int make_twin(World &w, int src, Bytes &in) {
   if (static_cast<int>(w.pools.size()) > kMaxPools) return -1;  // one more than op_pool_create makes
   PoolState twin = w.pools[static_cast<size_t>(src)];
   twin.options.num_pages = in.one_of<int64_t>({1, 2, 4, 8});
+  // Within op_pool_create's 64 MiB, which the source's geometry may fill with one page.
+  struct bspa_pool_memory m;
+  m.version = BSPA_POOL_MEMORY_VERSION;
+  if (bspa_pool_memory(twin.h, &m) != BSPA_OK) die("bspa_pool_memory failed on a live pool");
+  const uint64_t page_bytes = m.page_bytes * static_cast<uint64_t>(m.num_regions);
+  if (page_bytes > 0)
+    twin.options.num_pages = std::min<int64_t>(twin.options.num_pages, static_cast<int64_t>((64u << 20) / page_bytes));
+  if (twin.options.num_pages < 1) return -1;
   twin.options.memory_bytes = 0;
   twin.shadow.clear();
   bspa_pool *h = nullptr;
@@ -1680,9 +1686,15 @@ void op_kv_transfer(World &w, Bytes &in) {
   });
   const bool must_refuse = bad <= 1 || bad == 5 || (np > 0 && (bad == 3 || bad == 4 || bad == 6)) ||
                            fingerprint_of(dp) != fingerprint_of(sp2);
-  if (must_refuse && is != BSPA_ERR_INVALID_ARGUMENT && is != BSPA_ERR_VERSION && is != BSPA_ERR_NULL_POINTER)
-    die("bspa_kv_import_create accepted a wrong fingerprint, key, count or version:",
-        (std::string(bspa_status_string(is)) + " (case " + std::to_string(bad) + ", " + bspa_last_error() + ")")
+  // The options' version first, then the tokens, then fingerprint, key count and keys.
+  const bspa_status want = bad == 5             ? BSPA_ERR_VERSION
+                           : bad == 6 && np > 0 ? BSPA_ERR_NULL_POINTER
+                                                : BSPA_ERR_INVALID_ARGUMENT;
+  // A valid import may only run out of pages.
+  if (must_refuse ? is != want : is != BSPA_OK && is != BSPA_ERR_OUT_OF_PAGES)
+    die("bspa_kv_import_create:",
+        (std::string(bspa_status_string(is)) + " in case " + std::to_string(bad) +
+         (must_refuse ? " (a refusal expected): " : " (a valid import): ") + bspa_last_error())
             .c_str());
   if (is != BSPA_OK) {
     if (imp != nullptr) die("bspa_kv_import_create failed but left *imp non-NULL");
