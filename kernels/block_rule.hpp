@@ -46,16 +46,24 @@ struct StridedGroupResidues {
   BSPA_HOST_DEVICE bool fits() const { return valid; }
 };
 
+// The residue kb % vert_stride whose blocks head h sees by its stride (the strided rule's
+// second clause, solved for kb): (kb + c) % vert_stride == 0 with c = (head_begin + h) *
+// head_step + 1 (int32, as the kernels' form of the rule; never negative and at most
+// 2^30 + 1, by make_strided_layout's bounds) <=> kb % vert_stride == (vert_stride -
+// c % vert_stride) % vert_stride.
+template <class L>
+BSPA_HOST_DEVICE inline int32_t strided_head_residue(const L &l, int32_t h) {
+  const int32_t c = ((l.head_begin + h) * l.head_step + 1) % l.vert_stride;
+  return c == 0 ? 0 : l.vert_stride - c;
+}
+
 template <class L>
 BSPA_HOST_DEVICE inline StridedGroupResidues strided_group_residues(const L &l, int32_t h0, int32_t G) {
   StridedGroupResidues r;
   if (l.vert_stride < 1 || l.vert_stride > 32 || G < 1) return r;
   r.all = ~0u;
   for (int32_t g = 0; g < G; ++g) {
-    // (kb + c) % vert_stride == 0 with c = (head_begin + h) * head_step + 1 (int32, as the
-    // kernels' form of the rule) <=> kb % vert_stride == (vert_stride - c % vert_stride) % vert_stride.
-    const int32_t c = ((l.head_begin + h0 + g) * l.head_step + 1) % l.vert_stride;
-    const uint32_t bit = 1u << (c == 0 ? 0 : l.vert_stride - c);
+    const uint32_t bit = 1u << strided_head_residue(l, h0 + g);
     r.any |= bit;
     r.all &= bit;
   }

@@ -476,6 +476,17 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     const uint32_t q = vs == 1 ? static_cast<uint32_t>(kb) : __umulhi(static_cast<uint32_t>(kb), vs_magic);
     return static_cast<uint32_t>(kb) - q * vs;
   };
+  // The masked tiles' rule per row, where the residues fold: row rr's head sees block kb by
+  // its stride iff kb % vert_stride == row_residue[rr] (strided_head_residue, solved once),
+  // so a masked tile costs a shift and a multiply-high instead of two divisions a row. Unlike
+  // block_allowed this is true for kb > qb too; such a tile starts past every row's
+  // position, so its elements are masked by the token rule below all the same.
+  uint32_t row_residue[2] = {0u, 0u};
+  if (residues.fits()) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr)
+      row_residue[rr] = static_cast<uint32_t>(strided_head_residue(p.layout, row_head[rr]));
+  }
   // Sparse layouts only (compacted into sList); a dense layout's entries are dense_entry's.
   auto classify = [&](int kt) {
     const int k0 = kt * kKeyTile;
@@ -682,12 +693,15 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       }
 
       if (entry & cuda::kKeyTileMasked) {  // token rule and the row's own head, per element
-        const int k0 = (entry & cuda::kKeyTileIndexMask) * kKeyTile;
-        const int kb = k0 / B;
+        const int kt = entry & cuda::kKeyTileIndexMask, k0 = kt * kKeyTile;
+        const int kb = tpb_shift >= 0 ? kt >> tpb_shift : kt / tiles_per_block;
         const int kw0 = k0 + wk * KW + 2 * (lane & 3);  // key of this thread's element (nt, e) = 0
+        const uint32_t kb_residue = residues.fits() ? stride_residue(kb) : 0u;
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
-          const bool sees = row_pos[rr] >= 0 && p.layout.allowed(row_head[rr], row_qb[rr], kb);
+          const bool sees = row_pos[rr] >= 0 &&
+                            (residues.fits() ? row_qb[rr] - kb < p.layout.local_blocks || kb_residue == row_residue[rr]
+                                             : p.layout.allowed(row_head[rr], row_qb[rr], kb));
           const int lim = sees ? row_pos[rr] - kw0 : -1;  // element (nt, e) visible iff nt * 8 + e <= lim
 #pragma unroll
           for (int nt = 0; nt < KW / 8; ++nt)

@@ -54,8 +54,11 @@ __device__ __forceinline__ void widen_e4m3x4<__nv_bfloat16>(uint32_t w, uint32_t
 // in f16 where it has it (decode.cuh: "the mma type"). Elsewhere: widen_e4m3x4<__half>.
 __device__ __forceinline__ void convert_e4m3x4_f16(uint32_t w, uint32_t &lo, uint32_t &hi) {
 #if __CUDA_ARCH__ >= 890
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(lo) : "h"(static_cast<uint16_t>(w)));
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hi) : "h"(static_cast<uint16_t>(w >> 16)));
+  // The word split into its 16-bit halves in PTX: ptxas then feeds the high half to the
+  // converter as a register half (R.H1), where `w >> 16` cost a shift a pair.
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
 #else
   widen_e4m3x4<__half>(w, lo, hi);
 #endif
