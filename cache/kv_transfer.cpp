@@ -158,7 +158,7 @@ KvImport *KvImport::create(Pool &p, const void *salt, size_t salt_len, uint64_t 
   // With peer keys, after them (the header's order: a peer that disagrees is told so,
   // whatever the pool's size). The check below would refuse such a prompt too; this one
   // names the pool's size as the reason.
-  check_pool_size();
+  if (peer_keys) check_pool_size();
   const int64_t cached = static_cast<int64_t>(found.size());
   const int64_t more = blocks - cached;
   // Pinning a cached page takes it off the LRU list, so it is not there to be evicted.

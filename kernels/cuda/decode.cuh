@@ -487,10 +487,12 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     for (int rr = 0; rr < 2; ++rr)
       row_residue[rr] = static_cast<uint32_t>(strided_head_residue(p.layout, row_head[rr]));
   }
+  // The layout block of key tile kt.
+  auto block_of_tile = [&](int kt) { return tpb_shift >= 0 ? kt >> tpb_shift : kt / tiles_per_block; };
   // Sparse layouts only (compacted into sList); a dense layout's entries are dense_entry's.
   auto classify = [&](int kt) {
     const int k0 = kt * kKeyTile;
-    const int kb = tpb_shift >= 0 ? kt >> tpb_shift : kt / tiles_per_block;
+    const int kb = block_of_tile(kt);
     bool any = false, all = true;
     if (residues.fits()) {  // the rows' query blocks: qb_lo and, when the rows cross a block, qb_hi
       const uint32_t kb_bit = 1u << stride_residue(kb);
@@ -694,7 +696,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
 
       if (entry & cuda::kKeyTileMasked) {  // token rule and the row's own head, per element
         const int kt = entry & cuda::kKeyTileIndexMask, k0 = kt * kKeyTile;
-        const int kb = tpb_shift >= 0 ? kt >> tpb_shift : kt / tiles_per_block;
+        const int kb = block_of_tile(kt);
         const int kw0 = k0 + wk * KW + 2 * (lane & 3);  // key of this thread's element (nt, e) = 0
         const uint32_t kb_residue = residues.fits() ? stride_residue(kb) : 0u;
 #pragma unroll

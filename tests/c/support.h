@@ -54,6 +54,11 @@ typedef struct test_tensor {
 } test_tensor;
 void test_tensor_init(test_tensor *tt, void *data, bspa_dtype dtype, int ndim, const int64_t *shape);
 
+/* Tokens base, base + 1, ...: a prompt of its own for each base. */
+static inline void test_fill_tokens(int32_t *t, int64_t n, int32_t base) {
+  for (int64_t i = 0; i < n; ++i) t[i] = base + (int32_t)i;
+}
+
 /* bspa_kv_write / bspa_prefill on the default stream with their args structs filled here
  * from the arguments the tests vary (test_abi.c and test_bad_input.c test the structs
  * themselves: versions, init defaults, NULL args). Inline: test_collisions links a

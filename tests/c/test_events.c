@@ -57,14 +57,10 @@ static void drain(bspa_pool *pool, drained *d) {
   EXPECT_OK(bspa_pool_events_drain(pool, d->ev, 512, d->tok, 512 * 64, &d->n, &d->nt));
 }
 
-static void fill(int32_t *t, int64_t n, int32_t base) {
-  for (int64_t i = 0; i < n; ++i) t[i] = base + (int32_t)i;
-}
-
 Test(events, commit_records_one_stored_event_per_full_page_chained_by_block_id) {
   bspa_pool *pool = events_pool(16, 16, 64);
   int32_t t[56];
-  fill(t, 56, 100);
+  test_fill_tokens(t, 56, 100);
   serve(pool, "tenant-a", t, 56); /* 3 full pages and 8 tokens: 3 stored */
   drained d;
   drain(pool, &d);
@@ -104,8 +100,8 @@ Test(events, commit_records_one_stored_event_per_full_page_chained_by_block_id) 
 Test(events, eviction_records_removed_with_the_stored_block_id) {
   bspa_pool *pool = events_pool(4, 16, 64);
   int32_t a[64], b[64];
-  fill(a, 64, 1000);
-  fill(b, 64, 9000);
+  test_fill_tokens(a, 64, 1000);
+  test_fill_tokens(b, 64, 9000);
   serve(pool, NULL, a, 64); /* 4 pages stored, then cached */
   drained d;
   drain(pool, &d);
@@ -130,7 +126,7 @@ Test(events, eviction_records_removed_with_the_stored_block_id) {
 Test(events, overflow_clears_the_queue_and_the_index) {
   bspa_pool *pool = events_pool(8, 16, 2);
   int32_t t[64];
-  fill(t, 64, 5);
+  test_fill_tokens(t, 64, 5);
   serve(pool, "x", t, 64); /* 4 stored records into a queue of 2 */
   drained d;
   drain(pool, &d);
@@ -174,8 +170,8 @@ static void expect_no_orphans(const drained *d) {
 Test(events, a_chain_overflowed_between_chunks_is_published_again_from_its_start) {
   bspa_pool *pool = events_pool(16, 16, 6);
   int32_t a[65], b[64];
-  fill(a, 65, 1000);
-  fill(b, 64, 5000);
+  test_fill_tokens(a, 65, 1000);
+  test_fill_tokens(b, 64, 5000);
   bspa_seq *sa = test_seq_salted(pool, NULL, 0);
   EXPECT_OK(bspa_seq_append(sa, a, 64));
   EXPECT_OK(bspa_seq_commit(sa, 16));
@@ -203,8 +199,8 @@ Test(events, a_chain_overflowed_between_chunks_is_published_again_from_its_start
 Test(events, a_commit_without_a_new_page_republishes_an_overflowed_chain) {
   bspa_pool *pool = events_pool(16, 16, 4);
   int32_t a[33], b[48];
-  fill(a, 33, 3000);
-  fill(b, 48, 8000);
+  test_fill_tokens(a, 33, 3000);
+  test_fill_tokens(b, 48, 8000);
   bspa_seq *sa = test_seq_salted(pool, NULL, 0);
   EXPECT_OK(bspa_seq_append(sa, a, 33));
   EXPECT_OK(bspa_seq_commit(sa, 32)); /* 2 records */
@@ -225,7 +221,7 @@ Test(events, a_commit_without_a_new_page_republishes_an_overflowed_chain) {
 Test(events, a_queue_shorter_than_the_chain_leaves_the_rest_out_without_orphans) {
   bspa_pool *pool = events_pool(16, 16, 2);
   int32_t a[129];
-  fill(a, 129, 7);
+  test_fill_tokens(a, 129, 7);
   bspa_seq *sa = test_seq_salted(pool, NULL, 0);
   EXPECT_OK(bspa_seq_append(sa, a, 128));
   for (int64_t c = 16; c <= 128; c += 16) EXPECT_OK(bspa_seq_commit(sa, c));
@@ -245,7 +241,7 @@ Test(events, a_queue_shorter_than_the_chain_leaves_the_rest_out_without_orphans)
 Test(events, msgpack_drain_encodes_a_vllm_event_batch) {
   bspa_pool *pool = events_pool(4, 16, 8);
   int32_t t[17];
-  fill(t, 17, 1);
+  test_fill_tokens(t, 17, 1);
   serve(pool, NULL, t, 17);
   size_t size = 0;
   EXPECT_OK(bspa_pool_events_drain_msgpack(pool, 2.0, 0, NULL, 0, &size));
@@ -291,8 +287,8 @@ static size_t mp_str(unsigned char *p, const char *s) {
 Test(events, msgpack_removals_share_one_block_removed_map) {
   bspa_pool *pool = events_pool(4, 16, 64);
   int32_t a[64], b[32];
-  fill(a, 64, 1000);
-  fill(b, 32, 9000);
+  test_fill_tokens(a, 64, 1000);
+  test_fill_tokens(b, 32, 9000);
   serve(pool, NULL, a, 64);
   drained d;
   drain(pool, &d);
@@ -327,7 +323,7 @@ Test(events, msgpack_removals_share_one_block_removed_map) {
 Test(events, msgpack_overflow_is_an_all_blocks_cleared_map) {
   bspa_pool *pool = events_pool(8, 16, 2);
   int32_t t[64];
-  fill(t, 64, 5);
+  test_fill_tokens(t, 64, 5);
   serve(pool, NULL, t, 64); /* 4 stored records into a queue of 2 */
   unsigned char buf[1024], want[64];
   size_t size = 0, n = 0;
@@ -360,7 +356,7 @@ Test(events, msgpack_stored_pages_say_the_pool_dtype) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
     bspa_pool *pool = events_pool_of(4, 16, 8, cases[c].dtype);
     int32_t t[33];
-    fill(t, 33, 3);
+    test_fill_tokens(t, 33, 3);
     serve(pool, "tenant", t, 33);
     unsigned char buf[512];
     size_t size = 0;
@@ -458,7 +454,7 @@ Test(events, bad_input_errors_and_loses_nothing) {
 
   bspa_pool *pool = events_pool(8, 16, 16);
   int32_t t[48];
-  fill(t, 48, 300);
+  test_fill_tokens(t, 48, 300);
   serve(pool, "s", t, 48); /* 3 stored */
   EXPECT_STATUS(bspa_pool_events_drain(NULL, ev, 4, tok, 64, &n, &nt), BSPA_ERR_NULL_POINTER);
   EXPECT_STATUS(bspa_pool_events_drain(pool, ev, 4, tok, 64, NULL, &nt), BSPA_ERR_NULL_POINTER);

@@ -107,7 +107,7 @@ static uint16_t *turn(bspa_pool *pool, bspa_layout *layout, int64_t n, int64_t *
  * prompts interleaved with pages still in use. Returns the live ones (caller destroys). */
 static void fragment(bspa_pool *pool, bspa_seq **live, int nlive) {
   int32_t other[5 * PS];
-  for (int i = 0; i < 5 * PS; ++i) other[i] = 900000 + i;
+  test_fill_tokens(other, 5 * PS, 900000);
   for (int j = 0; j < nlive; ++j) {
     bspa_seq *gone = NULL;
     other[0] = 800000 + j; /* a different chain each time */
@@ -283,7 +283,7 @@ Test(kv_transfer, export_has_no_n_minus_1_cap_and_pins_until_destroyed) {
   bspa_seq *big = NULL;
   EXPECT_OK(bspa_seq_create(&big, p, NULL));
   int32_t other[28 * PS];
-  for (int i = 0; i < 28 * PS; ++i) other[i] = 600000 + i;
+  test_fill_tokens(other, 28 * PS, 600000);
   EXPECT_STATUS(bspa_seq_append(big, other, 28 * PS + 1), BSPA_ERR_OUT_OF_PAGES);
   EXPECT_OK(bspa_seq_append(big, other, 28 * PS));
   bspa_seq_destroy(big);
@@ -467,7 +467,7 @@ Test(kv_transfer, an_overflow_during_the_import_republishes_its_chain_from_the_f
   int32_t tk[16 * PS];
   int64_t ne = 0, nt = 0;
   int32_t other[4 * PS + 1];
-  for (int i = 0; i < 4 * PS + 1; ++i) other[i] = 90000 + i;
+  test_fill_tokens(other, 4 * PS + 1, 90000);
   /* The prompt's first two blocks cached, events drained; another prompt's four cached
    * blocks fill the queue; a sequence takes the free pages. */
   serve_prompt(pool, g_tokens, 2 * PS);
@@ -505,7 +505,7 @@ Test(kv_transfer, an_overflow_during_the_import_republishes_its_chain_from_the_f
 Test(kv_transfer, a_fully_cached_import_overflowed_before_commit_is_published_again) {
   bspa_pool *pool = events_pool(8, 4);
   int32_t other[3 * PS];
-  for (int i = 0; i < 3 * PS; ++i) other[i] = 700000 + i;
+  test_fill_tokens(other, 3 * PS, 700000);
   serve_prompt(pool, g_tokens, 2 * PS); /* 2 stored events stay queued */
   bspa_kv_import *imp = import_prompt(pool, 2 * PS);
   struct bspa_kv_import_info ii = {.version = BSPA_KV_IMPORT_INFO_VERSION};
@@ -525,7 +525,7 @@ Test(kv_transfer, a_fully_cached_import_overflowed_before_commit_is_published_ag
 Test(kv_transfer, an_overflow_during_commit_counts_each_reserved_block_once) {
   bspa_pool *pool = events_pool(16, 4);
   int32_t other[2 * PS];
-  for (int i = 0; i < 2 * PS; ++i) other[i] = 700000 + i;
+  test_fill_tokens(other, 2 * PS, 700000);
   serve_prompt(pool, other, 2 * PS); /* 2 stored events stay queued */
   bspa_kv_import *imp = import_prompt(pool, 3 * PS);
   int64_t published = -1;
@@ -751,7 +751,7 @@ Test(kv_transfer, bad_inputs_change_nothing) {
   bspa_seq *hog = NULL;
   EXPECT_OK(bspa_seq_create(&hog, importer, NULL));
   int32_t other[2 * PS];
-  for (int i = 0; i < 2 * PS; ++i) other[i] = 500000 + i;
+  test_fill_tokens(other, 2 * PS, 500000);
   EXPECT_OK(bspa_seq_append(hog, other, 2 * PS));
   EXPECT_OK(bspa_pool_stats(importer, &s0));
   EXPECT_STATUS(bspa_kv_import_create(&imp, importer, g_tokens, 5 * PS, &io), BSPA_ERR_OUT_OF_PAGES);

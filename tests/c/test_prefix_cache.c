@@ -22,10 +22,6 @@ static int64_t run_prompt(bspa_seq *s, const int32_t *tokens, int64_t n) {
   return cached;
 }
 
-static void fill(int32_t *t, int64_t n, int32_t base) {
-  for (int64_t i = 0; i < n; ++i) t[i] = base + (int32_t)i;
-}
-
 static int64_t pages_of(bspa_seq *s, int32_t *pages, int64_t cap) {
   int64_t n = 0;
   EXPECT_OK(bspa_seq_pages(s, pages, cap, &n));
@@ -37,7 +33,7 @@ static void expect_check(bspa_pool *pool) { EXPECT_OK(bspa_pool_check(pool)); }
 Test(prefix_cache, shared_prefix_hits_exactly_the_full_shared_pages) {
   bspa_pool *pool = pool_of_pages(64, 16);
   int32_t a[100], b[100];
-  fill(a, 100, 1000);
+  test_fill_tokens(a, 100, 1000);
   memcpy(b, a, sizeof a);
   for (int i = 40; i < 100; ++i) b[i] = 5000 + i; /* 40 shared tokens: 2 full pages + 8 */
   bspa_seq *sa = test_seq_salted(pool, NULL, 0), *sb = test_seq_salted(pool, NULL, 0);
@@ -64,7 +60,7 @@ Test(prefix_cache, shared_prefix_hits_exactly_the_full_shared_pages) {
 Test(prefix_cache, a_partial_page_is_never_shared_and_the_last_token_is_always_computed) {
   bspa_pool *pool = pool_of_pages(64, 16);
   int32_t a[70];
-  fill(a, 70, 7);
+  test_fill_tokens(a, 70, 7);
   bspa_seq *s1 = test_seq_salted(pool, NULL, 0);
   cr_assert_eq(run_prompt(s1, a, 40), 0); /* 2 full pages + a partial one */
   bspa_seq *s2 = test_seq_salted(pool, NULL, 0);
@@ -86,7 +82,7 @@ Test(prefix_cache, a_partial_page_is_never_shared_and_the_last_token_is_always_c
 Test(prefix_cache, different_salts_or_extra_keys_never_share) {
   bspa_pool *pool = pool_of_pages(128, 16);
   int32_t a[80];
-  fill(a, 80, 3);
+  test_fill_tokens(a, 80, 3);
   bspa_seq *base = test_seq_salted(pool, "tenant-a", 0);
   cr_assert_eq(run_prompt(base, a, 80), 0);
   cr_assert_eq(run_prompt(test_seq_salted(pool, "tenant-b", 0), a, 80), 0, "another salt");
@@ -113,7 +109,7 @@ Test(prefix_cache, different_salts_or_extra_keys_never_share) {
 Test(prefix_cache, identical_prompts_hit_after_the_first_is_destroyed) {
   bspa_pool *pool = pool_of_pages(32, 16);
   int32_t a[100];
-  fill(a, 100, 11);
+  test_fill_tokens(a, 100, 11);
   bspa_seq *s1 = test_seq_salted(pool, NULL, 0);
   run_prompt(s1, a, 100);
   int32_t p1[8], p2[8];
@@ -137,7 +133,7 @@ Test(prefix_cache, identical_prompts_hit_after_the_first_is_destroyed) {
 Test(prefix_cache, uncommitted_pages_are_not_shared) {
   bspa_pool *pool = pool_of_pages(32, 16);
   int32_t a[80];
-  fill(a, 80, 100);
+  test_fill_tokens(a, 80, 100);
   bspa_seq *s1 = test_seq_salted(pool, NULL, 0);
   int64_t cached = -1;
   EXPECT_OK(bspa_seq_match(s1, a, 80, &cached));
@@ -160,9 +156,9 @@ Test(prefix_cache, uncommitted_pages_are_not_shared) {
 Test(prefix_cache, eviction_takes_least_recently_used_chain_tails_first) {
   bspa_pool *pool = pool_of_pages(12, 16);
   int32_t a[80], b[80], filler[16 * 12];
-  fill(a, 80, 1);
-  fill(b, 80, 10000);
-  fill(filler, 16 * 12, 50000);
+  test_fill_tokens(a, 80, 1);
+  test_fill_tokens(b, 80, 10000);
+  test_fill_tokens(filler, 16 * 12, 50000);
   bspa_seq *sa = test_seq_salted(pool, NULL, 0);
   run_prompt(sa, a, 64); /* 4 full pages */
   int32_t pa[5];
@@ -202,7 +198,7 @@ Test(prefix_cache, eviction_takes_least_recently_used_chain_tails_first) {
 Test(prefix_cache, out_of_pages_is_transactional) {
   bspa_pool *pool = pool_of_pages(8, 16);
   int32_t a[200];
-  fill(a, 200, 1);
+  test_fill_tokens(a, 200, 1);
   bspa_seq *s1 = test_seq_salted(pool, NULL, 0);
   run_prompt(s1, a, 48); /* 3 pages, published */
   bspa_seq_destroy(s1);  /* 3 cached, 5 free */
@@ -243,7 +239,7 @@ Test(prefix_cache, out_of_pages_is_transactional) {
 Test(prefix_cache, matched_pages_are_pinned_before_new_pages_are_taken) {
   bspa_pool *pool = pool_of_pages(4, 16);
   int32_t a[80];
-  fill(a, 80, 1);
+  test_fill_tokens(a, 80, 1);
   bspa_seq *s1 = test_seq_salted(pool, NULL, 0);
   run_prompt(s1, a, 48);
   bspa_seq_destroy(s1); /* 3 cached, 1 free */
@@ -268,7 +264,7 @@ Test(prefix_cache, matched_pages_are_pinned_before_new_pages_are_taken) {
 Test(prefix_cache, destroying_everything_returns_every_reference) {
   bspa_pool *pool = pool_of_pages(256, 16);
   int32_t a[300];
-  fill(a, 300, 1);
+  test_fill_tokens(a, 300, 1);
   bspa_seq *seqs[20];
   for (int i = 0; i < 20; ++i) {
     seqs[i] = test_seq_salted(pool, i % 3 ? "x" : NULL, (uint64_t)(i % 2));
