@@ -14,7 +14,9 @@
 //     enough to keep the loads of two CTAs per SM in flight: the kernel is memory bound);
 //     e4m3 pages stay bytes in shared memory and are widened in registers as the matrix
 //     fragments are loaded (below: "e4m3 fragments");
-//  3. S = Q K^T and O += P V on mma.sync m16n8k16 with each warp's own online softmax;
+//  3. S = Q K^T and O += P V on mma.sync m16n8k16 with each warp's own online softmax (or,
+//     for launches of at most 8 rows, the transposed S^T = K Q^T and O^T += V^T P^T, whose
+//     8-column N side holds the rows without padding: decode_item's kNarrow);
 //  4. the key groups' partial states are merged in shared memory; with one split the rows
 //     are normalised and stored (and their lse), otherwise the CTA stores its unit and the
 //     item's last CTA to finish combines the item's units (merge_units).
@@ -44,6 +46,7 @@ using sm80::fast_exp2;
 using sm80::ldmatrix_x4;
 using sm80::ldmatrix_x4_trans;
 using sm80::mma_16816;
+using sm80::movmatrix_trans;
 using sm80::pack2;
 using sm80::smem_addr;
 using sm80::swz;
@@ -183,9 +186,16 @@ static __device__ __noinline__ unsigned group_sees_block(const cuda::DeviceLayou
 // One CTA's (sequence, KV head, key split) item; returns early for CTAs with no rows.
 // kConsecutiveRows: how a thread's copies spread over a key tile under pages of fewer than
 // 64 tokens (the K/V loads below).
-template <class T, class KV, int D, int WR, int kQuads, bool kConsecutiveRows>
+// kNarrow: launches of at most 8 rows (one new token at GQA up to 8, the common decode)
+// compute the tile transposed, S^T = K Q^T and O^T = V^T P^T: the warp's 16 keys and 16
+// output columns are the mma's M rows and the query rows its 8 N columns, so no mma works
+// on the 8 padding rows the 16-row M side carried (half the mma instructions, half the
+// softmax and half the output registers); P^T's accumulator pairs become the B fragments
+// of the second product by one movmatrix each.
+template <class T, class KV, int D, int WR, int kQuads, bool kConsecutiveRows, bool kNarrow>
 __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, const Split &split) {
   using C = Config<D, WR, KV, kQuads>;
+  static_assert(!kNarrow || (WR == 1 && C::kWarpKeys == 16), "a narrow warp's keys are one 16-row M tile");
   constexpr int S = C::kStages, KW = C::kWarpKeys, RB = C::kRowBytes, SB = C::kStageBytes;
   extern __shared__ __align__(128) char smem_raw[];
   char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -444,12 +454,14 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       load_kv_strided(entry, stage, pages);
   };
 
-  // This thread's two rows (mma fragment rows lane / 4 and lane / 4 + 8 of its row group):
-  // position, head and query block; padding rows see nothing.
+  // This thread's two rows: mma fragment rows lane / 4 and lane / 4 + 8 of its row group,
+  // or (kNarrow) fragment columns 2 (lane % 4) and + 1.
+  auto fragment_row = [&](int rr) { return kNarrow ? 2 * (lane & 3) + rr : wr * 16 + (lane >> 2) + rr * 8; };
+  // Their position, head and query block; padding rows see nothing.
   int row_pos[2], row_head[2], row_qb[2];
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
-    const int r = wr * 16 + (lane >> 2) + rr * 8;
+    const int r = fragment_row(rr);
     const int t = r / G;
     row_pos[rr] = r < rows ? ctx + t : -1;
     row_head[rr] = kvh * G + (r - t * G);
@@ -515,9 +527,12 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   // A dense layout lists every tile, masked only past the first row's position.
   auto dense_entry = [&](int kt) { return kt | (kt * kKeyTile + kKeyTile - 1 <= ctx ? 0 : cuda::kKeyTileMasked); };
 
-  float o[D / 8][4];
+  // The output accumulators: D / 8 tiles of (rows, 8 columns), or (kNarrow) D / 16 of
+  // (16 columns, rows).
+  constexpr int kOTiles = kNarrow ? D / 16 : D / 8;
+  float o[kOTiles][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  for (int i = 0; i < kOTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
   // ldmatrix offsets (the sm80 prefill's, with this warp's row group and key share).
@@ -525,6 +540,36 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   const uint32_t k_off = (wk * KW + ((lane >> 4) << 3) + (lane & 7)) * RB + ((((lane >> 3) & 1) ^ (lane & 7)) << 4);
   const uint32_t v_off = (wk * KW + (lane & 7) + (((lane >> 3) & 1) << 3)) * RB + (((lane >> 4) ^ (lane & 7)) << 4);
   auto xo = [](uint32_t off, int kk) { return (off ^ static_cast<uint32_t>((kk & 3) * 32)) + (kk >> 2) * 128; };
+  // Word w (byte 4w first) of a 16-byte e4m3 load.
+  auto word_of = [](const uint4 &v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; };
+  // e4m3 V fragments of k-step kk of the stage at vt: b0[b] / b1[b] pair two
+  // keys (rows 2c, 2c + 1 / 2c + 8, 2c + 9 of the warp's step, c = lane % 4) at output
+  // column 32 ca + 4 g + b. The thread of g = lane / 4 loads 4 bytes of each of the four
+  // rows at columns 32 ca + 4g .. + 3 and interleaves them: one widened pair per column.
+  // The four rows' offsets at ca = 0 are computed once; a step is 16 rows on, and column
+  // block ca is chunk (g / 4) ^ 2 ca of the row: offset ^ 32 ca (e4m3_swz_is_xor_within_rows;
+  // a stage starts on a 128-byte line).
+  static_assert(C::kQBytes % 128 == 0 && C::kStageBytes % 128 == 0, "stages start on 128-byte lines");
+  auto load_v_e4m3 = [&](const char *vt, int kk, int ca, uint32_t(&b0)[4], uint32_t(&b1)[4]) {
+    const int key0 = wk * KW + 2 * (lane & 3), g = lane >> 2;
+    const uint32_t col = static_cast<uint32_t>(ca) << 5, step = kk * 16 * D;
+    auto word = [&](int row) {  // row of the step: 0, 1, 8 or 9
+      const uint32_t lane_off = fp8::e4m3_swz<D>(key0 + row, g >> 2) + (g & 3) * 4;
+      return *reinterpret_cast<const uint32_t *>(vt + ((lane_off ^ col) + step));
+    };
+    const uint32_t r0 = word(0), r1 = word(1), r2 = word(8), r3 = word(9);
+    widen(__byte_perm(r0, r1, 0x5140), b0[0], b0[1]);
+    widen(__byte_perm(r0, r1, 0x7362), b0[2], b0[3]);
+    widen(__byte_perm(r2, r3, 0x5140), b1[0], b1[1]);
+    widen(__byte_perm(r2, r3, 0x7362), b1[2], b1[3]);
+  };
+  // Whether this thread's row rr sees key block kb by its head's rule (kb_residue:
+  // stride_residue(kb) where the residues fold).
+  auto row_sees = [&](int rr, int kb, uint32_t kb_residue) {
+    return row_pos[rr] >= 0 &&
+           (residues.fits() ? row_qb[rr] - kb < p.layout.local_blocks || kb_residue == row_residue[rr]
+                            : p.layout.allowed(row_head[rr], row_qb[rr], kb));
+  };
 
   // This split's key tiles. A dense layout splits the key range evenly. A sparse one
   // splits the tiles it lists: a split of the range would leave the local window's tiles
@@ -601,8 +646,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     for (int rr = 0; rr < 2; ++rr) {
       row_scale[rr] = scale_log2;
       if constexpr (kQToF16)
-        row_scale[rr] =
-            scale_log2 * __uint_as_float(static_cast<uint32_t>(127 - sRowShift[wr * 16 + (lane >> 2) + rr * 8]) << 23);
+        row_scale[rr] = scale_log2 * __uint_as_float(static_cast<uint32_t>(127 - sRowShift[fragment_row(rr)]) << 23);
     }
 
     int pages[kPasses];
@@ -615,13 +659,17 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       cp_async_commit();
     }
     if (S - 1 < total) fetch_pages(entry_at(S - 1), pages);  // the pages of the next tile to copy
-    // Two quads: the warp's Q fragments stay in registers through the pass rather than being
-    // read from shared memory at every tile (eight ldmatrix a tile at D 128, on the chain of
-    // a warp whose tile is issue-latency bound). Q's copy group is the oldest: all but the
-    // S - 1 tile groups after it complete, then the CTA's barrier makes every thread's copy
-    // visible.
-    uint32_t q_frag[kQuads > 1 ? D / 16 : 1][4];
-    if constexpr (kQuads > 1) {
+    // Two quads, or narrow tiles (whose Q fragments are half the registers): the warp's Q
+    // fragments stay in registers through the pass rather than being read from shared
+    // memory at every tile (eight ldmatrix a tile at D 128, on the chain of a warp whose
+    // tile is issue-latency bound). Q's copy group is the oldest: all but the S - 1 tile
+    // groups after it complete, then the CTA's barrier makes every thread's copy visible.
+    // Narrow: Q^T is the B operand, whose fragments (d 2c, 2c + 1 and 2c + 8, 2c + 9 of
+    // row lane / 4) are the A fragment's registers 0 and 2 (registers 1 and 3, rows 8-15,
+    // are never read).
+    constexpr bool kQInRegisters = kQuads > 1 || kNarrow;
+    uint32_t q_frag[kQInRegisters ? D / 16 : 1][4];
+    if constexpr (kQInRegisters) {
       cp_async_wait<S - 1>();
       __syncthreads();
 #pragma unroll
@@ -629,7 +677,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
         ldmatrix_x4(xo(q_off, kk), q_frag[kk][0], q_frag[kk][1], q_frag[kk][2], q_frag[kk][3]);
     }
     auto q_fragment = [&](int kk, uint32_t(&a)[4]) {
-      if constexpr (kQuads > 1) {
+      if constexpr (kQInRegisters) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) a[i] = q_frag[kk][i];
       } else {
@@ -650,144 +698,232 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       const int stage = it % S;
       [[maybe_unused]] const uint32_t tK = smem_addr(sK + stage * SB), tV = smem_addr(sV + stage * SB);
 
-      float s[KW / 8][4];
+      if constexpr (kNarrow) {
+        // S^T = K Q^T: A = the warp's 16 keys (rows lane / 4 and + 8), B = Q^T. The
+        // accumulator holds keys lane / 4 (s[0], s[1]) and + 8 (s[2], s[3]) of query rows
+        // fragment_row(0) and (1).
+        float s[4] = {0.f, 0.f, 0.f, 0.f};
+        if constexpr (C::kFp8) {
+          // The 16-bit path's e4m3 K fragments (below), keys lane / 4 and + 8 as the two A
+          // rows: word w of a key's 16 bytes widens into registers 0 and 2 (or 1 and 3).
+          const char *kt = sK + stage * SB;
 #pragma unroll
-      for (int i = 0; i < KW / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-      if constexpr (C::kFp8) {
-        // e4m3 fragments, K: the thread of B column n (lane / 4) loads 16 bytes of its key
-        // row, columns 64m + 16c .. + 15 (c = lane % 4); word w of them, widened, is
-        // (b0, b1) of k-step 4m + w (Q's columns are permuted to match, above).
-        const char *kt = sK + stage * SB;
+          for (int m = 0; m < D / 64; ++m) {
+            uint4 kw[2];
 #pragma unroll
-        for (int m = 0; m < D / 64; ++m) {
-          uint4 kw[KW / 8];
+            for (int h = 0; h < 2; ++h)
+              kw[h] = *reinterpret_cast<const uint4 *>(
+                  kt + fp8::e4m3_swz<D>(wk * KW + h * 8 + (lane >> 2), 4 * m + (lane & 3)));
 #pragma unroll
-          for (int nt = 0; nt < KW / 8; ++nt)
-            kw[nt] = *reinterpret_cast<const uint4 *>(
-                kt + fp8::e4m3_swz<D>(wk * KW + nt * 8 + (lane >> 2), 4 * m + (lane & 3)));
+            for (int w = 0; w < 4; ++w) {
+              uint32_t a[4];
+              widen(word_of(kw[0], w), a[0], a[2]);
+              widen(word_of(kw[1], w), a[1], a[3]);
+              mma_16816<MT>(s, a, q_frag[4 * m + w][0], q_frag[4 * m + w][2]);
+            }
+          }
+        } else {
 #pragma unroll
-          for (int w = 0; w < 4; ++w) {
-            const int kk = 4 * m + w;
-            uint32_t a[4];
-            q_fragment(kk, a);
+          for (int kk = 0; kk < D / 16; ++kk) {
+            uint32_t a[4];  // ldmatrix's (keys 0-7, 8-15) x (d 0-7, 8-15) as A's 0, 2, 1, 3
+            ldmatrix_x4(tK + xo(k_off, kk), a[0], a[2], a[1], a[3]);
+            mma_16816<MT>(s, a, q_frag[kk][0], q_frag[kk][2]);
+          }
+        }
+        if (entry & cuda::kKeyTileMasked) {
+          const int kt = entry & cuda::kKeyTileIndexMask, kb = block_of_tile(kt);
+          const int key0 = kt * kKeyTile + wk * KW + (lane >> 2);  // of s[0], s[1]; s[2], s[3]: + 8
+          const uint32_t kb_residue = residues.fits() ? stride_residue(kb) : 0u;
 #pragma unroll
-            for (int nt = 0; nt < KW / 8; ++nt) {
-              const uint32_t word = w == 0 ? kw[nt].x : w == 1 ? kw[nt].y : w == 2 ? kw[nt].z : kw[nt].w;
-              uint32_t b0, b1;
-              widen(word, b0, b1);
-              mma_16816<MT>(s[nt], a, b0, b1);
+          for (int rr = 0; rr < 2; ++rr) {
+            const int lim = row_sees(rr, kb, kb_residue) ? row_pos[rr] - key0 : -1;
+            if (lim < 0) s[rr] = -INFINITY;
+            if (lim < 8) s[2 + rr] = -INFINITY;
+          }
+        }
+        // Online softmax per query row (a column: its 16 keys over the lanes of one lane % 4).
+        float mx[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          float x = fmaxf(s[rr], s[2 + rr]);
+          x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
+          x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 8));
+          x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 16));
+          mx[rr] = x * row_scale[rr];
+        }
+        if (__any_sync(0xffffffffu, mx[0] > m[0] + cuda::kSoftmaxSlack || mx[1] > m[1] + cuda::kSoftmaxSlack)) {
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            const float m_new = fmaxf(m[rr], mx[rr]);
+            const float alpha = m_new == -INFINITY ? 1.f : fast_exp2(m[rr] - m_new);
+            m[rr] = m_new;
+            l[rr] *= alpha;
+#pragma unroll
+            for (int mt = 0; mt < kOTiles; ++mt) {
+              o[mt][rr] *= alpha;
+              o[mt][2 + rr] *= alpha;
             }
           }
         }
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          uint32_t a[4];
-          q_fragment(kk, a);
-#pragma unroll
-          for (int np = 0; np < KW / 16; ++np) {
-            uint32_t b0, b1, b2, b3;
-            ldmatrix_x4(tK + xo(k_off, kk) + np * 16 * RB, b0, b1, b2, b3);
-            mma_16816<MT>(s[2 * np], a, b0, b1);
-            mma_16816<MT>(s[2 * np + 1], a, b2, b3);
-          }
-        }
-      }
-
-      if (entry & cuda::kKeyTileMasked) {  // token rule and the row's own head, per element
-        const int kt = entry & cuda::kKeyTileIndexMask, k0 = kt * kKeyTile;
-        const int kb = block_of_tile(kt);
-        const int kw0 = k0 + wk * KW + 2 * (lane & 3);  // key of this thread's element (nt, e) = 0
-        const uint32_t kb_residue = residues.fits() ? stride_residue(kb) : 0u;
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
-          const bool sees = row_pos[rr] >= 0 &&
-                            (residues.fits() ? row_qb[rr] - kb < p.layout.local_blocks || kb_residue == row_residue[rr]
-                                             : p.layout.allowed(row_head[rr], row_qb[rr], kb));
-          const int lim = sees ? row_pos[rr] - kw0 : -1;  // element (nt, e) visible iff nt * 8 + e <= lim
-#pragma unroll
-          for (int nt = 0; nt < KW / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-              if (nt * 8 + e > lim) s[nt][2 * rr + e] = -INFINITY;
+          const float m_use = m[rr] == -INFINITY ? 0.f : m[rr];
+          s[rr] = fast_exp2(fmaf(s[rr], row_scale[rr], -m_use));
+          s[2 + rr] = fast_exp2(fmaf(s[2 + rr], row_scale[rr], -m_use));
+          l[rr] += s[rr] + s[2 + rr];
         }
-      }
-
-      float mx[2];
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        float x = s[0][2 * rr];
-#pragma unroll
-        for (int nt = 0; nt < KW / 8; ++nt) x = fmaxf(x, fmaxf(s[nt][2 * rr], s[nt][2 * rr + 1]));
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-        mx[rr] = x * row_scale[rr];
-      }
-      if (__any_sync(0xffffffffu, mx[0] > m[0] + cuda::kSoftmaxSlack || mx[1] > m[1] + cuda::kSoftmaxSlack)) {
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          const float m_new = fmaxf(m[rr], mx[rr]);
-          const float alpha = m_new == -INFINITY ? 1.f : fast_exp2(m[rr] - m_new);
-          m[rr] = m_new;
-          l[rr] *= alpha;
-#pragma unroll
-          for (int dt = 0; dt < D / 8; ++dt) {
-            o[dt][2 * rr] *= alpha;
-            o[dt][2 * rr + 1] *= alpha;
-          }
-        }
-      }
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const float m_use = m[rr] == -INFINITY ? 0.f : m[rr];
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < KW / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            s[nt][2 * rr + e] = fast_exp2(fmaf(s[nt][2 * rr + e], row_scale[rr], -m_use));
-            sum += s[nt][2 * rr + e];
-          }
-        l[rr] += sum;
-      }
-
-#pragma unroll
-      for (int kk = 0; kk < KW / 16; ++kk) {
-        uint32_t a[4];
-        a[0] = pack2<MT>(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = pack2<MT>(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = pack2<MT>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = pack2<MT>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        // O^T += V^T P^T. P^T's B fragments (keys 2c, 2c + 1 and + 8 of query row lane / 4)
+        // are the transposes of the accumulator's two 8 x 8 halves.
+        const uint32_t p0 = movmatrix_trans(pack2<MT>(s[0], s[1]));
+        const uint32_t p1 = movmatrix_trans(pack2<MT>(s[2], s[3]));
         if constexpr (C::kFp8) {
-          // e4m3 fragments, V: b0 / b1 pair two keys (rows 2c, 2c + 1 / 2c + 8, 2c + 9 of the
-          // step) at one column. The thread of B column g (lane / 4) loads 4 bytes of each of
-          // the four rows at columns 32a + 4g .. + 3 and interleaves them: one widened pair per
-          // column, the fragments of n-tiles 4a .. 4a + 3. So n-tile j = 4a + b, column n
-          // holds output column 32a + 4n + b (the reduction below stores them there).
-          const char *vt = sV + stage * SB;
-          const int key0 = wk * KW + 16 * kk + 2 * (lane & 3), g = lane >> 2;
+          // The 16-bit path's e4m3 V fragments (below): b0[b] / b1[b] pair keys 2c, 2c + 1 /
+          // + 8 at output column 32a + 4 (lane / 4) + b; as A (M = columns), tile 2a + bb
+          // takes b = bb for its rows 0-7 and b = bb + 2 for rows 8-15.
 #pragma unroll
           for (int ca = 0; ca < D / 32; ++ca) {
-            const int chunk = 2 * ca + (g >> 2), byte = (g & 3) * 4;
-            const uint32_t r0 = *reinterpret_cast<const uint32_t *>(vt + fp8::e4m3_swz<D>(key0, chunk) + byte);
-            const uint32_t r1 = *reinterpret_cast<const uint32_t *>(vt + fp8::e4m3_swz<D>(key0 + 1, chunk) + byte);
-            const uint32_t r2 = *reinterpret_cast<const uint32_t *>(vt + fp8::e4m3_swz<D>(key0 + 8, chunk) + byte);
-            const uint32_t r3 = *reinterpret_cast<const uint32_t *>(vt + fp8::e4m3_swz<D>(key0 + 9, chunk) + byte);
             uint32_t b0[4], b1[4];
-            widen(__byte_perm(r0, r1, 0x5140), b0[0], b0[1]);
-            widen(__byte_perm(r0, r1, 0x7362), b0[2], b0[3]);
-            widen(__byte_perm(r2, r3, 0x5140), b1[0], b1[1]);
-            widen(__byte_perm(r2, r3, 0x7362), b1[2], b1[3]);
+            load_v_e4m3(sV + stage * SB, 0, ca, b0, b1);
 #pragma unroll
-            for (int b = 0; b < 4; ++b) mma_16816<MT>(o[4 * ca + b], a, b0[b], b1[b]);
+            for (int bb = 0; bb < 2; ++bb) {
+              const uint32_t a[4] = {b0[bb], b0[bb + 2], b1[bb], b1[bb + 2]};
+              mma_16816<MT>(o[2 * ca + bb], a, p0, p1);
+            }
           }
         } else {
 #pragma unroll
           for (int dp = 0; dp < D / 16; ++dp) {
-            uint32_t b0, b1, b2, b3;
-            ldmatrix_x4_trans(tV + xo(v_off, dp) + kk * 16 * RB, b0, b1, b2, b3);
-            mma_16816<MT>(o[2 * dp], a, b0, b1);
-            mma_16816<MT>(o[2 * dp + 1], a, b2, b3);
+            uint32_t a[4];  // ldmatrix.trans's (keys 0-7, 8-15) x (d 0-7, 8-15) as A's 0, 2, 1, 3
+            ldmatrix_x4_trans(tV + xo(v_off, dp), a[0], a[2], a[1], a[3]);
+            mma_16816<MT>(o[dp], a, p0, p1);
+          }
+        }
+      } else {
+        float s[KW / 8][4];
+#pragma unroll
+        for (int i = 0; i < KW / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+        if constexpr (C::kFp8) {
+          // e4m3 fragments, K: the thread of B column n (lane / 4) loads 16 bytes of its key
+          // row, columns 64m + 16c .. + 15 (c = lane % 4); word w of them, widened, is
+          // (b0, b1) of k-step 4m + w (Q's columns are permuted to match, above).
+          const char *kt = sK + stage * SB;
+#pragma unroll
+          for (int m = 0; m < D / 64; ++m) {
+            uint4 kw[KW / 8];
+#pragma unroll
+            for (int nt = 0; nt < KW / 8; ++nt)
+              kw[nt] = *reinterpret_cast<const uint4 *>(
+                  kt + fp8::e4m3_swz<D>(wk * KW + nt * 8 + (lane >> 2), 4 * m + (lane & 3)));
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+              const int kk = 4 * m + w;
+              uint32_t a[4];
+              q_fragment(kk, a);
+#pragma unroll
+              for (int nt = 0; nt < KW / 8; ++nt) {
+                const uint32_t word = word_of(kw[nt], w);
+                uint32_t b0, b1;
+                widen(word, b0, b1);
+                mma_16816<MT>(s[nt], a, b0, b1);
+              }
+            }
+          }
+        } else {
+#pragma unroll
+          for (int kk = 0; kk < D / 16; ++kk) {
+            uint32_t a[4];
+            q_fragment(kk, a);
+#pragma unroll
+            for (int np = 0; np < KW / 16; ++np) {
+              uint32_t b0, b1, b2, b3;
+              ldmatrix_x4(tK + xo(k_off, kk) + np * 16 * RB, b0, b1, b2, b3);
+              mma_16816<MT>(s[2 * np], a, b0, b1);
+              mma_16816<MT>(s[2 * np + 1], a, b2, b3);
+            }
+          }
+        }
+
+        if (entry & cuda::kKeyTileMasked) {  // token rule and the row's own head, per element
+          const int kt = entry & cuda::kKeyTileIndexMask, k0 = kt * kKeyTile;
+          const int kb = block_of_tile(kt);
+          const int kw0 = k0 + wk * KW + 2 * (lane & 3);  // key of this thread's element (nt, e) = 0
+          const uint32_t kb_residue = residues.fits() ? stride_residue(kb) : 0u;
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            const int lim =
+                row_sees(rr, kb, kb_residue) ? row_pos[rr] - kw0 : -1;  // element (nt, e) visible iff nt * 8 + e <= lim
+#pragma unroll
+            for (int nt = 0; nt < KW / 8; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                if (nt * 8 + e > lim) s[nt][2 * rr + e] = -INFINITY;
+          }
+        }
+
+        float mx[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          float x = s[0][2 * rr];
+#pragma unroll
+          for (int nt = 0; nt < KW / 8; ++nt) x = fmaxf(x, fmaxf(s[nt][2 * rr], s[nt][2 * rr + 1]));
+          x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+          x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+          mx[rr] = x * row_scale[rr];
+        }
+        if (__any_sync(0xffffffffu, mx[0] > m[0] + cuda::kSoftmaxSlack || mx[1] > m[1] + cuda::kSoftmaxSlack)) {
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            const float m_new = fmaxf(m[rr], mx[rr]);
+            const float alpha = m_new == -INFINITY ? 1.f : fast_exp2(m[rr] - m_new);
+            m[rr] = m_new;
+            l[rr] *= alpha;
+#pragma unroll
+            for (int dt = 0; dt < D / 8; ++dt) {
+              o[dt][2 * rr] *= alpha;
+              o[dt][2 * rr + 1] *= alpha;
+            }
+          }
+        }
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const float m_use = m[rr] == -INFINITY ? 0.f : m[rr];
+          float sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < KW / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              s[nt][2 * rr + e] = fast_exp2(fmaf(s[nt][2 * rr + e], row_scale[rr], -m_use));
+              sum += s[nt][2 * rr + e];
+            }
+          l[rr] += sum;
+        }
+
+#pragma unroll
+        for (int kk = 0; kk < KW / 16; ++kk) {
+          uint32_t a[4];
+          a[0] = pack2<MT>(s[2 * kk][0], s[2 * kk][1]);
+          a[1] = pack2<MT>(s[2 * kk][2], s[2 * kk][3]);
+          a[2] = pack2<MT>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+          a[3] = pack2<MT>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+          if constexpr (C::kFp8) {
+            // e4m3 fragments, V (load_v_e4m3): the thread of B column g = lane / 4 gets the
+            // fragments of n-tiles 4a .. 4a + 3, so n-tile j = 4a + b, column n holds output
+            // column 32a + 4n + b (the reduction below stores them there).
+#pragma unroll
+            for (int ca = 0; ca < D / 32; ++ca) {
+              uint32_t b0[4], b1[4];
+              load_v_e4m3(sV + stage * SB, kk, ca, b0, b1);
+#pragma unroll
+              for (int b = 0; b < 4; ++b) mma_16816<MT>(o[4 * ca + b], a, b0[b], b1[b]);
+            }
+          } else {
+#pragma unroll
+            for (int dp = 0; dp < D / 16; ++dp) {
+              uint32_t b0, b1, b2, b3;
+              ldmatrix_x4_trans(tV + xo(v_off, dp) + kk * 16 * RB, b0, b1, b2, b3);
+              mma_16816<MT>(o[2 * dp], a, b0, b1);
+              mma_16816<MT>(o[2 * dp + 1], a, b2, b3);
+            }
           }
         }
       }
@@ -805,15 +941,29 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   const int key_group = quad * C::kKeyWarps + wk;
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
+    // The row's sum over the lanes that hold its other keys.
     float sum = l[rr];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int r = wr * 16 + (lane >> 2) + rr * 8;
-    if ((lane & 3) == 0) red_ml[key_group * C::kRows + r] = make_float2(m[rr], sum);
+    if constexpr (kNarrow) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 8);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+    } else {
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    }
+    const int r = fragment_row(rr);
+    if ((kNarrow ? lane >> 2 : lane & 3) == 0) red_ml[key_group * C::kRows + r] = make_float2(m[rr], sum);
+    float *dst = red_o + (key_group * C::kRows + r) * D;
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      float *dst = red_o + (key_group * C::kRows + r) * D;
-      if constexpr (C::kFp8) {  // n-tile dt = 4a + b, column n: output column 32a + 4n + b (V above)
+    for (int dt = 0; dt < kOTiles; ++dt) {
+      if constexpr (kNarrow) {
+        // M tile dt: rows lane / 4 and + 8 are output columns 16 dt + lane / 4 and + 8, or for
+        // e4m3 (V above) 32a + 4 (lane / 4) + bb and + 2, dt = 2a + bb.
+        const int col = C::kFp8 ? 32 * (dt >> 1) + 4 * (lane >> 2) + (dt & 1) : 16 * dt + (lane >> 2);
+        const int col_hi = col + (C::kFp8 ? 2 : 8);
+        dst[col] = o[dt][rr] * v_scale;
+        dst[col_hi] = o[dt][2 + rr] * v_scale;
+      } else if constexpr (C::kFp8) {  // n-tile dt = 4a + b, column n: output column 32a + 4n + b (V above)
         const int col = 32 * (dt >> 2) + 8 * (lane & 3) + (dt & 3);
         dst[col] = o[dt][2 * rr] * v_scale;
         dst[col + 4] = o[dt][2 * rr + 1] * v_scale;
@@ -873,10 +1023,10 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   merge_units<T, D>(p, split, split.partials + item * split.splits * unit_floats(split.rows, D), rows, G, qs, kvh);
 }
 
-template <class T, class KV, int D, int WR, int kQuads, bool kConsecutiveRows>
+template <class T, class KV, int D, int WR, int kQuads, bool kConsecutiveRows, bool kNarrow>
 __global__ void __launch_bounds__(Config<D, WR, KV, kQuads>::kThreads, (Config<D, WR, KV, kQuads>::kCtasPerSm))
     decode_kernel(const __grid_constant__ cuda::AttentionParams p, const Split split) {
-  decode_item<T, KV, D, WR, kQuads, kConsecutiveRows>(p, split);
+  decode_item<T, KV, D, WR, kQuads, kConsecutiveRows, kNarrow>(p, split);
   // A mixed launch starts this grid while its prefill grid runs its last CTAs
   // (Overlap::previous). The grid completes only when its last CTA leaves, so one CTA that
   // waits for that grid keeps everything after this launch on the stream behind both
@@ -888,11 +1038,11 @@ __global__ void __launch_bounds__(Config<D, WR, KV, kQuads>::kThreads, (Config<D
     wait_for_previous_grid();
 }
 
-template <class T, class KV, int D, int WR, int kQuads, bool kConsecutiveRows>
+template <class T, class KV, int D, int WR, int kQuads, bool kConsecutiveRows, bool kNarrow>
 void launch_kernel(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, const Split &split,
                    const Overlap &overlap, cudaStream_t stream) {
   using C = Config<D, WR, KV, kQuads>;
-  constexpr auto kernel = decode_kernel<T, KV, D, WR, kQuads, kConsecutiveRows>;
+  constexpr auto kernel = decode_kernel<T, KV, D, WR, kQuads, kConsecutiveRows, kNarrow>;
   cuda::allow_dynamic_smem<kernel>(C::kSmemBytes, "cudaFuncSetAttribute(decode_kernel)");
   cuda::launch_programmatic(kernel, dim3(split.splits, num_kv_heads, num_seqs), dim3(C::kThreads), C::kSmemBytes,
                             stream, overlap.previous, "decode_kernel", p, split);
@@ -900,22 +1050,27 @@ void launch_kernel(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num
 
 // The copy way (decode_item's K/V loads): consecutive rows for 16-bit pages; for e4m3
 // pages only under pages of fewer than 64 tokens, each page class its own kernel.
-template <class T, class KV, int D, int WR, int kQuads = 1>
+template <class T, class KV, int D, int WR, int kQuads = 1, bool kNarrow = false>
 void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, const Split &split,
                  const Overlap &overlap, cudaStream_t stream) {
   if constexpr (sizeof(KV) == 1) {
     if (p.page_shift >= 6) {
-      launch_kernel<T, KV, D, WR, kQuads, false>(p, num_seqs, num_kv_heads, split, overlap, stream);
+      launch_kernel<T, KV, D, WR, kQuads, false, kNarrow>(p, num_seqs, num_kv_heads, split, overlap, stream);
       return;
     }
   }
-  launch_kernel<T, KV, D, WR, kQuads, true>(p, num_seqs, num_kv_heads, split, overlap, stream);
+  launch_kernel<T, KV, D, WR, kQuads, true, kNarrow>(p, num_seqs, num_kv_heads, split, overlap, stream);
 }
 
 template <class T, class KV, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
             const Split &split, const Overlap &overlap, cudaStream_t stream) {
-  if (max_rows <= 16 && split.two_quads)
+  // Up to 8 rows (decode at GQA <= 8) the transposed tile (decode_item's kNarrow).
+  if (max_rows <= 8 && split.two_quads)
+    launch_rows<T, KV, D, 1, 2, true>(p, num_seqs, num_kv_heads, split, overlap, stream);
+  else if (max_rows <= 8)
+    launch_rows<T, KV, D, 1, 1, true>(p, num_seqs, num_kv_heads, split, overlap, stream);
+  else if (max_rows <= 16 && split.two_quads)
     launch_rows<T, KV, D, 1, 2>(p, num_seqs, num_kv_heads, split, overlap, stream);
   else if (max_rows <= 16)
     launch_rows<T, KV, D, 1>(p, num_seqs, num_kv_heads, split, overlap, stream);

@@ -98,13 +98,28 @@ __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t w, float f) {
 // loads of the V fragments (rows 2c, c = 0..3, at one 32-byte column must hit eight
 // different chunks).
 template <int D>
-__device__ __forceinline__ uint32_t e4m3_swz(int r, int k) {
+__host__ __device__ constexpr uint32_t e4m3_swz(int r, int k) {
   static_assert(D == 64 || D == 128, "e4m3 tiles of 64 or 128 bytes a row");
   if constexpr (D == 128)
     return static_cast<uint32_t>(r * 128 + ((k ^ ((((r >> 1) & 3) << 1) ^ ((r & 1) << 2))) << 4));
   else
     return static_cast<uint32_t>((r >> 1) * 128 + (((((r & 1) << 2) + k) ^ (((r >> 1) & 3) << 1)) << 4));
 }
+// A row's chunks k ^ j lie at its chunk k's offset XOR j * 16 (the swizzle is an XOR within
+// the row's 128-byte line), and its row r + 16 at r's offset + 16 D: a thread's fragment
+// offsets of one 16-row step are a few lane offsets, the others one XOR or add away (the
+// decode kernel's V fragments). Checked over every row and chunk at compile time.
+template <int D>
+constexpr bool e4m3_swz_is_xor_within_rows() {
+  for (int r = 0; r < 64; ++r)
+    for (int k = 0; k < D / 16; ++k) {
+      if (r + 16 < 64 && e4m3_swz<D>(r + 16, k) != e4m3_swz<D>(r, k) + 16 * D) return false;
+      for (int j = 0; j < D / 16; ++j)
+        if (e4m3_swz<D>(r, k ^ j) != (e4m3_swz<D>(r, k) ^ static_cast<uint32_t>(j << 4))) return false;
+    }
+  return true;
+}
+static_assert(e4m3_swz_is_xor_within_rows<64>() && e4m3_swz_is_xor_within_rows<128>());
 
 // Widens a kRows x D e4m3 tile (row-major, D bytes a row, in shared memory) into the 16-bit
 // tile at dst (sm80::swz<D> layout), with kThreads threads (threadIdx.x 0..kThreads-1).

@@ -42,6 +42,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t &r0, u
                : "r"(addr));
 }
 
+// The transpose of an 8 x 8 matrix of 16-bit values held one row a quad (thread lane: row
+// lane / 4, columns 2 (lane % 4) and + 1, the first in the low half), in the same layout:
+// an mma accumulator's pairs, rounded, become an operand fragment of the other orientation.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // d += a * b for one 16x8x16 tile; T is __nv_bfloat16 or __half.
 template <class T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
