@@ -546,9 +546,10 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   // keys (rows 2c, 2c + 1 / 2c + 8, 2c + 9 of the warp's step, c = lane % 4) at output
   // column 32 ca + 4 g + b. The thread of g = lane / 4 loads 4 bytes of each of the four
   // rows at columns 32 ca + 4g .. + 3 and interleaves them: one widened pair per column.
-  // The four rows' offsets at ca = 0 are computed once; a step is 16 rows on, and column
-  // block ca is chunk (g / 4) ^ 2 ca of the row: offset ^ 32 ca (e4m3_swz_is_xor_within_rows;
-  // a stage starts on a 128-byte line).
+  // Column block ca is chunk (g / 4) ^ 2 ca of a row, so a row's offset there is its offset
+  // at ca = 0 (a lane constant) XOR 32 ca, and a step 16 rows on adds 16 D
+  // (e4m3_swz_is_xor_within_rows; a stage starts on a 128-byte line): one XOR an address
+  // instead of the swizzle's arithmetic.
   static_assert(C::kQBytes % 128 == 0 && C::kStageBytes % 128 == 0, "stages start on 128-byte lines");
   auto load_v_e4m3 = [&](const char *vt, int kk, int ca, uint32_t(&b0)[4], uint32_t(&b1)[4]) {
     const int key0 = wk * KW + 2 * (lane & 3), g = lane >> 2;
@@ -704,7 +705,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
         // fragment_row(0) and (1).
         float s[4] = {0.f, 0.f, 0.f, 0.f};
         if constexpr (C::kFp8) {
-          // The 16-bit path's e4m3 K fragments (below), keys lane / 4 and + 8 as the two A
+          // The 16-row tile's e4m3 K fragments (below), keys lane / 4 and + 8 as the two A
           // rows: word w of a key's 16 bytes widens into registers 0 and 2 (or 1 and 3).
           const char *kt = sK + stage * SB;
 #pragma unroll
@@ -777,7 +778,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
         const uint32_t p0 = movmatrix_trans(pack2<MT>(s[0], s[1]));
         const uint32_t p1 = movmatrix_trans(pack2<MT>(s[2], s[3]));
         if constexpr (C::kFp8) {
-          // The 16-bit path's e4m3 V fragments (below): b0[b] / b1[b] pair keys 2c, 2c + 1 /
+          // load_v_e4m3's fragments: b0[b] / b1[b] pair keys 2c, 2c + 1 /
           // + 8 at output column 32a + 4 (lane / 4) + b; as A (M = columns), tile 2a + bb
           // takes b = bb for its rows 0-7 and b = bb + 2 for rows 8-15.
 #pragma unroll
