@@ -702,8 +702,9 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       if constexpr (kNarrow) {
         // S^T = K Q^T: A = the warp's 16 keys (rows lane / 4 and + 8), B = Q^T. The
         // accumulator holds keys lane / 4 (s[0], s[1]) and + 8 (s[2], s[3]) of query rows
-        // fragment_row(0) and (1).
-        float s[4] = {0.f, 0.f, 0.f, 0.f};
+        // fragment_row(0) and (1). Odd k-steps accumulate apart (s_odd): two chains of
+        // D / 32 dependent mma instead of one of D / 16, on a tile whose softmax waits for them.
+        float s[4] = {0.f, 0.f, 0.f, 0.f}, s_odd[4] = {0.f, 0.f, 0.f, 0.f};
         if constexpr (C::kFp8) {
           // The 16-row tile's e4m3 K fragments (below), keys lane / 4 and + 8 as the two A
           // rows: word w of a key's 16 bytes widens into registers 0 and 2 (or 1 and 3).
@@ -720,7 +721,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
               uint32_t a[4];
               widen(word_of(kw[0], w), a[0], a[2]);
               widen(word_of(kw[1], w), a[1], a[3]);
-              mma_16816<MT>(s, a, q_frag[4 * m + w][0], q_frag[4 * m + w][2]);
+              mma_16816<MT>(w & 1 ? s_odd : s, a, q_frag[4 * m + w][0], q_frag[4 * m + w][2]);
             }
           }
         } else {
@@ -728,9 +729,11 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
           for (int kk = 0; kk < D / 16; ++kk) {
             uint32_t a[4];  // ldmatrix's (keys 0-7, 8-15) x (d 0-7, 8-15) as A's 0, 2, 1, 3
             ldmatrix_x4(tK + xo(k_off, kk), a[0], a[2], a[1], a[3]);
-            mma_16816<MT>(s, a, q_frag[kk][0], q_frag[kk][2]);
+            mma_16816<MT>(kk & 1 ? s_odd : s, a, q_frag[kk][0], q_frag[kk][2]);
           }
         }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[i] += s_odd[i];
         if (entry & cuda::kKeyTileMasked) {
           const int kt = entry & cuda::kKeyTileIndexMask, kb = block_of_tile(kt);
           const int key0 = kt * kKeyTile + wk * KW + (lane >> 2);  // of s[0], s[1]; s[2], s[3]: + 8
