@@ -564,6 +564,31 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     widen(__byte_perm(r2, r3, 0x5140), b1[0], b1[1]);
     widen(__byte_perm(r2, r3, 0x7362), b1[2], b1[3]);
   };
+  // e4m3 K fragments: the 16 bytes of key row 8 n + lane / 4 of the warp's keys at columns
+  // 64m + 16 (lane % 4) .. + 15, from the stage at kt.
+  auto load_k_e4m3 = [&](const char *kt, int n, int m) {
+    return *reinterpret_cast<const uint4 *>(kt + fp8::e4m3_swz<D>(wk * KW + n * 8 + (lane >> 2), 4 * m + (lane & 3)));
+  };
+  // Element j (0, 1) of this thread's row rr in an accumulator tile: (rr, 8 columns) pairs,
+  // or (kNarrow) rows as the tile's columns, j the second half of its 16 M rows.
+  auto row_element = [](int rr, int j) { return kNarrow ? rr + 2 * j : 2 * rr + j; };
+  // The online softmax's step for a tile whose rows' scaled maxima are mx: where a row's
+  // maximum grew past the slack, its running max moves and its sum and outputs rescale.
+  auto raise_row_maxima = [&](const float(&mx)[2]) {
+    if (!__any_sync(0xffffffffu, mx[0] > m[0] + cuda::kSoftmaxSlack || mx[1] > m[1] + cuda::kSoftmaxSlack)) return;
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const float m_new = fmaxf(m[rr], mx[rr]);
+      const float alpha = m_new == -INFINITY ? 1.f : fast_exp2(m[rr] - m_new);
+      m[rr] = m_new;
+      l[rr] *= alpha;
+#pragma unroll
+      for (int t = 0; t < kOTiles; ++t) {
+        o[t][row_element(rr, 0)] *= alpha;
+        o[t][row_element(rr, 1)] *= alpha;
+      }
+    }
+  };
   // Whether this thread's row rr sees key block kb by its head's rule (kb_residue:
   // stride_residue(kb) where the residues fold).
   auto row_sees = [&](int rr, int kb, uint32_t kb_residue) {
@@ -713,9 +738,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
           for (int m = 0; m < D / 64; ++m) {
             uint4 kw[2];
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
-              kw[h] = *reinterpret_cast<const uint4 *>(
-                  kt + fp8::e4m3_swz<D>(wk * KW + h * 8 + (lane >> 2), 4 * m + (lane & 3)));
+            for (int h = 0; h < 2; ++h) kw[h] = load_k_e4m3(kt, h, m);
 #pragma unroll
             for (int w = 0; w < 4; ++w) {
               uint32_t a[4];
@@ -755,20 +778,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
           x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 16));
           mx[rr] = x * row_scale[rr];
         }
-        if (__any_sync(0xffffffffu, mx[0] > m[0] + cuda::kSoftmaxSlack || mx[1] > m[1] + cuda::kSoftmaxSlack)) {
-#pragma unroll
-          for (int rr = 0; rr < 2; ++rr) {
-            const float m_new = fmaxf(m[rr], mx[rr]);
-            const float alpha = m_new == -INFINITY ? 1.f : fast_exp2(m[rr] - m_new);
-            m[rr] = m_new;
-            l[rr] *= alpha;
-#pragma unroll
-            for (int mt = 0; mt < kOTiles; ++mt) {
-              o[mt][rr] *= alpha;
-              o[mt][2 + rr] *= alpha;
-            }
-          }
-        }
+        raise_row_maxima(mx);
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
           const float m_use = m[rr] == -INFINITY ? 0.f : m[rr];
@@ -815,9 +825,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
           for (int m = 0; m < D / 64; ++m) {
             uint4 kw[KW / 8];
 #pragma unroll
-            for (int nt = 0; nt < KW / 8; ++nt)
-              kw[nt] = *reinterpret_cast<const uint4 *>(
-                  kt + fp8::e4m3_swz<D>(wk * KW + nt * 8 + (lane >> 2), 4 * m + (lane & 3)));
+            for (int nt = 0; nt < KW / 8; ++nt) kw[nt] = load_k_e4m3(kt, nt, m);
 #pragma unroll
             for (int w = 0; w < 4; ++w) {
               const int kk = 4 * m + w;
@@ -874,20 +882,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
           x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
           mx[rr] = x * row_scale[rr];
         }
-        if (__any_sync(0xffffffffu, mx[0] > m[0] + cuda::kSoftmaxSlack || mx[1] > m[1] + cuda::kSoftmaxSlack)) {
-#pragma unroll
-          for (int rr = 0; rr < 2; ++rr) {
-            const float m_new = fmaxf(m[rr], mx[rr]);
-            const float alpha = m_new == -INFINITY ? 1.f : fast_exp2(m[rr] - m_new);
-            m[rr] = m_new;
-            l[rr] *= alpha;
-#pragma unroll
-            for (int dt = 0; dt < D / 8; ++dt) {
-              o[dt][2 * rr] *= alpha;
-              o[dt][2 * rr + 1] *= alpha;
-            }
-          }
-        }
+        raise_row_maxima(mx);
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
           const float m_use = m[rr] == -INFINITY ? 0.f : m[rr];

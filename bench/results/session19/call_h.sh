@@ -22,17 +22,10 @@ t sanitize; OUT=$R/san timeout 120 bash scripts/gpu_sanitize.sh $B memcheck race
 t "demo graphs"; timeout 60 $B/bspa-demo --graphs > $R/demo_graphs.log 2>&1; echo "demo --graphs rc=$?"; grep -iE "verified|replay" $R/demo_graphs.log | head -3
 t "demo fp8"; timeout 60 $B/bspa-demo --dtype fp8 > $R/demo_fp8.log 2>&1; echo "demo --dtype fp8 rc=$?"; grep -iE "verified" $R/demo_fp8.log | head -2
 tar czf $OUT/resh.tgz -C /tmp resh
-for round in 1 2; do
-  for kv in fp8 bf16; do
-    libs="main chains"
-    for lib in $libs; do
-      log=$R/decode_${lib}_${kv}_r$round
-      LD_LIBRARY_PATH=/tmp/lib$lib timeout 60 $B/bench/bench_decode --pages 64,16 $( [ $kv = fp8 ] && echo --kv fp8 ) --json $log.json > $log.log 2>&1
-      echo "== decode $lib $kv r$round rc=$?"; awk '$2 ~ /^(64|16)$/ && ($3 == "sparse" || $3 == "dense") {printf "%s %s %s %s | ", $1, $2, $3, $4} END {print ""}' $log.log
-    done
-  done
+# The A/B through bench/ab_libs.sh (decode, alternating, two rounds), e4m3 then bf16.
+for kv in fp8 bf16; do
+  OUT=$R TAG=$kv BENCH=decode BENCH_ARGS="--pages 64,16 $( [ $kv = fp8 ] && echo --kv fp8 )" CHECK=none \
+    bash bench/ab_libs.sh $B /tmp/libmain /tmp/libchains
   tar czf $OUT/resh.tgz -C /tmp resh
-  t "round $round"
 done
-tar czf $OUT/resh.tgz -C /tmp resh
 t done
