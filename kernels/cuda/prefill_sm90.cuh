@@ -12,10 +12,11 @@
 //  - warpgroup 0, the producer, gives most of its registers away (setmaxnreg), lists the
 //    visible 64-token key tiles (skipped / full / masked with the allowed bits of the tile's
 //    at most three query blocks) and fetches K and V of each through the block table into
-//    a ring of stages, stored as 128-byte-swizzled 64-column halves that wgmma reads
-//    through descriptors: a tile inside one page by TMA (one 64 x 64 box per half, from
-//    descriptors of the pool made per launch: kv_tensor_map.cpp), a tile over pages of
-//    8..32 tokens by a TMA box per page and half (kPageBoxes, a variant of its own), any
+//    a ring of stages, stored as 8-row groups of 128-byte-swizzled 64-column halves
+//    (ring_off) that wgmma reads through descriptors: a tile inside one page by TMA (one
+//    box of the whole tile, from descriptors of the pool made per launch:
+//    kv_tensor_map.cpp), a tile over pages of 8..32 tokens by a TMA box per page
+//    (kPageBoxes, a variant of its own), any
 //    other (pages under 8 tokens, a sequence's partial last tile, zero-filled past its
 //    end) by cp.async gathers. A stage carries its tile's list entry. Stages go in pairs (one consumer
 //    step), each pair with four mbarriers: K landed (cp.async.mbarrier.arrive, or the TMA
@@ -61,7 +62,7 @@ namespace bspa::kernels::sm90 {
 
 constexpr int kKeyTile = cuda::kKeyTileTokens;
 static_assert(kTmaBoxTokens == kKeyTile && kTmaBoxColumns * 2 == 128,
-              "a TMA box is one key tile's 128-byte half, as a stage stores it");
+              "a TMA box is one key tile in 8-row groups of 128-byte halves, as a stage stores it");
 constexpr int kListCap = 512;       // key tiles classified per producer pass
 constexpr int kLastTile = 1 << 27;  // stage entry flag: no tile of this query tile follows
 constexpr int kNoTiles = -1;        // stage entry of a query tile that sees no key tile
@@ -112,11 +113,23 @@ __device__ __forceinline__ uint32_t e4m3_stage_off(int r, int c) {
     return static_cast<uint32_t>(r * 64 + ((c ^ ((r >> 1) & 3)) << 4));
 }
 
-// Byte offset of 16-byte chunk c (of D/8) of row r in a ROWS-row operand: 64-column halves
-// of ROWS x 128 bytes each, chunks XOR-swizzled within 8-row atoms (the wgmma 128B mode).
+// Byte offset of 16-byte chunk c (of D/8) of row r in a ROWS-row operand (the Q tile):
+// 64-column halves of ROWS x 128 bytes each, chunks XOR-swizzled within 8-row atoms (the
+// wgmma 128B mode).
 template <int ROWS>
 __device__ __forceinline__ uint32_t swz(int r, int c) {
   return static_cast<uint32_t>((c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// Byte offset of 16-byte chunk c (of D/8) of row r in the K or V ring: 8-row groups of NH
+// 64-column halves, a half of a group one 1024-byte atom (8 rows of 128 bytes, chunks
+// XOR-swizzled within it: the wgmma 128B mode), a group's halves side by side. So the
+// rows of a group are contiguous across both halves, and one TMA box writes whole groups
+// (a page of 16 tokens: two groups, 4 KB, where half-major stages took a box per half);
+// wgmma steps over the groups by SBO = NH x 1024 and over the halves by 1024.
+template <int NH>
+__device__ __forceinline__ uint32_t ring_off(int r, int c) {
+  return static_cast<uint32_t>(((r >> 3) * NH + (c >> 3)) * 1024 + (r & 7) * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
 // The producer warpgroup's own barrier (it lists key tiles without the consumers).
@@ -186,14 +199,15 @@ __global__ void __launch_bounds__(384, 1)
     }
     __device__ uint32_t bar() const { return 8 * (stage >> 1); }  // its pair's barrier offset
   };
-  // K and V of a stage: 64 rows of each 64-column half, half-major across the stages
-  // (half h of stage st at h * S + st halves), so the K or V of a step's two stages
-  // (n even, n + 1) is one 128-row wgmma operand.
-  constexpr uint32_t kHalf = kKeyTile * 128;
-  constexpr uint32_t kHalfStride = S * kHalf;
-  auto stage_off = [](int stage) { return static_cast<uint32_t>(stage) * kHalf; };
+  // K and V of a stage: its 64 rows as eight 8-row groups of both halves (ring_off), the
+  // stages one after another, so the K or V of a step's two stages (n even, n + 1) is one
+  // 128-row wgmma operand.
+  constexpr uint32_t kRowBytes = D * 2;  // a ring row's bytes, in steps of 8 rows
+  constexpr uint32_t kGroupBytes = 8 * kRowBytes;
+  constexpr uint32_t kHalfOffset = 1024;  // a group's second half
+  auto stage_off = [](int stage) { return static_cast<uint32_t>(stage) * C::kTileBytes; };
   // Chunk c of row r of stage 0: the ring's K (or V) is one swizzled operand of S * 64 rows.
-  auto kv_off = [](int r, int c) { return swz<S * kKeyTile>(r, c); };
+  auto kv_off = [](int r, int c) { return ring_off<NH>(r, c); };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int B = p.layout.block_size;
@@ -382,8 +396,8 @@ __global__ void __launch_bounds__(384, 1)
           fp8::convert_e4m3x4_f16(w.y, a.z, a.w);
           fp8::convert_e4m3x4_f16(w.z, b.x, b.y);
           fp8::convert_e4m3x4_f16(w.w, b.z, b.w);
-          *reinterpret_cast<uint4 *>(dst + i * 8 * kGroups * 128) = a;
-          *reinterpret_cast<uint4 *>(dst_b + i * 8 * kGroups * 128) = b;
+          *reinterpret_cast<uint4 *>(dst + i * kGroups * kGroupBytes) = a;
+          *reinterpret_cast<uint4 *>(dst_b + i * kGroups * kGroupBytes) = b;
         }
       };
       if (filled >= S) mbar_wait(pair_bar(empty_k, stage), parity);
@@ -446,11 +460,12 @@ __global__ void __launch_bounds__(384, 1)
           const uint32_t d = dst + kv_off(r0, c);
           if (tok_stride == D) {
 #pragma unroll
-            for (int i = 0; i < kKeyTile / kRowStep; ++i) cp_async_16(d + i * kRowStep * 128, src + i * kRowStep * D);
+            for (int i = 0; i < kKeyTile / kRowStep; ++i)
+              cp_async_16(d + i * kRowStep * kRowBytes, src + i * kRowStep * D);
           } else {
 #pragma unroll
             for (int i = 0; i < kKeyTile / kRowStep; ++i)
-              cp_async_16(d + i * kRowStep * 128, src + static_cast<int64_t>(i * kRowStep) * tok_stride);
+              cp_async_16(d + i * kRowStep * kRowBytes, src + static_cast<int64_t>(i * kRowStep) * tok_stride);
           }
         } else {
           // Pages under 64 tokens (or a tile past the sequence's end): the page ids of a
@@ -482,31 +497,28 @@ __global__ void __launch_bounds__(384, 1)
           }
         }
       };
-      // A tile by TMA: thread 0 expects its bytes and issues a box per 64-column half, the
-      // others only arrive (so each stage has the same arrivals). kPageBoxes: thread j
-      // issues the boxes of the tile's j-th page, each of page_size rows at its row offset
-      // (a multiple of 8 rows, so the 128-byte swizzle, which TMA takes from the address,
-      // lays the rows out as one 64-row box would); the phase waits for thread 0's bytes
-      // and arrival whenever the boxes land.
-      static_assert(C::kTileBytes == NH * kTmaBoxTokens * kTmaBoxColumns * static_cast<int>(sizeof(T)),
-                    "thread 0 expects a tile's bytes from NH boxes of 64 rows or their page-sized parts");
+      // A tile by TMA: thread 0 expects its bytes and issues the tile's one box (whole 8-row
+      // groups of both halves: kv_tensor_map.cpp), the others only arrive (so each stage
+      // has the same arrivals). kPageBoxes: thread j issues the box of the tile's j-th
+      // page, page_size rows at its row offset (whole groups); the phase waits for thread
+      // 0's bytes and arrival whenever the boxes land.
+      static_assert(C::kTileBytes == kTmaBoxTokens * NH * kTmaBoxColumns * static_cast<int>(sizeof(T)),
+                    "thread 0 expects a tile's bytes from one box of 64 rows or its page-sized parts");
       auto load_boxes = [&](uint32_t dst, const CUtensorMap &map, uint32_t bar) {
-        auto boxes = [&](uint32_t to, int slot) {
+        auto box = [&](uint32_t to, int group) {  // group: the box's first 8-row group in its page
           const int pg = static_cast<int>(page);
-          auto coord = [&](int dim) { return maps.dim_tok == dim ? slot : maps.dim_head == dim ? kvh : pg; };
-#pragma unroll
-          for (int hh = 0; hh < NH; ++hh)
-            tma_load_4d(to + hh * kHalfStride, &map, hh * 64, coord(1), coord(2), coord(3), bar);
+          tma_load_5d(to, &map, 0, 0, 0, group * maps.c3_g + kvh * maps.c3_h + pg * maps.c3_p,
+                      group * maps.c4_g + kvh * maps.c4_h + pg * maps.c4_p, bar);
         };
         if constexpr (kPageBoxes) {
           if (tid == 0)
             mbar_arrive_expect_tx(bar, C::kTileBytes);
           else
             mbar_arrive(bar);
-          if (tid < (kKeyTile >> p.page_shift)) boxes(dst + (static_cast<uint32_t>(tid) << (p.page_shift + 7)), 0);
+          if (tid < (kKeyTile >> p.page_shift)) box(dst + (static_cast<uint32_t>(tid) << p.page_shift) * kRowBytes, 0);
         } else if (tid == 0) {
           mbar_arrive_expect_tx(bar, C::kTileBytes);
-          boxes(dst, k0 & page_mask);
+          box(dst, (k0 & page_mask) >> 3);
         } else {
           mbar_arrive(bar);
         }
@@ -679,8 +691,8 @@ __global__ void __launch_bounds__(384, 1)
   };
   // Base descriptors; every operand of a step is a constant or per-stage offset from one.
   const uint64_t q_desc = sw128_desc(smem_addr(sQ) + cg * 64 * 128, 1024);
-  const uint64_t k_desc = sw128_desc(smem_addr(sK), 1024);
-  const uint64_t v_desc = sw128_desc(smem_addr(sV), 1024, kHalfStride);
+  const uint64_t k_desc = sw128_desc(smem_addr(sK), kGroupBytes);
+  const uint64_t v_desc = sw128_desc(smem_addr(sV), kGroupBytes, kHalfOffset);
   // S of the step at stages n, n + 1: one N = 128 operand (a pad's stale keys are masked).
   auto issue_s = [&](Ring n) {
     wgmma_fence();
@@ -689,7 +701,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t off = (kk & 3) * 32;  // 16 columns = 32 bytes into the 128-byte row
       wgmma_ss128<MT>(s[0], s[1], desc_advance(q_desc, (kk >> 2) * (BM * 128) + off),
-                      desc_advance(k_stage, (kk >> 2) * kHalfStride + off), kk > 0);
+                      desc_advance(k_stage, (kk >> 2) * kHalfOffset + off), kk > 0);
     }
     wgmma_commit();
   };
@@ -702,9 +714,9 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         if constexpr (NH == 2)  // both 64-column halves of V at once (LBO apart)
-          wgmma_rs_tb128<MT>(o[0], o[NH - 1], P[4 * t + kk], desc_advance(v_stage, kk * 16 * 128));
+          wgmma_rs_tb128<MT>(o[0], o[NH - 1], P[4 * t + kk], desc_advance(v_stage, kk * 2 * kGroupBytes));
         else
-          wgmma_rs_tb<MT>(o[0], P[4 * t + kk], desc_advance(v_stage, kk * 16 * 128));
+          wgmma_rs_tb<MT>(o[0], P[4 * t + kk], desc_advance(v_stage, kk * 2 * kGroupBytes));
       }
     }
     wgmma_commit();
