@@ -28,8 +28,12 @@ struct OuterDim {
 // page, consecutive coordinates), so `outer` must box 1.
 inline bool merge_outer(const OuterDim &inner, const OuterDim &outer, OuterDim &to) {
   if (outer.box != 1 || outer.stride != inner.extent * inner.stride) return false;
-  to = OuterDim{inner.extent * outer.extent, inner.stride,  inner.box,
-                inner.g + outer.g * inner.extent, inner.h + outer.h * inner.extent, inner.p + outer.p * inner.extent};
+  to = OuterDim{inner.extent * outer.extent,
+                inner.stride,
+                inner.box,
+                inner.g + outer.g * inner.extent,
+                inner.h + outer.h * inner.extent,
+                inner.p + outer.p * inner.extent};
   return true;
 }
 

@@ -122,75 +122,81 @@ KvTensorMaps encode_uncached(const Params &p, KvElement element, int head_dim, i
   const uint32_t box_tokens = static_cast<uint32_t>(std::min(page_size, kTmaBoxTokens));
   PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
   if (!encode) return m;
-  if (element == KvElement::E4m3) {
-    // Whole rows of D bytes, swizzled by their own width (the staging layout the kernel
-    // widens from: e4m3_stage_off).
-    const CUtensorMapSwizzle swizzle = head_dim == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
-    int order[3] = {1, 2, 3};  // dimension of token, head, page
-    auto one = [&](CUtensorMap &map, const void *base, int64_t tok, int64_t head, int64_t page) {
-      struct Dim {
-        int64_t stride;  // elements
-        uint64_t extent;
-        uint32_t box;
-        int which;  // 0 token, 1 head, 2 page
-      };
-      // A page id past num_pages reads zeros through TMA (such ids are the caller's error on
-      // CUDA, as for the cp.async path, which reads whatever lies there).
-      std::array<Dim, 3> d = {Dim{tok, static_cast<uint64_t>(page_size), box_tokens, 0},
-                              Dim{head, static_cast<uint64_t>(num_kv_heads), 1, 1},
-                              Dim{page, static_cast<uint64_t>(p.num_pages), 1, 2}};
-      std::stable_sort(d.begin(), d.end(), [](const Dim &a, const Dim &b) { return a.stride < b.stride; });
-      cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), d[0].extent, d[1].extent, d[2].extent};
-      cuuint64_t strides[3] = {static_cast<cuuint64_t>(d[0].stride), static_cast<cuuint64_t>(d[1].stride),
-                               static_cast<cuuint64_t>(d[2].stride)};
-      cuuint32_t box[4] = {static_cast<cuuint32_t>(head_dim), d[0].box, d[1].box, d[2].box};
-      cuuint32_t step[4] = {1, 1, 1, 1};
-      for (int i = 0; i < 3; ++i) order[d[i].which] = 1 + i;
-      return encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void *>(base), dims, strides, box, step,
-                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+  const bool e4m3 = element == KvElement::E4m3;
+  const CUtensorMapDataType type = e4m3                         ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : element == KvElement::Bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const int64_t elem_bytes = e4m3 ? 1 : 2;
+  if (!e4m3 && page_size < kTmaBoxTokens) {
+    // 16-bit pages under 64 tokens: (64 columns, 8 rows, halves, A, B), a page's whole
+    // 8-row groups of both halves in one box. The strides are not increasing (the halves,
+    // 128 bytes apart, lie outside the rows): TMA takes any strides and lands a box in
+    // shared memory in dimension order, group by group, a group's halves 1024 bytes apart,
+    // as the kernel's grouped ring (RingLayout) holds them.
+    const int halves = head_dim / kTmaBoxColumns;
+    struct Coeffs {
+      int64_t h[2], p[2];
+    };
+    auto one = [&](CUtensorMap &map, Coeffs &c, const void *base, int64_t tok, int64_t head, int64_t page) {
+      tma::OuterDim a, b;
+      if (!tma::box_outer_dims(page_size, box_tokens, tok, head, page, num_kv_heads, p.num_pages, a, b)) return false;
+      c = Coeffs{{a.h, b.h}, {a.p, b.p}};  // a box starts at its page's first group: g = 0
+      // The halves' stride must be a multiple of 16 bytes even where there is one half.
+      cuuint64_t dims[5] = {static_cast<cuuint64_t>(kTmaBoxColumns), 8, static_cast<cuuint64_t>(halves),
+                            static_cast<cuuint64_t>(a.extent), static_cast<cuuint64_t>(b.extent)};
+      cuuint64_t strides[4] = {
+          static_cast<cuuint64_t>(tok * elem_bytes), static_cast<cuuint64_t>(kTmaBoxColumns * elem_bytes),
+          static_cast<cuuint64_t>(a.stride * elem_bytes), static_cast<cuuint64_t>(b.stride * elem_bytes)};
+      cuuint32_t box[5] = {kTmaBoxColumns, 8, static_cast<cuuint32_t>(halves), a.box, b.box};
+      cuuint32_t step[5] = {1, 1, 1, 1, 1};
+      return encode(&map, type, 5, const_cast<void *>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
     };
-    const bool ok_k = one(m.k, p.k, p.k_tok, p.k_head, p.k_page);
-    const int k_order[3] = {order[0], order[1], order[2]};
-    const bool ok_v = one(m.v, p.v, p.v_tok, p.v_head, p.v_page);
-    // The kernel builds one coordinate list for both: their dimensions must be in one order.
-    m.valid = ok_k && ok_v && std::equal(k_order, k_order + 3, order);
-    m.dim_tok = order[0], m.dim_head = order[1], m.dim_page = order[2];
+    Coeffs ck{}, cv{};
+    const bool ok_k = one(m.k, ck, p.k, p.k_tok, p.k_head, p.k_page);
+    const bool ok_v = one(m.v, cv, p.v, p.v_tok, p.v_head, p.v_page);
+    // The kernel builds one coordinate list for both.
+    m.valid = ok_k && ok_v && std::equal(ck.h, ck.h + 2, cv.h) && std::equal(ck.p, ck.p + 2, cv.p);
+    m.c3_h = static_cast<int32_t>(ck.h[0]), m.c4_h = static_cast<int32_t>(ck.h[1]);
+    m.c3_p = static_cast<int32_t>(ck.p[0]), m.c4_p = static_cast<int32_t>(ck.p[1]);
     return m;
   }
-  // 16-bit pages: (64 columns, 8 rows, halves, A, B), boxes of whole 8-row groups of both
-  // halves. The strides are not increasing (the halves, 128 bytes apart, lie outside the
-  // rows): TMA takes any strides, and the box lands in shared memory in dimension order,
-  // group by group, each group's halves 1024 bytes apart, as ring_off lays a stage out.
-  const CUtensorMapDataType type =
-      element == KvElement::Bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const int halves = head_dim / kTmaBoxColumns;
-  struct Coeffs {
-    int64_t c3[3], c4[3];
+  // 16-bit pages of 64 tokens or more: 64-column (128-byte) boxes; e4m3: whole rows of D
+  // bytes, swizzled by their own width (the staging layout the kernel widens from:
+  // e4m3_stage_off).
+  const uint32_t box_columns = e4m3 ? static_cast<uint32_t>(head_dim) : kTmaBoxColumns;
+  const CUtensorMapSwizzle swizzle = e4m3 && head_dim == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
+  int order[3] = {1, 2, 3};  // dimension of token, head, page
+  auto one = [&](CUtensorMap &map, const void *base, int64_t tok, int64_t head, int64_t page) {
+    struct Dim {
+      int64_t stride;  // elements
+      uint64_t extent;
+      uint32_t box;
+      int which;  // 0 token, 1 head, 2 page
+    };
+    // A page id past num_pages reads zeros through TMA (such ids are the caller's error on
+    // CUDA, as for the cp.async path, which reads whatever lies there).
+    std::array<Dim, 3> d = {Dim{tok, static_cast<uint64_t>(page_size), box_tokens, 0},
+                            Dim{head, static_cast<uint64_t>(num_kv_heads), 1, 1},
+                            Dim{page, static_cast<uint64_t>(p.num_pages), 1, 2}};
+    std::stable_sort(d.begin(), d.end(), [](const Dim &a, const Dim &b) { return a.stride < b.stride; });
+    cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), d[0].extent, d[1].extent, d[2].extent};
+    cuuint64_t strides[3] = {static_cast<cuuint64_t>(d[0].stride * elem_bytes),
+                             static_cast<cuuint64_t>(d[1].stride * elem_bytes),
+                             static_cast<cuuint64_t>(d[2].stride * elem_bytes)};
+    cuuint32_t box[4] = {box_columns, d[0].box, d[1].box, d[2].box};
+    cuuint32_t step[4] = {1, 1, 1, 1};
+    for (int i = 0; i < 3; ++i) order[d[i].which] = 1 + i;
+    return encode(&map, type, 4, const_cast<void *>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
   };
-  auto one = [&](CUtensorMap &map, Coeffs &c, const void *base, int64_t tok, int64_t head, int64_t page) {
-    tma::OuterDim a, b;
-    if (!tma::box_outer_dims(page_size, box_tokens, tok, head, page, num_kv_heads, p.num_pages, a, b)) return false;
-    c = Coeffs{{a.g, a.h, a.p}, {b.g, b.h, b.p}};
-    // The halves' stride must be a multiple of 16 bytes even where there is one half.
-    cuuint64_t dims[5] = {static_cast<cuuint64_t>(kTmaBoxColumns), 8, static_cast<cuuint64_t>(halves),
-                          static_cast<cuuint64_t>(a.extent), static_cast<cuuint64_t>(b.extent)};
-    cuuint64_t strides[4] = {static_cast<cuuint64_t>(tok * 2), static_cast<cuuint64_t>(kTmaBoxColumns * 2),
-                             static_cast<cuuint64_t>(a.stride * 2), static_cast<cuuint64_t>(b.stride * 2)};
-    cuuint32_t box[5] = {kTmaBoxColumns, 8, static_cast<cuuint32_t>(halves), a.box, b.box};
-    cuuint32_t step[5] = {1, 1, 1, 1, 1};
-    return encode(&map, type, 5, const_cast<void *>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-  };
-  Coeffs ck{}, cv{};
-  const bool ok_k = one(m.k, ck, p.k, p.k_tok, p.k_head, p.k_page);
-  const bool ok_v = one(m.v, cv, p.v, p.v_tok, p.v_head, p.v_page);
-  // The kernel builds one coordinate list for both.
-  m.valid = ok_k && ok_v && std::equal(ck.c3, ck.c3 + 3, cv.c3) && std::equal(ck.c4, ck.c4 + 3, cv.c4);
-  m.c3_g = static_cast<int32_t>(ck.c3[0]), m.c3_h = static_cast<int32_t>(ck.c3[1]);
-  m.c3_p = static_cast<int32_t>(ck.c3[2]), m.c4_g = static_cast<int32_t>(ck.c4[0]);
-  m.c4_h = static_cast<int32_t>(ck.c4[1]), m.c4_p = static_cast<int32_t>(ck.c4[2]);
+  const bool ok_k = one(m.k, p.k, p.k_tok, p.k_head, p.k_page);
+  const int k_order[3] = {order[0], order[1], order[2]};
+  const bool ok_v = one(m.v, p.v, p.v_tok, p.v_head, p.v_page);
+  // The kernel builds one coordinate list for both: their dimensions must be in one order.
+  m.valid = ok_k && ok_v && std::equal(k_order, k_order + 3, order);
+  m.dim_tok = order[0], m.dim_head = order[1], m.dim_page = order[2];
   return m;
 }
 

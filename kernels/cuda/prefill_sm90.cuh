@@ -12,11 +12,11 @@
 //  - warpgroup 0, the producer, gives most of its registers away (setmaxnreg), lists the
 //    visible 64-token key tiles (skipped / full / masked with the allowed bits of the tile's
 //    at most three query blocks) and fetches K and V of each through the block table into
-//    a ring of stages, stored as 8-row groups of 128-byte-swizzled 64-column halves
-//    (ring_off) that wgmma reads through descriptors: a tile inside one page by TMA (one
-//    box of the whole tile, from descriptors of the pool made per launch:
-//    kv_tensor_map.cpp), a tile over pages of 8..32 tokens by a TMA box per page
-//    (kPageBoxes, a variant of its own), any
+//    a ring of stages, stored as 128-byte-swizzled 64-column halves that wgmma reads
+//    through descriptors (RingLayout): a tile inside one page by TMA (one 64 x 64 box per
+//    half, from descriptors of the pool made per launch: kv_tensor_map.cpp), a tile over
+//    pages of 8..32 tokens by a TMA box of both halves per page (kPageBoxes, a variant of
+//    its own, whose ring holds 8-row groups of both halves), any
 //    other (pages under 8 tokens, a sequence's partial last tile, zero-filled past its
 //    end) by cp.async gathers. A stage carries its tile's list entry. Stages go in pairs (one consumer
 //    step), each pair with four mbarriers: K landed (cp.async.mbarrier.arrive, or the TMA
@@ -62,7 +62,7 @@ namespace bspa::kernels::sm90 {
 
 constexpr int kKeyTile = cuda::kKeyTileTokens;
 static_assert(kTmaBoxTokens == kKeyTile && kTmaBoxColumns * 2 == 128,
-              "a TMA box is one key tile in 8-row groups of 128-byte halves, as a stage stores it");
+              "a TMA box is one key tile's 128-byte half, or a page's 8-row groups of them, as a stage stores it");
 constexpr int kListCap = 512;       // key tiles classified per producer pass
 constexpr int kLastTile = 1 << 27;  // stage entry flag: no tile of this query tile follows
 constexpr int kNoTiles = -1;        // stage entry of a query tile that sees no key tile
@@ -121,16 +121,33 @@ __device__ __forceinline__ uint32_t swz(int r, int c) {
   return static_cast<uint32_t>((c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-// Byte offset of 16-byte chunk c (of D/8) of row r in the K or V ring: 8-row groups of NH
-// 64-column halves, a half of a group one 1024-byte atom (8 rows of 128 bytes, chunks
-// XOR-swizzled within it: the wgmma 128B mode), a group's halves side by side. So the
-// rows of a group are contiguous across both halves, and one TMA box writes whole groups
-// (a page of 16 tokens: two groups, 4 KB, where half-major stages took a box per half);
-// wgmma steps over the groups by SBO = NH x 1024 and over the halves by 1024.
-template <int NH>
-__device__ __forceinline__ uint32_t ring_off(int r, int c) {
-  return static_cast<uint32_t>(((r >> 3) * NH + (c >> 3)) * 1024 + (r & 7) * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
+// The K or V ring of S stages of 64 rows, NH 64-column halves a row, each half of 8 rows
+// one 1024-byte atom of 128-byte rows whose 16-byte chunks are XOR-swizzled by the row
+// (the wgmma 128B mode). Half-major (kGrouped false): half h of every stage together, a
+// stage's 64 rows of a half contiguous, so a tile inside one page is a 64-row box per
+// half. Grouped: 8-row groups of both halves, the stages one after another, so one box
+// writes whole groups of both halves: a 16-token page's part of a tile is one 4 KB box
+// instead of two of 2 KB (a 16-token-page tile took 16 boxes a step, and the TMA unit's
+// rate for such small boxes, not bytes, held the consumers back: bench/NOTES.md, "Pages
+// under 64 tokens"). Either way a step's two stages (n even, n + 1) of K or V are one
+// 128-row wgmma operand: rows 8 apart are kGroupBytes apart (SBO), a row's halves
+// kHalfOffset (K's descriptor step, V's LBO).
+template <int NH, int S, bool kGrouped>
+struct RingLayout {
+  static constexpr uint32_t kAtom = 1024;
+  static constexpr uint32_t kGroupBytes = kGrouped ? NH * kAtom : kAtom;
+  static constexpr uint32_t kHalfOffset = kGrouped ? kAtom : S * kKeyTile * 128;
+  static constexpr uint32_t kStageBytes = 8 * kGroupBytes;  // stage st at st x this
+  static constexpr uint32_t kRowBytes = kGroupBytes / 8;    // a row's step, for rows 8 apart
+  // Byte offset of 16-byte chunk c (of NH * 8) of row r (of S * 64).
+  static __device__ __forceinline__ uint32_t off(int r, int c) {
+    if constexpr (kGrouped)
+      return static_cast<uint32_t>((r >> 3) * kGroupBytes + (c >> 3) * kHalfOffset + (r & 7) * 128 +
+                                   (((c & 7) ^ (r & 7)) << 4));
+    else
+      return swz<S * kKeyTile>(r, c);
+  }
+};
 
 // The producer warpgroup's own barrier (it lists key tiles without the consumers).
 struct ProducerBarrier {
@@ -199,15 +216,13 @@ __global__ void __launch_bounds__(384, 1)
     }
     __device__ uint32_t bar() const { return 8 * (stage >> 1); }  // its pair's barrier offset
   };
-  // K and V of a stage: its 64 rows as eight 8-row groups of both halves (ring_off), the
-  // stages one after another, so the K or V of a step's two stages (n even, n + 1) is one
-  // 128-row wgmma operand.
-  constexpr uint32_t kRowBytes = D * 2;  // a ring row's bytes, in steps of 8 rows
-  constexpr uint32_t kGroupBytes = 8 * kRowBytes;
-  constexpr uint32_t kHalfOffset = 1024;  // a group's second half
-  auto stage_off = [](int stage) { return static_cast<uint32_t>(stage) * C::kTileBytes; };
+  // K and V of a stage (RingLayout): grouped where tiles come a page box at a time.
+  using KvRing = RingLayout<NH, S, kPageBoxes>;
+  constexpr uint32_t kRowBytes = KvRing::kRowBytes, kGroupBytes = KvRing::kGroupBytes,
+                     kHalfOffset = KvRing::kHalfOffset;
+  auto stage_off = [](int stage) { return static_cast<uint32_t>(stage) * KvRing::kStageBytes; };
   // Chunk c of row r of stage 0: the ring's K (or V) is one swizzled operand of S * 64 rows.
-  auto kv_off = [](int r, int c) { return ring_off<NH>(r, c); };
+  auto kv_off = [](int r, int c) { return KvRing::off(r, c); };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int B = p.layout.block_size;
@@ -497,28 +512,30 @@ __global__ void __launch_bounds__(384, 1)
           }
         }
       };
-      // A tile by TMA: thread 0 expects its bytes and issues the tile's one box (whole 8-row
-      // groups of both halves: kv_tensor_map.cpp), the others only arrive (so each stage
-      // has the same arrivals). kPageBoxes: thread j issues the box of the tile's j-th
-      // page, page_size rows at its row offset (whole groups); the phase waits for thread
-      // 0's bytes and arrival whenever the boxes land.
-      static_assert(C::kTileBytes == kTmaBoxTokens * NH * kTmaBoxColumns * static_cast<int>(sizeof(T)),
-                    "thread 0 expects a tile's bytes from one box of 64 rows or its page-sized parts");
+      // A tile by TMA: thread 0 expects its bytes and issues a box per 64-column half, the
+      // others only arrive (so each stage has the same arrivals). kPageBoxes: thread j
+      // issues the box of the tile's j-th page, both halves of its page_size rows (whole
+      // 8-row groups, kv_tensor_map.cpp) at its row offset, so the 128-byte swizzle, which
+      // TMA takes from the address, lays the rows out as the grouped ring wants; the phase
+      // waits for thread 0's bytes and arrival whenever the boxes land.
+      static_assert(C::kTileBytes == NH * kTmaBoxTokens * kTmaBoxColumns * static_cast<int>(sizeof(T)),
+                    "thread 0 expects a tile's bytes from NH boxes of 64 rows or their page-sized parts");
       auto load_boxes = [&](uint32_t dst, const CUtensorMap &map, uint32_t bar) {
-        auto box = [&](uint32_t to, int group) {  // group: the box's first 8-row group in its page
-          const int pg = static_cast<int>(page);
-          tma_load_5d(to, &map, 0, 0, 0, group * maps.c3_g + kvh * maps.c3_h + pg * maps.c3_p,
-                      group * maps.c4_g + kvh * maps.c4_h + pg * maps.c4_p, bar);
-        };
+        const int pg = static_cast<int>(page);
         if constexpr (kPageBoxes) {
           if (tid == 0)
             mbar_arrive_expect_tx(bar, C::kTileBytes);
           else
             mbar_arrive(bar);
-          if (tid < (kKeyTile >> p.page_shift)) box(dst + (static_cast<uint32_t>(tid) << p.page_shift) * kRowBytes, 0);
+          if (tid < (kKeyTile >> p.page_shift))
+            tma_load_5d(dst + (static_cast<uint32_t>(tid) << p.page_shift) * kRowBytes, &map, 0, 0, 0,
+                        kvh * maps.c3_h + pg * maps.c3_p, kvh * maps.c4_h + pg * maps.c4_p, bar);
         } else if (tid == 0) {
           mbar_arrive_expect_tx(bar, C::kTileBytes);
-          box(dst, (k0 & page_mask) >> 3);
+          auto coord = [&](int dim) { return maps.dim_tok == dim ? k0 & page_mask : maps.dim_head == dim ? kvh : pg; };
+#pragma unroll
+          for (int hh = 0; hh < NH; ++hh)
+            tma_load_4d(dst + hh * kHalfOffset, &map, hh * 64, coord(1), coord(2), coord(3), bar);
         } else {
           mbar_arrive(bar);
         }

@@ -78,30 +78,28 @@ struct TileListing {
 // BSPA_CUDA_LIST_TILES=0 (read once) keeps every launch on the whole grid: for A/B timing.
 bool tile_listing_allowed();
 
-// A TMA box: one key tile's 64 tokens (both 64-column halves of a 16-bit row at once), or
-// one page's tokens where pages are shorter (kTmaMinPageTokens and up).
+// A TMA box: one key tile's 64 tokens by one 64-column (128-byte) half of the head dim,
+// or one page's tokens where pages are shorter (kTmaMinPageTokens and up).
 constexpr int kTmaBoxTokens = 64;
 constexpr int kTmaBoxColumns = 64;
 constexpr int kTmaMinPageTokens = 8;
 
-// TMA descriptors of the paged K and V for the producer. 16-bit pages: five dimensions,
-// (64 columns, 8 token rows, the head dim's 64-column halves, then two from {8-row groups
-// of a page, KV head, page} after merging two of those whose strides chain), so one box
-// writes whole 8-row groups of both halves in the ring's layout (prefill_sm90.cuh,
-// ring_off): a 64-token tile is one box per tensor, a tile over 16-token pages four. The
-// coordinates of dimensions 3 and 4 are g * *_g + head * *_h + page * *_p for the box's
-// first group g within its page. e4m3 pages: four dimensions (head dim, then token-in-page,
-// KV head and page in the order of their strides), one box of whole rows (D bytes,
-// swizzled by D bytes) per tile or page. valid = 0 (and cp.async gathers instead) where
-// pages are shorter than kTmaMinPageTokens, K and V need different coordinates, no two of
-// the three outer dimensions merge (16-bit pages), the driver cannot describe them (or has
-// no encoder), or BSPA_CUDA_TMA=0.
+// TMA descriptors of the paged K and V for the producer. 16-bit pages of 64 tokens or
+// more, and e4m3 pages: four dimensions (the head dim, then token-in-page, KV head and page
+// in the order of their strides), a 64-token tile as two 64-column boxes (16-bit) or one
+// box of whole rows (e4m3: D bytes, swizzled by D bytes) per tile or page. 16-bit pages of
+// 8..32 tokens: five (64 columns, 8 token rows, the head dim's halves, then two made of
+// {the page's 8-row groups, KV head, page}: kernels/tma_box_dims.hpp), one box per page of
+// its whole 8-row groups of both halves, at coordinates (0, 0, 0, head x c3_h + page x
+// c3_p, head x c4_h + page x c4_p). valid = 0 (and cp.async gathers instead) where pages
+// are shorter than kTmaMinPageTokens, K and V need different coordinates, the outer
+// dimensions do not merge, the driver cannot describe them (or has no encoder), or
+// BSPA_CUDA_TMA=0.
 struct KvTensorMaps {
   CUtensorMap k, v;
   int32_t valid = 0;
-  int32_t dim_tok = 1, dim_head = 2, dim_page = 3;  // e4m3: where each lives among dimensions 1..3
-  int32_t c3_g = 0, c3_h = 0, c3_p = 0;             // 16-bit: coordinate 3's multipliers
-  int32_t c4_g = 0, c4_h = 0, c4_p = 0;             // and coordinate 4's
+  int32_t dim_tok = 1, dim_head = 2, dim_page = 3;  // four dimensions: where each lives among 1..3
+  int32_t c3_h = 0, c3_p = 0, c4_h = 0, c4_p = 0;   // five: coordinates 3 and 4 of a page's box
 };
 enum class KvElement : int32_t { Bf16, F16, E4m3 };
 KvTensorMaps encode_kv_maps(const Params &p, KvElement element, int head_dim, int num_kv_heads);
