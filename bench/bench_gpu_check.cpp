@@ -57,6 +57,9 @@ struct Case {
   // consecutive ids, as a fresh pool hands them out); 2 in order but for a swap every five
   // pages (runs broken inside tiles). bench/NOTES.md, "Pages under 64 tokens", session 15.
   int page_order = 0;
+  // Each page's K (and V) followed by a page-sized gap of NaN, as where K and V of a page
+  // share one block ([pages, 2, ...], FlashInfer's layouts): the page stride twice a page.
+  bool interleaved = false;
 };
 
 const DLDevice kCpu{kDLCPU, 0};
@@ -72,7 +75,7 @@ std::string describe(const Case &c) {
                   (c.page_order == 1   ? " page-runs"
                    : c.page_order == 2 ? " broken-runs"
                                        : "") +
-                  " seqs";
+                  (c.interleaved ? " interleaved" : "") + " seqs";
   for (auto &sq : c.seqs) s += " " + std::to_string(sq.first) + "+" + std::to_string(sq.second);
   return s;
 }
@@ -171,15 +174,16 @@ void run_paged(const Case &c, uint64_t seed) {
   std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages, -1);
   const uint16_t nan16 = 0xffff;
   const size_t page_elems = static_cast<size_t>(c.hkv) * c.ps * c.D;
-  std::vector<uint16_t> k(c.fp8 ? 0 : page_elems * total_pages, nan16), v(k.size(), nan16);
+  const size_t page_stride = c.interleaved ? 2 * page_elems : page_elems;
+  std::vector<uint16_t> k(c.fp8 ? 0 : page_stride * total_pages, nan16), v(k.size(), nan16);
   // fp8: pages of bytes (unwritten slots hold the NaN code), scales per KV head near amax / 448.
-  std::vector<uint8_t> k8(c.fp8 ? page_elems * total_pages : 0, 0x7f), v8(k8.size(), 0x7f);
+  std::vector<uint8_t> k8(c.fp8 ? page_stride * total_pages : 0, 0x7f), v8(k8.size(), 0x7f);
   std::vector<float> kv_scales(2 * c.hkv);
   for (int h = 0; h < c.hkv; ++h) kv_scales[h] = 0.009f + 0.002f * h, kv_scales[c.hkv + h] = 0.011f - 0.001f * (h % 4);
   // element (page, head, slot, d)
   auto at = [&](int page, int h, int slot, int d) -> size_t {
-    return c.token_major ? ((static_cast<size_t>(page) * c.ps + slot) * c.hkv + h) * c.D + d
-                         : ((static_cast<size_t>(page) * c.hkv + h) * c.ps + slot) * c.D + d;
+    return page * page_stride + (c.token_major ? (static_cast<size_t>(slot) * c.hkv + h) * c.D + d
+                                               : (static_cast<size_t>(h) * c.ps + slot) * c.D + d);
   };
   int next = 0;
   for (int i = 0; i < ns; ++i) {
@@ -207,7 +211,10 @@ void run_paged(const Case &c, uint64_t seed) {
 
   const std::vector<int64_t> pshape = {total_pages, c.hkv, c.ps, c.D};
   std::vector<int64_t> pstrides;
-  if (c.token_major) pstrides = {static_cast<int64_t>(c.ps) * c.hkv * c.D, c.D, static_cast<int64_t>(c.hkv) * c.D, 1};
+  if (c.token_major)
+    pstrides = {static_cast<int64_t>(page_stride), c.D, static_cast<int64_t>(c.hkv) * c.D, 1};
+  else if (c.interleaved)
+    pstrides = {static_cast<int64_t>(page_stride), static_cast<int64_t>(c.ps) * c.D, c.D, 1};
   const DLDataType hdt = gpu::dl_dtype(c.dt);
   const DLDataType pdt = c.fp8 ? DLDataType{kDLUInt, 8, 1} : hdt;
   void *k_host = c.fp8 ? static_cast<void *>(k8.data()) : k.data(),
@@ -917,13 +924,25 @@ int main(int argc, char **argv) {
     }
   }
   // Pages under 64 tokens on the sm90a kernel: whole key tiles by TMA, a box per page (8
-  // boxes of 8 rows at 8-token pages), sequence ends by gathers; 4-token pages by gathers
-  // only (under the swizzle's 8 rows); token-major pages order the TMA dimensions apart.
+  // at 8-token pages) or per run of consecutive pages, sequence ends by gathers; 4-token
+  // pages by gathers only (under the swizzle's 8 rows); token-major pages merge the TMA
+  // dimensions differently (kernels/tma_box_dims.hpp). Interleaved pages (K and V of a page
+  // in one block): head-major ones merge groups into heads, token-major ones do not merge
+  // and take a box per 8-row group; in order (runs) and shuffled, D 128 and 64.
   std::vector<Case> small_pages;
   for (int ps : {8, 4, 16}) {
     Case c;
     c.hq = 8, c.hkv = 2, c.ps = ps, c.layout = ps == 16 ? 3 : 1, c.token_major = ps == 16;
     c.seqs = {{777, 300}, {64, 129}, {0, 70}};
+    small_pages.push_back(c);
+  }
+  for (int i = 0; i < 6; ++i) {
+    Case c;
+    c.dt = i % 2 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16;
+    c.D = i % 3 == 2 ? 64 : 128;
+    c.hq = 8, c.hkv = 2, c.ps = i < 4 ? 16 : 8 << (i % 3), c.layout = i % 2 ? 0 : 1;
+    c.interleaved = true, c.token_major = i % 2 == 1, c.page_order = i % 3 == 0 ? 0 : 1;
+    c.seqs = {{777, 300}, {64, 129}, {1000 + 7 * i, 65}};
     small_pages.push_back(c);
   }
   cases.insert(cases.end(), small_pages.begin(), small_pages.end());

@@ -62,7 +62,7 @@ namespace bspa::kernels::sm90 {
 
 constexpr int kKeyTile = cuda::kKeyTileTokens;
 static_assert(kTmaBoxTokens == kKeyTile && kTmaBoxColumns * 2 == 128,
-              "a TMA box is one key tile's 128-byte half, or a page's 8-row groups of them, as a stage stores it");
+              "a TMA box is one key tile's 128-byte half, or 8-row groups of both halves, as a stage stores it");
 constexpr int kListCap = 512;       // key tiles classified per producer pass
 constexpr int kLastTile = 1 << 27;  // stage entry flag: no tile of this query tile follows
 constexpr int kNoTiles = -1;        // stage entry of a query tile that sees no key tile
@@ -137,8 +137,7 @@ struct RingLayout {
   static constexpr uint32_t kAtom = 1024;
   static constexpr uint32_t kGroupBytes = kGrouped ? NH * kAtom : kAtom;
   static constexpr uint32_t kHalfOffset = kGrouped ? kAtom : S * kKeyTile * 128;
-  static constexpr uint32_t kStageBytes = 8 * kGroupBytes;  // stage st at st x this
-  static constexpr uint32_t kRowBytes = kGroupBytes / 8;    // a row's step, for rows 8 apart
+  static constexpr uint32_t kStageStride = 8 * kGroupBytes;  // stage st at st x this
   // Byte offset of 16-byte chunk c (of NH * 8) of row r (of S * 64).
   static __device__ __forceinline__ uint32_t off(int r, int c) {
     if constexpr (kGrouped)
@@ -218,9 +217,8 @@ __global__ void __launch_bounds__(384, 1)
   };
   // K and V of a stage (RingLayout): grouped where tiles come a page box at a time.
   using KvRing = RingLayout<NH, S, kPageBoxes>;
-  constexpr uint32_t kRowBytes = KvRing::kRowBytes, kGroupBytes = KvRing::kGroupBytes,
-                     kHalfOffset = KvRing::kHalfOffset;
-  auto stage_off = [](int stage) { return static_cast<uint32_t>(stage) * KvRing::kStageBytes; };
+  constexpr uint32_t kGroupBytes = KvRing::kGroupBytes, kHalfOffset = KvRing::kHalfOffset;
+  auto stage_off = [](int stage) { return static_cast<uint32_t>(stage) * KvRing::kStageStride; };
   // Chunk c of row r of stage 0: the ring's K (or V) is one swizzled operand of S * 64 rows.
   auto kv_off = [](int r, int c) { return KvRing::off(r, c); };
 
@@ -476,11 +474,11 @@ __global__ void __launch_bounds__(384, 1)
           if (tok_stride == D) {
 #pragma unroll
             for (int i = 0; i < kKeyTile / kRowStep; ++i)
-              cp_async_16(d + i * kRowStep * kRowBytes, src + i * kRowStep * D);
+              cp_async_16(d + i * (kRowStep / 8) * kGroupBytes, src + i * kRowStep * D);
           } else {
 #pragma unroll
             for (int i = 0; i < kKeyTile / kRowStep; ++i)
-              cp_async_16(d + i * kRowStep * kRowBytes, src + static_cast<int64_t>(i * kRowStep) * tok_stride);
+              cp_async_16(d + i * (kRowStep / 8) * kGroupBytes, src + static_cast<int64_t>(i * kRowStep) * tok_stride);
           }
         } else {
           // Pages under 64 tokens (or a tile past the sequence's end): the page ids of a
@@ -519,7 +517,7 @@ __global__ void __launch_bounds__(384, 1)
       // TMA takes from the address, lays the rows out as the grouped ring wants; the phase
       // waits for thread 0's bytes and arrival whenever the boxes land.
       static_assert(C::kTileBytes == NH * kTmaBoxTokens * kTmaBoxColumns * static_cast<int>(sizeof(T)),
-                    "thread 0 expects a tile's bytes from NH boxes of 64 rows or their page-sized parts");
+                    "thread 0 expects a tile's bytes from NH boxes of 64 rows or its 8-row groups of both halves");
       auto load_boxes = [&](uint32_t dst, const CUtensorMap &map, uint32_t bar) {
         const int pg = static_cast<int>(page);
         if constexpr (kPageBoxes) {
@@ -527,9 +525,15 @@ __global__ void __launch_bounds__(384, 1)
             mbar_arrive_expect_tx(bar, C::kTileBytes);
           else
             mbar_arrive(bar);
-          if (tid < (kKeyTile >> p.page_shift))
-            tma_load_5d(dst + (static_cast<uint32_t>(tid) << p.page_shift) * kRowBytes, &map, 0, 0, 0,
-                        kvh * maps.c3_h + pg * maps.c3_p, kvh * maps.c4_h + pg * maps.c4_p, bar);
+          if (tid < (kKeyTile >> p.page_shift)) {
+            // A box of the page's 8-row groups, or where its strides do not merge, a box per
+            // group (maps.group_boxes, at token coordinate 8 g).
+            const uint32_t to = dst + (static_cast<uint32_t>(tid) << (p.page_shift - 3)) * kGroupBytes;
+            const int c3 = kvh * maps.c3_h + pg * maps.c3_p, c4 = kvh * maps.c4_h + pg * maps.c4_p;
+#pragma unroll 1
+            for (int g = 0; g < maps.group_boxes; ++g)
+              tma_load_5d(to + g * kGroupBytes, &map, 0, 8 * g, 0, c3, c4, bar);
+          }
         } else if (tid == 0) {
           mbar_arrive_expect_tx(bar, C::kTileBytes);
           auto coord = [&](int dim) { return maps.dim_tok == dim ? k0 & page_mask : maps.dim_head == dim ? kvh : pg; };

@@ -78,8 +78,9 @@ struct TileListing {
 // BSPA_CUDA_LIST_TILES=0 (read once) keeps every launch on the whole grid: for A/B timing.
 bool tile_listing_allowed();
 
-// A TMA box: one key tile's 64 tokens by one 64-column (128-byte) half of the head dim,
-// or one page's tokens where pages are shorter (kTmaMinPageTokens and up).
+// A TMA box: one key tile's 64 tokens by one 64-column (128-byte) half of the head dim
+// (16-bit pages of 64 tokens or more), or one page's tokens where pages are shorter
+// (kTmaMinPageTokens and up; 16-bit: both halves).
 constexpr int kTmaBoxTokens = 64;
 constexpr int kTmaBoxColumns = 64;
 constexpr int kTmaMinPageTokens = 8;
@@ -88,18 +89,21 @@ constexpr int kTmaMinPageTokens = 8;
 // more, and e4m3 pages: four dimensions (the head dim, then token-in-page, KV head and page
 // in the order of their strides), a 64-token tile as two 64-column boxes (16-bit) or one
 // box of whole rows (e4m3: D bytes, swizzled by D bytes) per tile or page. 16-bit pages of
-// 8..32 tokens: five (64 columns, 8 token rows, the head dim's halves, then two made of
+// 8..32 tokens: five, (64 columns, 8 token rows, the head dim's halves, then two made of
 // {the page's 8-row groups, KV head, page}: kernels/tma_box_dims.hpp), one box per page of
-// its whole 8-row groups of both halves, at coordinates (0, 0, 0, head x c3_h + page x
-// c3_p, head x c4_h + page x c4_p). valid = 0 (and cp.async gathers instead) where pages
-// are shorter than kTmaMinPageTokens, K and V need different coordinates, the outer
-// dimensions do not merge, the driver cannot describe them (or has no encoder), or
+// its 8-row groups of both halves, at coordinates (0, 0, 0, head x c3_h + page x c3_p,
+// head x c4_h + page x c4_p); where no two of those merge, (64 columns, the page's tokens,
+// halves, head, page) and a box per 8-row group (group_boxes = page_size / 8, token
+// coordinate 8 g). valid = 0 (and
+// cp.async gathers instead) where pages are shorter than kTmaMinPageTokens, K and V need
+// different coordinates, the driver cannot describe them (or has no encoder), or
 // BSPA_CUDA_TMA=0.
 struct KvTensorMaps {
   CUtensorMap k, v;
   int32_t valid = 0;
   int32_t dim_tok = 1, dim_head = 2, dim_page = 3;  // four dimensions: where each lives among 1..3
   int32_t c3_h = 0, c3_p = 0, c4_h = 0, c4_p = 0;   // five: coordinates 3 and 4 of a page's box
+  int32_t group_boxes = 1;
 };
 enum class KvElement : int32_t { Bf16, F16, E4m3 };
 KvTensorMaps encode_kv_maps(const Params &p, KvElement element, int head_dim, int num_kv_heads);

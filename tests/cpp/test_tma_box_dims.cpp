@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/tma_box_dims.hpp"
 
@@ -48,6 +49,26 @@ void expect_exact(const Layout &l, const OuterDim &a, const OuterDim &b) {
   }
 }
 
+// The addresses of a box's 8-row groups in the order TMA writes them to shared memory (the
+// box's first dimension fastest), from (group 0, head, page).
+std::vector<int64_t> box_groups(const OuterDim &a, const OuterDim &b, uint32_t box_a, uint32_t box_b, int64_t h,
+                                int64_t p) {
+  const int64_t ca = h * a.h + p * a.p, cb = h * b.h + p * b.p;
+  std::vector<int64_t> out;
+  for (uint32_t jb = 0; jb < box_b; ++jb)
+    for (uint32_t ja = 0; ja < box_a; ++ja) out.push_back((ca + ja) * a.stride + (cb + jb) * b.stride);
+  return out;
+}
+
+// A page's box: its groups land in the ring's order.
+void expect_box_in_ring_order(const Layout &l, const OuterDim &a, const OuterDim &b) {
+  const int64_t groups = box_tokens(l.page_size) / 8;
+  const int64_t h = l.heads - 1, p = l.pages - 1;
+  std::vector<int64_t> want;
+  for (int64_t g = 0; g < groups; ++g) want.push_back(g * 8 * l.tok + h * l.head + p * l.page);
+  cr_expect(box_groups(a, b, a.box, b.box, h, p) == want, "%s: a page's box is not its groups in order", l.name);
+}
+
 }  // namespace
 
 Test(tma_box_dims, layouts_that_merge) {
@@ -55,7 +76,7 @@ Test(tma_box_dims, layouts_that_merge) {
   const Layout layouts[] = {
       // bspa's pools: [pages, Hkv, page_size, D].
       {"pool p16", 16, D, 16 * D, 8 * 16 * D, 8, 6},
-      {"pool p8", 8, D, 8 * D, 4 * 8 * D, 4, 5},
+      {"pool p8", 8, D, 8 * D, 4 * 8 * D, 4, 9},
       {"pool p64", 64, D, 64 * D, 2 * 64 * D, 2, 3},
       {"pool p128", 128, D, 128 * D, 2 * 128 * D, 2, 3},
       // vLLM's token-major [pages, page_size, Hkv, D].
@@ -73,6 +94,7 @@ Test(tma_box_dims, layouts_that_merge) {
     cr_assert(box_outer_dims(l.page_size, box_tokens(l.page_size), l.tok, l.head, l.page, l.heads, l.pages, a, b),
               "%s: refused", l.name);
     expect_exact(l, a, b);
+    expect_box_in_ring_order(l, a, b);
   }
 }
 

@@ -65,7 +65,7 @@
  *    asynchronous fault is reported by the call that caused it (not graph capturable).
  *  - BSPA_CUDA_TMA = 0: the sm90 kernel fetches every K/V tile with cp.async gathers
  *    instead of TMA (by default a whole 64-token tile goes by TMA from pages of 8 tokens
- *    or more: one box per page under 64); same results, for comparison and testing.
+ *    or more: boxes of a page's rows under 64); same results, for comparison and testing.
  *  - BSPA_CUDA_DECODE = 0 | 1..8: no decode kernel, or one for queries of up to N new
  *    tokens only (default 8; see bspa_prefill; other values are ignored); same results
  *    within rounding, for comparison.
