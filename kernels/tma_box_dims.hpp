@@ -11,7 +11,6 @@
 
 #include <array>
 #include <cstdint>
-#include <utility>
 
 namespace bspa::kernels::tma {
 
@@ -52,22 +51,16 @@ inline bool box_outer_dims(int64_t page_size, int64_t box_tokens, int64_t tok, i
                            int64_t num_kv_heads, int64_t num_pages, OuterDim &a, OuterDim &b) {
   const std::array<OuterDim, 3> d = {OuterDim{page_size / 8, 8 * tok, static_cast<uint32_t>(box_tokens / 8), 1, 0, 0},
                                      OuterDim{num_kv_heads, head, 1, 0, 1, 0}, OuterDim{num_pages, page, 1, 0, 0, 1}};
-  // The groups' dimension goes first, the one a box spans (a merge or a drop may leave
-  // them second).
-  auto groups_first = [&] {
-    if (b.g != 0) std::swap(a, b);
-    return coordinates_fit(a, b);
-  };
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 3; ++j)
       if (i != j && merge_outer(d[i], d[j], a)) {
         b = d[3 - i - j];
-        return groups_first();
+        return coordinates_fit(a, b);
       }
   for (int i = 0; i < 3; ++i)
     if (d[i].extent == 1 && d[i].box == 1) {
       a = d[(i + 1) % 3], b = d[(i + 2) % 3];
-      return groups_first();
+      return coordinates_fit(a, b);
     }
   return false;
 }

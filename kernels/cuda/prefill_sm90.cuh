@@ -525,15 +525,9 @@ __global__ void __launch_bounds__(384, 1)
             mbar_arrive_expect_tx(bar, C::kTileBytes);
           else
             mbar_arrive(bar);
-          if (tid < (kKeyTile >> p.page_shift)) {
-            // A box of the page's 8-row groups, or where its strides do not merge, a box per
-            // group (maps.group_boxes, at token coordinate 8 g).
-            const uint32_t to = dst + (static_cast<uint32_t>(tid) << (p.page_shift - 3)) * kGroupBytes;
-            const int c3 = kvh * maps.c3_h + pg * maps.c3_p, c4 = kvh * maps.c4_h + pg * maps.c4_p;
-#pragma unroll 1
-            for (int g = 0; g < maps.group_boxes; ++g)
-              tma_load_5d(to + g * kGroupBytes, &map, 0, 8 * g, 0, c3, c4, bar);
-          }
+          if (tid < (kKeyTile >> p.page_shift))
+            tma_load_5d(dst + (static_cast<uint32_t>(tid) << p.page_shift) * (kGroupBytes / 8), &map, 0, 0, 0,
+                        kvh * maps.c3_h + pg * maps.c3_p, kvh * maps.c4_h + pg * maps.c4_p, bar);
         } else if (tid == 0) {
           mbar_arrive_expect_tx(bar, C::kTileBytes);
           auto coord = [&](int dim) { return maps.dim_tok == dim ? k0 & page_mask : maps.dim_head == dim ? kvh : pg; };
