@@ -924,11 +924,11 @@ int main(int argc, char **argv) {
     }
   }
   // Pages under 64 tokens on the sm90a kernel: whole key tiles by TMA, a box per page (8
-  // at 8-token pages), sequence ends by gathers; 4-token
-  // pages by gathers only (under the swizzle's 8 rows); token-major pages merge the TMA
-  // dimensions differently (kernels/tma_box_dims.hpp). Interleaved pages (K and V of a page
-  // in one block): head-major ones merge groups into heads, token-major ones do not merge
-  // and are gathered; in order and shuffled, D 128 and 64.
+  // at 8-token pages), sequence ends by gathers; 4-token pages by gathers only (under the
+  // swizzle's 8 rows); token-major pages merge the TMA dimensions differently
+  // (kernels/tma_box_dims.hpp). Interleaved pages (K and V of a page in one block):
+  // head-major ones merge groups into heads, token-major ones do not merge and are
+  // gathered; in order and shuffled, D 128 and 64.
   std::vector<Case> small_pages;
   for (int ps : {8, 4, 16}) {
     Case c;

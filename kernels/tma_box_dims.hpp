@@ -42,14 +42,12 @@ inline bool coordinates_fit(const OuterDim &a, const OuterDim &b) {
   return a.extent <= INT32_MAX && b.extent <= INT32_MAX;
 }
 
-// The two outer dimensions of a descriptor over pages of `page_size` tokens (a multiple
-// of 8) and boxes of `box_tokens` (page_size or 64, whichever is smaller; the kernel uses
-// these descriptors for pages under 64 tokens only, where a box is a page), with the
-// pages' token, head and page strides in elements. false: no pair merges and none has
-// extent 1, or a coordinate would pass 32 bits.
-inline bool box_outer_dims(int64_t page_size, int64_t box_tokens, int64_t tok, int64_t head, int64_t page,
-                           int64_t num_kv_heads, int64_t num_pages, OuterDim &a, OuterDim &b) {
-  const std::array<OuterDim, 3> d = {OuterDim{page_size / 8, 8 * tok, static_cast<uint32_t>(box_tokens / 8), 1, 0, 0},
+// The two outer dimensions of a descriptor whose box is one page of `page_size` tokens (a
+// multiple of 8), with the pages' token, head and page strides in elements. false: no pair
+// merges and none has extent 1, or a coordinate would pass 32 bits.
+inline bool box_outer_dims(int64_t page_size, int64_t tok, int64_t head, int64_t page, int64_t num_kv_heads,
+                           int64_t num_pages, OuterDim &a, OuterDim &b) {
+  const std::array<OuterDim, 3> d = {OuterDim{page_size / 8, 8 * tok, static_cast<uint32_t>(page_size / 8), 1, 0, 0},
                                      OuterDim{num_kv_heads, head, 1, 0, 1, 0}, OuterDim{num_pages, page, 1, 0, 0, 1}};
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 3; ++j)

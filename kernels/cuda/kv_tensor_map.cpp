@@ -143,7 +143,7 @@ KvTensorMaps encode_uncached(const Params &p, KvElement element, int head_dim, i
       // a page in one block) the kernel gathers: a box per 8-row group, which the
       // descriptors could give, cost every page-box launch 1-5% in its producer
       // (bench/NOTES.md, "Pages under 64 tokens", session 20, call E).
-      if (!tma::box_outer_dims(page_size, box_tokens, tok, head, page, num_kv_heads, p.num_pages, a, b)) return false;
+      if (!tma::box_outer_dims(page_size, tok, head, page, num_kv_heads, p.num_pages, a, b)) return false;
       c.h[0] = a.h, c.h[1] = b.h, c.p[0] = a.p, c.p[1] = b.p;  // a box starts at its page's first group: g = 0
       // The halves' stride must be a multiple of 16 bytes even where there is one half.
       cuuint64_t dims[5] = {static_cast<cuuint64_t>(kTmaBoxColumns), 8, static_cast<cuuint64_t>(halves),

@@ -21,8 +21,6 @@ struct Layout {
   int64_t page_size, tok, head, page, heads, pages;
 };
 
-int64_t box_tokens(int64_t page_size) { return page_size < 64 ? page_size : 64; }
-
 // Every group, head and page: the coordinates' address equals the strides', inside the
 // extents; the dimension with the box holds the groups with multiplier 1 (consecutive).
 void expect_exact(const Layout &l, const OuterDim &a, const OuterDim &b) {
@@ -39,7 +37,7 @@ void expect_exact(const Layout &l, const OuterDim &a, const OuterDim &b) {
                      l.name, (long long)g, (long long)h, (long long)p, (long long)(ca * a.stride + cb * b.stride),
                      (long long)want);
       }
-  const int64_t box_groups = box_tokens(l.page_size) / 8;
+  const int64_t box_groups = l.page_size / 8;
   const OuterDim &boxed = a.box > 1 ? a : b, &other = a.box > 1 ? b : a;
   cr_expect_eq(other.box, 1u, "%s: both dimensions box more than 1", l.name);
   if (box_groups > 1) {
@@ -62,7 +60,7 @@ std::vector<int64_t> box_groups(const OuterDim &a, const OuterDim &b, uint32_t b
 
 // A page's box: its groups land in the ring's order.
 void expect_box_in_ring_order(const Layout &l, const OuterDim &a, const OuterDim &b) {
-  const int64_t groups = box_tokens(l.page_size) / 8;
+  const int64_t groups = l.page_size / 8;
   const int64_t h = l.heads - 1, p = l.pages - 1;
   std::vector<int64_t> want;
   for (int64_t g = 0; g < groups; ++g) want.push_back(g * 8 * l.tok + h * l.head + p * l.page);
@@ -91,8 +89,7 @@ Test(tma_box_dims, layouts_that_merge) {
   };
   for (const Layout &l : layouts) {
     OuterDim a, b;
-    cr_assert(box_outer_dims(l.page_size, box_tokens(l.page_size), l.tok, l.head, l.page, l.heads, l.pages, a, b),
-              "%s: refused", l.name);
+    cr_assert(box_outer_dims(l.page_size, l.tok, l.head, l.page, l.heads, l.pages, a, b), "%s: refused", l.name);
     expect_exact(l, a, b);
     expect_box_in_ring_order(l, a, b);
   }
@@ -102,10 +99,9 @@ Test(tma_box_dims, layouts_that_do_not) {
   const int64_t D = 128;
   // Token-major pages with a padded page stride and several heads: no two strides chain.
   OuterDim a, b;
-  cr_expect_not(box_outer_dims(16, 16, 8 * D, D, 16 * 8 * D + 256, 8, 6, a, b), "padded token-major pages merged");
+  cr_expect_not(box_outer_dims(16, 8 * D, D, 16 * 8 * D + 256, 8, 6, a, b), "padded token-major pages merged");
   // Token-major pages whose merged (page, group) coordinate passes 32 bits.
-  cr_expect_not(box_outer_dims(16, 16, 8 * D, D, 16 * 8 * D, 8, int64_t{1} << 30, a, b),
-                "a coordinate past 2^31 accepted");
+  cr_expect_not(box_outer_dims(16, 8 * D, D, 16 * 8 * D, 8, int64_t{1} << 30, a, b), "a coordinate past 2^31 accepted");
   // The same number of pages in a pool: the page is a dimension of its own, which fits.
-  cr_expect(box_outer_dims(16, 16, D, 16 * D, 8 * 16 * D, 8, int64_t{1} << 30, a, b), "a pool of 2^30 pages refused");
+  cr_expect(box_outer_dims(16, D, 16 * D, 8 * 16 * D, 8, int64_t{1} << 30, a, b), "a pool of 2^30 pages refused");
 }
