@@ -847,6 +847,16 @@ int main(int argc, char **argv) {
     Case c;  // a long split decode over e4m3 pages
     c.fp8 = true, c.hq = 32, c.hkv = 8, c.scale = 1.0f / 128, c.seqs = {{40000, 1}};
     cases.push_back(c);
+    // 512 decode items over e4m3 pages, sparse: on 132 SMs one-quad CTAs (three an SM) would
+    // leave a thin second wave, so the grid is one three-quad CTA an SM (plan_decode_shape);
+    // both page classes, both q dtypes, unaligned contexts.
+    for (int ps : {64, 16}) {
+      Case w;
+      w.fp8 = true, w.hq = 32, w.hkv = 8, w.scale = 1.0f / 128, w.ps = ps;
+      w.dt = ps == 64 ? BSPA_DTYPE_BF16 : BSPA_DTYPE_F16;
+      for (int s = 0; s < 64; ++s) w.seqs.push_back({1000 + rng.range(0, 2000), 1});
+      cases.push_back(w);
+    }
   }
   std::vector<Case> fp8_prefill;
   {

@@ -25,6 +25,11 @@ inline constexpr double kMinWaveGain = 0.05;
 inline constexpr int64_t kMaxSplits = 256;
 }  // namespace split_plan
 
+// The share of `slots` CTA slots a grid of `ctas` equal CTAs keeps busy over its waves.
+inline double wave_use(int64_t ctas, int64_t slots) {
+  return slots > 0 && ctas > 0 ? double(ctas) / double((ctas + slots - 1) / slots * slots) : 0.0;
+}
+
 // Measured on the H200 (bench/NOTES.md, "CUDA decode"): the kernel is memory bound, so a
 // launch runs best as ONE wave of equal CTAs spread evenly over the SMs. A partial second
 // wave is a tail (8 x 128k with 5 splits: 320 CTAs on 264 slots, 1.30 ms against 0.97 ms
@@ -55,7 +60,7 @@ inline int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int32_t
   const int64_t tiles = (max_keys + 63) / 64;
   if (items * 2 > slots) {
     if (!even_out_waves || items >= 2 * slots) return 1;
-    auto use = [&](int64_t ctas) { return double(ctas) / double((ctas + slots - 1) / slots * slots); };
+    auto use = [&](int64_t ctas) { return wave_use(ctas, slots); };
     int64_t best = 1;
     double best_use = use(items);
     for (int64_t s = 2; s <= kMaxWaveSplits && tiles / s >= kMinWaveSplitTiles && items * s <= capacity_units; ++s)
@@ -66,6 +71,45 @@ inline int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int32_t
   if (tiles / splits < kLongSplitTiles) splits = std::max<int64_t>(1, sms / items);
   splits = std::min({splits, (tiles + kMinSplitTiles - 1) / kMinSplitTiles, capacity_units / items, kMaxSplits});
   return static_cast<int32_t>(std::max<int64_t>(splits, 1));
+}
+
+// A decode launch's grid: key splits an item and quads of four warps a CTA.
+struct DecodeShape {
+  int32_t splits = 1;
+  int32_t quads = 1;
+};
+
+// The grid of a launch whose one-quad CTAs run `ctas_per_sm` an SM and whose kernel has
+// variants of up to `max_quads` quads a CTA (decode::kernel_quads, lowered where the
+// device's shared memory lacks room). Quads share a CTA's item: its key tiles alternate
+// between them and their states merge in shared memory, so a CTA of q quads is one CTA an
+// SM doing the work of q.
+//  - A grid of at most one CTA an SM (few items: batch 1) takes the most quads: alone on its
+//    SM, one quad issues a tile's dependent instructions too slowly to pull its share of
+//    the bandwidth (bench/NOTES.md, "CUDA decode", session 12).
+//  - Three quads (e4m3 pages, the narrow tile) are as many warps an SM as three one-quad
+//    CTAs, in slots a third as many and three times as short: where the one-quad grid's
+//    last wave leaves slots idle (64 x 8k sparse: 512 items on 396 slots, 65% busy), the
+//    three-quad grid (512 on 132, 97%) is taken when its waves' use is higher by more than
+//    kMinWaveGain, with its splits planned for one CTA an SM.
+inline DecodeShape plan_decode_shape(int64_t items, int64_t max_keys, int32_t sms, int32_t ctas_per_sm,
+                                     int32_t max_quads, int64_t capacity_units, bool even_out_waves) {
+  using namespace split_plan;
+  DecodeShape shape;
+  shape.splits = plan_splits(items, max_keys, sms, ctas_per_sm, capacity_units, even_out_waves);
+  if (max_quads <= 1 || items <= 0 || sms <= 0) return shape;
+  if (items * shape.splits <= sms) {
+    shape.quads = max_quads;
+    return shape;
+  }
+  if (max_quads < 3) return shape;
+  const int32_t wide_splits = plan_splits(items, max_keys, sms, 1, capacity_units, even_out_waves);
+  if (wave_use(items * wide_splits, sms) >
+      wave_use(items * shape.splits, int64_t{std::max(ctas_per_sm, 1)} * sms) + kMinWaveGain) {
+    shape.splits = wide_splits;
+    shape.quads = 3;
+  }
+  return shape;
 }
 
 }  // namespace bspa::kernels::decode

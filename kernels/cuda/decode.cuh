@@ -57,7 +57,7 @@ constexpr int kKeyTile = cuda::kKeyTileTokens;
 // in shared memory into the 16-bit tile the matrix code reads).
 // kQuads: groups of four warps in the CTA, each with its own ring, quad q taking listed
 // tiles q, q + kQuads, ... in step with the others (the key groups of every quad are merged
-// at the end). Two for launches of at most one CTA an SM (Split::two_quads): alone on its SM, one
+// at the end). Several for launches of one CTA an SM (Split::quads): alone on its SM, one
 // quad's four warps (one a scheduler) issue a tile's ~400 dependent instructions at about
 // one every six cycles, so a tile took ~1 us whatever the memory did (ncu, bench/NOTES.md
 // "CUDA decode", session 12); a second quad fills those cycles.
@@ -82,7 +82,7 @@ struct Config {
   static constexpr int kStages = kFp8 ? (D == 128 ? 4 : 6) : (D == 128 ? 3 : 4);
   static constexpr int kCtasPerSm = kQuads > 1 ? 1 : ctas_per_sm(kFp8, 16 * WR);  // the launch bounds' (decode.hpp)
   static constexpr int kListCap = 1024;  // key tiles classified per pass (64k tokens)
-  static constexpr int kPerThread = kListCap / kThreads;
+  static constexpr int kPerThread = (kListCap + kThreads - 1) / kThreads;  // (three quads: 384 threads)
   // A chunk column's threads of a quad: a tile's rows over them are kKeyTile / kRowsPerPass
   // consecutive rows a thread (decode_item's kPasses).
   static constexpr int kRowsPerPass = kQuadThreads / kChunks;
@@ -1065,11 +1065,19 @@ template <class T, class KV, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
             const Split &split, const Overlap &overlap, cudaStream_t stream) {
   // Up to 8 rows (decode at GQA <= 8) the transposed tile (decode_item's kNarrow).
-  if (max_rows <= 8 && split.two_quads)
+  // Three quads for e4m3 pages only (kernel_quads): three rings of 16-bit stages would not
+  // fit.
+  if constexpr (sizeof(KV) == 1) {
+    if (max_rows <= 8 && split.quads == 3) {
+      launch_rows<T, KV, D, 1, 3, true>(p, num_seqs, num_kv_heads, split, overlap, stream);
+      return;
+    }
+  }
+  if (max_rows <= 8 && split.quads >= 2)
     launch_rows<T, KV, D, 1, 2, true>(p, num_seqs, num_kv_heads, split, overlap, stream);
   else if (max_rows <= 8)
     launch_rows<T, KV, D, 1, 1, true>(p, num_seqs, num_kv_heads, split, overlap, stream);
-  else if (max_rows <= 16 && split.two_quads)
+  else if (max_rows <= 16 && split.quads >= 2)
     launch_rows<T, KV, D, 1, 2>(p, num_seqs, num_kv_heads, split, overlap, stream);
   else if (max_rows <= 16)
     launch_rows<T, KV, D, 1>(p, num_seqs, num_kv_heads, split, overlap, stream);
@@ -1080,11 +1088,13 @@ void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_hea
 }
 
 template <int D, class KV>
-constexpr size_t shared_bytes_for(int32_t max_rows, bool two_quads) {
-  return max_rows <= 16 && two_quads ? Config<D, 1, KV, 2>::kSmemBytes
-         : max_rows <= 16            ? Config<D, 1, KV>::kSmemBytes
-         : max_rows <= 32            ? Config<D, 2, KV>::kSmemBytes
-                                     : Config<D, 4, KV>::kSmemBytes;
+constexpr size_t shared_bytes_for(int32_t max_rows, int32_t quads) {
+  if constexpr (sizeof(KV) == 1)
+    if (max_rows <= 8 && quads == 3) return Config<D, 1, KV, 3>::kSmemBytes;
+  return max_rows <= 16 && quads >= 2 ? Config<D, 1, KV, 2>::kSmemBytes
+         : max_rows <= 16             ? Config<D, 1, KV>::kSmemBytes
+         : max_rows <= 32             ? Config<D, 2, KV>::kSmemBytes
+                                      : Config<D, 4, KV>::kSmemBytes;
 }
 
 }  // namespace bspa::kernels::decode

@@ -36,10 +36,10 @@ struct Split {
   // decode grid overlaps (clear_counters, Overlap::previous): each CTA waits for that grid
   // before it counts itself.
   bool count_after_previous = false;
-  // The grid puts at most one CTA on an SM (few items, e.g. batch 1): launches of up to 16
-  // rows run the kernel variant of two quads of warps, each with its own ring (decode.cuh,
-  // Config::kQuads). Host only: it picks the variant.
-  bool two_quads = false;
+  // Quads of four warps a CTA, each with its own ring, taking alternate key tiles of the
+  // CTA's item (decode.cuh, Config::kQuads): 1, or up to kernel_quads for a grid of one CTA
+  // an SM (plan_decode_shape). Host only: it picks the variant.
+  int32_t quads = 1;
 };
 
 // A unit: rows x D output floats, then rows x (max, sum), padded to a multiple of 4 floats
@@ -59,6 +59,13 @@ size_t counter_bytes(int64_t items);
 // their registers had kept them to two CTAs an SM), else two.
 constexpr int32_t ctas_per_sm(bool e4m3_pages, int32_t max_rows) { return e4m3_pages && max_rows <= 16 ? 3 : 2; }
 constexpr int32_t kMostCtasPerSm = 3;  // the largest ctas_per_sm (sizes the workspace)
+// The most quads of warps a CTA of the kernel has for a launch of `max_rows` rows: three
+// for e4m3 pages at up to 8 rows (the narrow tile; their one-quad CTAs run three an SM, so
+// three quads keep the same warps and registers an SM), two up to 16 rows, else one. (Three
+// quads of 16-bit stages would not fit an SM's shared memory.)
+constexpr int32_t kernel_quads(bool e4m3_pages, int32_t max_rows) {
+  return max_rows <= 8 && e4m3_pages ? 3 : max_rows <= 16 ? 2 : 1;
+}
 
 // plan_splits (kernels/decode_split_plan.hpp): the key split of a launch's items.
 
@@ -82,8 +89,9 @@ void clear_counters(int32_t *counters, int64_t n, cudaStream_t stream);
 
 // Dynamic shared memory of the instantiation that a launch of `max_rows` rows uses (the
 // same for both 16-bit element types; e4m3 pages stage bytes and widen them, so theirs
-// differs), with two quads (Split::two_quads) or one; 0 for a head_dim the kernel lacks.
-size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages, bool two_quads = false);
+// differs), with `quads` quads of warps (Split::quads, at most kernel_quads); 0 for a
+// head_dim the kernel lacks.
+size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages, int32_t quads = 1);
 
 // Launches the decode kernel over grid (splits, num_kv_heads, num_seqs); with splits > 1
 // split.counters are zero on the stream when the grid counts (cleared before it, by the

@@ -4,13 +4,13 @@
 
 namespace bspa::kernels::decode {
 
-size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages, bool two_quads) {
+size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages, int32_t quads) {
   if (e4m3_pages)
-    return head_dim == 64    ? shared_bytes_for<64, uint8_t>(max_rows, two_quads)
-           : head_dim == 128 ? shared_bytes_for<128, uint8_t>(max_rows, two_quads)
+    return head_dim == 64    ? shared_bytes_for<64, uint8_t>(max_rows, quads)
+           : head_dim == 128 ? shared_bytes_for<128, uint8_t>(max_rows, quads)
                              : 0;
-  return head_dim == 64    ? shared_bytes_for<64, __nv_bfloat16>(max_rows, two_quads)
-         : head_dim == 128 ? shared_bytes_for<128, __nv_bfloat16>(max_rows, two_quads)
+  return head_dim == 64    ? shared_bytes_for<64, __nv_bfloat16>(max_rows, quads)
+         : head_dim == 128 ? shared_bytes_for<128, __nv_bfloat16>(max_rows, quads)
                            : 0;
 }
 

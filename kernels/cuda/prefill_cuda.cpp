@@ -129,11 +129,12 @@ bool mixed_overlap_enabled() {
   return on;
 }
 
-// BSPA_CUDA_DECODE_QUADS=1 (a diagnostic, read once) keeps launches of one CTA an SM on the
-// decode kernel of one quad of warps, to time the two-quad variant against it in one process.
-bool decode_two_quads_enabled() {
-  static const int32_t quads = cuda::env_int("BSPA_CUDA_DECODE_QUADS", 1, 2, 2);
-  return quads == 2;
+// BSPA_CUDA_DECODE_QUADS=1|2 (a diagnostic, read once): at most that many quads of warps a
+// decode CTA (default 3, the most a variant has), to time the variants against each other
+// in one process.
+int32_t decode_max_quads() {
+  static const int32_t quads = cuda::env_int("BSPA_CUDA_DECODE_QUADS", 1, 3, 3);
+  return quads;
 }
 
 bool built_with_sm90a() { return std::strstr(BSPA_CUDA_ARCHS_STRING, "90a") != nullptr; }
@@ -403,15 +404,21 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     // plan_splits bounds splits by capacity / items; pass what keeps splits * indexed within it.
     const int64_t room = indexed > 0 ? capacity / indexed * items : 0;
     const int32_t sms = cuda::multiprocessor_count(device.device());
-    split.splits = decode::plan_splits(items, p.decode_max_keys, sms, decode::ctas_per_sm(e4m3, split.rows), room,
-                                       /*even_out_waves=*/layout.kind == Layout::Kind::Dense);
+    // The most quads of warps a CTA whose shared memory the device has.
+    int32_t max_quads = std::min(decode_max_quads(), decode::kernel_quads(e4m3, split.rows));
+    while (max_quads > 1 && decode::shared_bytes(p.head_dim, split.rows, e4m3, max_quads) > max_shared) --max_quads;
+    // Items to fill the SMs with are the decode sequences' (plan_decode_shape); the grid's
+    // CTAs are every indexed item's (those of sequences it skips exit at once), which is
+    // what must fit one CTA an SM for a many-quad CTA to be alone on its SM.
+    const decode::DecodeShape shape =
+        decode::plan_decode_shape(items, p.decode_max_keys, sms, decode::ctas_per_sm(e4m3, split.rows), max_quads,
+                                  room, /*even_out_waves=*/layout.kind == Layout::Kind::Dense);
+    split.splits = shape.splits;
+    split.quads = shape.quads;
+    if (split.quads > 1 && int64_t{split.splits} * indexed > sms && items * split.splits <= sms) split.quads = 1;
     // BSPA_DECODE_SPLITS=N forces N splits where the workspace has room (a diagnostic, to
     // time the split planner's choice against others).
     if (const int32_t n = forced_decode_splits(); n > 0 && n * indexed <= capacity) split.splits = n;
-    // At most one CTA an SM (every CTA of the grid, those of sequences it skips included):
-    // two quads of warps a CTA, where the device has their shared memory.
-    split.two_quads = decode_two_quads_enabled() && int64_t{split.splits} * indexed <= sms &&
-                      decode::shared_bytes(p.head_dim, split.rows, e4m3, /*two_quads=*/true) <= max_shared;
     if (split.splits > 1) {
       split.counters = static_cast<int32_t *>(decode_workspace.data);
       split.partials = reinterpret_cast<float *>(static_cast<char *>(decode_workspace.data) + counter_bytes);

@@ -50,3 +50,48 @@ Test(decode_split_plan, limits) {
   cr_expect_eq(splits(1, 32768, false, true, 7), 1, "no room for a second unit of every item");
   cr_expect_leq(plan_splits(1, int64_t{1} << 40, 1000, 3, kRoom, true), 256, "at most 256 splits");
 }
+
+namespace {
+
+using bspa::kernels::decode::DecodeShape;
+using bspa::kernels::decode::plan_decode_shape;
+
+// A launch of one new token a sequence (4 rows a KV group: the narrow tile), e4m3 pages:
+// three quads a CTA at most, one-quad CTAs three an SM.
+DecodeShape e4m3_shape(int64_t seqs, int64_t keys, bool dense, int32_t max_quads = 3) {
+  return plan_decode_shape(seqs * 8, keys, kH200Sms, 3, max_quads, kRoom, dense);
+}
+
+}  // namespace
+
+Test(decode_shape, a_grid_of_one_cta_an_sm_takes_the_most_quads) {
+  const DecodeShape b1 = e4m3_shape(1, 32768, true);
+  cr_expect_eq(b1.splits, 16, "1 x 32k: 16 splits (plan_splits)");
+  cr_expect_eq(b1.quads, 3, "128 CTAs on 132 SMs: three quads");
+  cr_expect_eq(e4m3_shape(1, 32768, true, 2).quads, 2, "two where three do not fit");
+  const DecodeShape bf16 = plan_decode_shape(8, 32768, kH200Sms, 2, 2, kRoom, true);
+  cr_expect(bf16.splits == 16 && bf16.quads == 2, "16-bit pages: 16 splits of two quads");
+  cr_expect_eq(plan_decode_shape(8, 32768, kH200Sms, 2, 1, kRoom, true).quads, 1, "one quad when asked");
+}
+
+Test(decode_shape, three_quads_where_they_fill_the_waves_better) {
+  const DecodeShape sparse = e4m3_shape(64, 8192, false);
+  cr_expect(sparse.splits == 1 && sparse.quads == 3,
+            "64 x 8k sparse: 512 CTAs on 396 one-quad slots use 65%, on 132 three-quad slots 97%");
+  const DecodeShape dense = e4m3_shape(64, 8192, true);
+  cr_expect(dense.splits == 3 && dense.quads == 1, "64 x 8k dense: 3 splits fill 97% of the one-quad slots already");
+  const DecodeShape s256 = e4m3_shape(256, 2048, false);
+  cr_expect(s256.splits == 1 && s256.quads == 3, "256 x 2k sparse: 86% -> 97%");
+  const DecodeShape long8 = e4m3_shape(8, 131072, false);
+  cr_expect(long8.splits == 6 && long8.quads == 1, "8 x 128k: 6 splits, one wave of 97% either way");
+  const DecodeShape two = e4m3_shape(64, 8192, false, 2);
+  cr_expect(two.splits == 1 && two.quads == 1, "without a three-quad variant, plan_splits' grid");
+}
+
+Test(decode_shape, wave_use) {
+  using bspa::kernels::decode::wave_use;
+  cr_expect_float_eq(wave_use(512, 396), 512.0 / 792.0, 1e-12);
+  cr_expect_float_eq(wave_use(396, 396), 1.0, 1e-12);
+  cr_expect_float_eq(wave_use(0, 396), 0.0, 1e-12);
+  cr_expect_float_eq(wave_use(5, 0), 0.0, 1e-12);
+}
