@@ -23,6 +23,9 @@ inline constexpr int64_t kMaxWaveSplits = 4;
 inline constexpr int64_t kMinWaveSplitTiles = 32;
 inline constexpr double kMinWaveGain = 0.05;
 inline constexpr int64_t kMaxSplits = 256;
+// A three-quad grid (plan_decode_shape) must use its waves' slots by this much more than
+// the one-quad grid: one CTA an SM starts and ends each item with nothing beside it.
+inline constexpr double kMinThreeQuadWaveGain = 0.2;
 }  // namespace split_plan
 
 // The share of `slots` CTA slots a grid of `ctas` equal CTAs keeps busy over its waves.
@@ -83,15 +86,18 @@ struct DecodeShape {
 // variants of up to `max_quads` quads a CTA (decode::kernel_quads, lowered where the
 // device's shared memory lacks room). Quads share a CTA's item: its key tiles alternate
 // between them and their states merge in shared memory, so a CTA of q quads is one CTA an
-// SM doing the work of q.
-//  - A grid of at most one CTA an SM (few items: batch 1) takes the most quads: alone on its
-//    SM, one quad issues a tile's dependent instructions too slowly to pull its share of
-//    the bandwidth (bench/NOTES.md, "CUDA decode", session 12).
+// SM doing the work of q. Measured on an H100 (bench/NOTES.md, "CUDA decode", session 21):
+//  - A grid of at most one CTA an SM (few items: batch 1) takes two quads: alone on its SM,
+//    one quad issues a tile's dependent instructions too slowly to pull its share of the
+//    bandwidth (session 12). Three were no faster there (1 x 32k e4m3: dense +3%, sparse
+//    -2%).
 //  - Three quads (e4m3 pages, the narrow tile) are as many warps an SM as three one-quad
-//    CTAs, in slots a third as many and three times as short: where the one-quad grid's
-//    last wave leaves slots idle (64 x 8k sparse: 512 items on 396 slots, 65% busy), the
-//    three-quad grid (512 on 132, 97%) is taken when its waves' use is higher by more than
-//    kMinWaveGain, with its splits planned for one CTA an SM.
+//    CTAs, in a third of the slots. Where the one-quad grid's last wave leaves most slots
+//    idle (64 x 8k sparse: 512 items on 396 slots, 65% busy), the three-quad grid (512 on
+//    132, 97%) ran 8-12% faster; where it only raised 86% to 97% (256 x 2k, 128 x 4k), it
+//    ran 1-8% slower, its items starting and ending alone on their SMs. So it is taken when
+//    its waves' use is higher by more than kMinThreeQuadWaveGain, with its splits planned
+//    for one CTA an SM.
 inline DecodeShape plan_decode_shape(int64_t items, int64_t max_keys, int32_t sms, int32_t ctas_per_sm,
                                      int32_t max_quads, int64_t capacity_units, bool even_out_waves) {
   using namespace split_plan;
@@ -99,13 +105,13 @@ inline DecodeShape plan_decode_shape(int64_t items, int64_t max_keys, int32_t sm
   shape.splits = plan_splits(items, max_keys, sms, ctas_per_sm, capacity_units, even_out_waves);
   if (max_quads <= 1 || items <= 0 || sms <= 0) return shape;
   if (items * shape.splits <= sms) {
-    shape.quads = max_quads;
+    shape.quads = 2;
     return shape;
   }
   if (max_quads < 3) return shape;
   const int32_t wide_splits = plan_splits(items, max_keys, sms, 1, capacity_units, even_out_waves);
   if (wave_use(items * wide_splits, sms) >
-      wave_use(items * shape.splits, int64_t{std::max(ctas_per_sm, 1)} * sms) + kMinWaveGain) {
+      wave_use(items * shape.splits, int64_t{std::max(ctas_per_sm, 1)} * sms) + kMinThreeQuadWaveGain) {
     shape.splits = wide_splits;
     shape.quads = 3;
   }

@@ -64,24 +64,27 @@ DecodeShape e4m3_shape(int64_t seqs, int64_t keys, bool dense, int32_t max_quads
 
 }  // namespace
 
-Test(decode_shape, a_grid_of_one_cta_an_sm_takes_the_most_quads) {
+Test(decode_shape, a_grid_of_one_cta_an_sm_takes_two_quads) {
   const DecodeShape b1 = e4m3_shape(1, 32768, true);
   cr_expect_eq(b1.splits, 16, "1 x 32k: 16 splits (plan_splits)");
-  cr_expect_eq(b1.quads, 3, "128 CTAs on 132 SMs: three quads");
-  cr_expect_eq(e4m3_shape(1, 32768, true, 2).quads, 2, "two where three do not fit");
+  cr_expect_eq(b1.quads, 2, "128 CTAs on 132 SMs: two quads (three were no faster)");
   const DecodeShape bf16 = plan_decode_shape(8, 32768, kH200Sms, 2, 2, kRoom, true);
   cr_expect(bf16.splits == 16 && bf16.quads == 2, "16-bit pages: 16 splits of two quads");
   cr_expect_eq(plan_decode_shape(8, 32768, kH200Sms, 2, 1, kRoom, true).quads, 1, "one quad when asked");
 }
 
-Test(decode_shape, three_quads_where_they_fill_the_waves_better) {
+Test(decode_shape, three_quads_where_one_quad_leaves_the_last_wave_thin) {
   const DecodeShape sparse = e4m3_shape(64, 8192, false);
   cr_expect(sparse.splits == 1 && sparse.quads == 3,
             "64 x 8k sparse: 512 CTAs on 396 one-quad slots use 65%, on 132 three-quad slots 97%");
   const DecodeShape dense = e4m3_shape(64, 8192, true);
   cr_expect(dense.splits == 3 && dense.quads == 1, "64 x 8k dense: 3 splits fill 97% of the one-quad slots already");
+  const DecodeShape short_dense = e4m3_shape(64, 1024, true);
+  cr_expect(short_dense.splits == 1 && short_dense.quads == 3, "64 x 1k dense: too short to split, 65% -> 97%");
   const DecodeShape s256 = e4m3_shape(256, 2048, false);
-  cr_expect(s256.splits == 1 && s256.quads == 3, "256 x 2k sparse: 86% -> 97%");
+  cr_expect(s256.splits == 1 && s256.quads == 1, "256 x 2k sparse: 86% -> 97% was slower");
+  const DecodeShape s128 = e4m3_shape(128, 4096, false);
+  cr_expect(s128.splits == 1 && s128.quads == 1, "128 x 4k sparse: the same");
   const DecodeShape long8 = e4m3_shape(8, 131072, false);
   cr_expect(long8.splits == 6 && long8.quads == 1, "8 x 128k: 6 splits, one wave of 97% either way");
   const DecodeShape two = e4m3_shape(64, 8192, false, 2);

@@ -72,8 +72,10 @@
  *  - BSPA_CUDA_OVERLAP = 0: a launch with decode rows and longer queries runs its decode
  *    kernel after the prefill kernel has finished instead of beside its last CTAs (compute
  *    capability 9.0); same results, for comparison.
- *  - BSPA_CUDA_DECODE_QUADS = 1: a decode launch of at most one CTA an SM keeps the
- *    four-warp CTA instead of two quads of four warps taking alternate key tiles; same
+ *  - BSPA_CUDA_DECODE_QUADS = 1 | 2: at most that many quads of four warps a decode CTA
+ *    (by default a launch of at most one CTA an SM runs two quads taking alternate key
+ *    tiles, and one over e4m3 pages whose one-quad CTAs would leave its last wave mostly
+ *    idle runs three); 1 keeps the four-warp CTA, 2 leaves out the three-quad grid; same
  *    results within rounding, for comparison.
  *  - BSPA_CUDA_LIST_TILES = 0: the sm90 kernel walks every (sequence, query tile, head)
  *    item of a launch without a work list (bspa_prefill_paged over several sequences)
