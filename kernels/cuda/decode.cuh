@@ -675,11 +675,25 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
         row_scale[rr] = scale_log2 * __uint_as_float(static_cast<uint32_t>(127 - sRowShift[fragment_row(rr)]) << 23);
     }
 
+    // Under pages of 64 tokens or more, the first S - 1 tiles' block-table entries are all
+    // read before any of their copies is issued: a copy's asm (a memory clobber) keeps the
+    // compiler from moving the next tile's entry load above it, so read tile by tile they
+    // were S - 1 round trips to memory one after another at every CTA's start. (Smaller
+    // pages read several entries a tile and keep the tile-by-tile way: holding all of them
+    // cost registers.)
     int pages[kPasses];
+    int first_pages[S - 1];
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i)
+      first_pages[i] =
+          tile_in_page && i < total ? bt[(entry_at(i) & cuda::kKeyTileIndexMask) * kKeyTile >> p.page_shift] : 0;
 #pragma unroll
     for (int i = 0; i < S - 1; ++i) {
       if (i < total) {
-        fetch_pages(entry_at(i), pages);
+        if (tile_in_page)
+          pages[0] = first_pages[i];
+        else
+          fetch_pages(entry_at(i), pages);
         load_kv(entry_at(i), i, pages);
       }
       cp_async_commit();
