@@ -105,7 +105,7 @@ inline DecodeShape plan_decode_shape(int64_t items, int64_t max_keys, int32_t sm
   shape.splits = plan_splits(items, max_keys, sms, ctas_per_sm, capacity_units, even_out_waves);
   if (max_quads <= 1 || items <= 0 || sms <= 0) return shape;
   if (items * shape.splits <= sms) {
-    shape.quads = max_quads;  // EXPERIMENT (call D): three quads alone on an SM with per-quad barriers
+    shape.quads = 2;
     return shape;
   }
   if (max_quads < 3) return shape;

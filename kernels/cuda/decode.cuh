@@ -211,13 +211,6 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   int32_t *sRowShift = sScan + 16;  // [kRows]: Q's exponent shift per row (e4m3 path with f16 operands)
 
   const int quad_warp = kQuads == 1 ? warp : warp & 3;
-  // The barrier of this thread's quad (named barrier 1 + quad; the CTA's with one quad).
-  auto quad_sync = [&] {
-    if constexpr (kQuads == 1)
-      __syncthreads();
-    else
-      asm volatile("bar.sync %0, %1;" ::"r"(1 + quad), "n"(C::kQuadThreads) : "memory");
-  };
   const int wr = quad_warp % WR, wk = quad_warp / WR;  // this warp's row group and key group in its quad
   const int split_idx = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
   // The three metadata loads at once: the context is part of the exit test (a negative one
@@ -665,11 +658,11 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       listed_before += listed;
     }
     // One tile loop for every layout (a loop per kind doubled the kernel's code). Quad q
-    // takes entries q, q + kQuads, ... of the split's, at its own pace: a tile's barrier is
-    // the quad's own (quad_sync), since in the loop a quad touches only its ring (its own
-    // threads copy into it) and reads Q from registers and sList, written before the
-    // CTA's barriers below. (The quads had stepped together on the CTA's barrier, each
-    // tile's slowest warp of any quad holding up all of them.)
+    // takes entries q, q + kQuads, ... of the split's; the quads step together (`steps`
+    // iterations, the CTA's barrier each), a quad without a tile of its own in the last one
+    // only keeping the barrier. (Quads on their own named barriers had Q, which both read
+    // and only some threads copy, unordered with the other quad's reads.)
+    const int steps = (total + kQuads - 1) / kQuads;
     if constexpr (kQuads > 1) total = total > quad ? (total - quad + kQuads - 1) / kQuads : 0;
     auto entry_at = [&](int i) { return sList[first + quad + kQuads * i]; };
     // The rows' softmax scales: the e4m3 path's Q shifts undone (their shared array was
@@ -717,14 +710,16 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
         ldmatrix_x4(xo(q_off, kk), a[0], a[1], a[2], a[3]);
       }
     };
-    for (int it = 0; it < total; ++it) {
+    for (int it = 0; it < steps; ++it) {
       cp_async_wait<S - 2>();
-      quad_sync();  // tile `it` landed; every warp of the quad is done with the stage refilled below
+      __syncthreads();  // tile `it` landed; every warp is done with the stage refilled below
       if (it + S - 1 < total) {
         load_kv(entry_at(it + S - 1), (it + S - 1) % S, pages);
         if (it + S < total) fetch_pages(entry_at(it + S), pages);  // used next iteration
       }
       cp_async_commit();
+      if constexpr (kQuads > 1)
+        if (it >= total) continue;  // this quad's tiles are done; the other's last one is not
       const int entry = entry_at(it);
       const int stage = it % S;
       [[maybe_unused]] const uint32_t tK = smem_addr(sK + stage * SB), tV = smem_addr(sV + stage * SB);
