@@ -849,12 +849,16 @@ int main(int argc, char **argv) {
     cases.push_back(c);
     // 512 decode items over e4m3 pages, sparse: on 132 SMs one-quad CTAs (three an SM) would
     // leave a thin second wave, so the grid is one three-quad CTA an SM (plan_decode_shape);
-    // both page classes, both q dtypes, unaligned contexts.
-    for (int ps : {64, 16}) {
+    // both page classes, both q dtypes, unaligned contexts; the third at head dim 64 with one
+    // sequence of over 65536 keys (its CTA lists its tiles in two passes of 1024).
+    for (int v = 0; v < 3; ++v) {
       Case w;
-      w.fp8 = true, w.hq = 32, w.hkv = 8, w.scale = 1.0f / 128, w.ps = ps;
-      w.dt = ps == 64 ? BSPA_DTYPE_BF16 : BSPA_DTYPE_F16;
+      w.fp8 = true, w.hq = 32, w.hkv = 8, w.scale = 1.0f / 128;
+      w.ps = v == 0 ? 64 : v == 1 ? 16 : 32;
+      w.D = v == 2 ? 64 : 128;
+      w.dt = v == 1 ? BSPA_DTYPE_F16 : BSPA_DTYPE_BF16;
       for (int s = 0; s < 64; ++s) w.seqs.push_back({1000 + rng.range(0, 2000), 1});
+      if (v == 2) w.seqs[5].first = 70001;
       cases.push_back(w);
     }
   }

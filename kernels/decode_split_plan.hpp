@@ -1,6 +1,7 @@
-// The decode kernel's key split: how many CTAs share one (sequence, KV head) item's keys.
-// Host arithmetic only, header-only so that the CPU build tests the measured choices
-// (tests/cpp/test_decode_split_plan.cpp); the CUDA launch and batch upload call it.
+// The decode kernel's grid: how many CTAs share one (sequence, KV head) item's keys
+// (plan_splits) and how many quads of warps a CTA has (plan_decode_shape). Host arithmetic only, header-only so that
+// the CPU build tests the measured choices (tests/cpp/test_decode_split_plan.cpp); the CUDA launch and batch upload
+// call it.
 #pragma once
 
 #include <algorithm>
@@ -8,7 +9,7 @@
 
 namespace bspa::kernels::decode {
 
-// The tuning constants of plan_splits.
+// The tuning constants of plan_splits and plan_decode_shape.
 namespace split_plan {
 // A split's key range is at least this many 64-token tiles (1024 keys), so the fixed cost
 // of a CTA (Q, listing, filling the pipeline, its share of the merge) stays small against
@@ -63,11 +64,10 @@ inline int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int32_t
   const int64_t tiles = (max_keys + 63) / 64;
   if (items * 2 > slots) {
     if (!even_out_waves || items >= 2 * slots) return 1;
-    auto use = [&](int64_t ctas) { return wave_use(ctas, slots); };
     int64_t best = 1;
-    double best_use = use(items);
+    double best_use = wave_use(items, slots);
     for (int64_t s = 2; s <= kMaxWaveSplits && tiles / s >= kMinWaveSplitTiles && items * s <= capacity_units; ++s)
-      if (use(items * s) > best_use + kMinWaveGain) best = s, best_use = use(items * s);
+      if (wave_use(items * s, slots) > best_use + kMinWaveGain) best = s, best_use = wave_use(items * s, slots);
     return static_cast<int32_t>(best);
   }
   int64_t splits = slots / items;
@@ -82,36 +82,43 @@ struct DecodeShape {
   int32_t quads = 1;
 };
 
-// The grid of a launch whose one-quad CTAs run `ctas_per_sm` an SM and whose kernel has
-// variants of up to `max_quads` quads a CTA (decode::kernel_quads, lowered where the
-// device's shared memory lacks room). Quads share a CTA's item: its key tiles alternate
-// between them and their states merge in shared memory, so a CTA of q quads is one CTA an
-// SM doing the work of q. Measured on an H100 (bench/NOTES.md, "CUDA decode", session 21):
+// The grid of a launch of `items` (sequence, KV head) items that need computing among
+// `grid_items` >= items the grid holds (over device metadata every sequence's CTAs are
+// launched, those of sequences that are not decode rows exiting at once), whose one-quad
+// CTAs run `ctas_per_sm` an SM and whose kernel has variants of up to `max_quads` quads a
+// CTA (decode::kernel_quads, lowered where the device's shared memory lacks room). Quads
+// share a CTA's item: its key tiles alternate between them and their states merge in
+// shared memory, so a CTA of q quads is one CTA an SM doing the work of q. Measured on an
+// H100 (bench/NOTES.md, "CUDA decode", session 21):
 //  - A grid of at most one CTA an SM (few items: batch 1) takes two quads: alone on its SM,
 //    one quad issues a tile's dependent instructions too slowly to pull its share of the
-//    bandwidth (session 12). Three were no faster there (1 x 32k e4m3: dense +3%, sparse
-//    -2%).
+//    bandwidth (session 12). Three were no faster there (1 x 32k e4m3: dense +2..+4%).
 //  - Three quads (e4m3 pages, the narrow tile) are as many warps an SM as three one-quad
-//    CTAs, in a third of the slots. Where the one-quad grid's last wave leaves most slots
-//    idle (64 x 8k sparse: 512 items on 396 slots, 65% busy), the three-quad grid (512 on
-//    132, 97%) ran 8-12% faster; where it only raised 86% to 97% (256 x 2k, 128 x 4k), it
-//    ran 1-8% slower, its items starting and ending alone on their SMs. So it is taken when
-//    its waves' use is higher by more than kMinThreeQuadWaveGain, with its splits planned
-//    for one CTA an SM.
-inline DecodeShape plan_decode_shape(int64_t items, int64_t max_keys, int32_t sms, int32_t ctas_per_sm,
-                                     int32_t max_quads, int64_t capacity_units, bool even_out_waves) {
+//    CTAs, in a third of the slots. Where the one-quad grid runs more than one wave and its
+//    last wave leaves most slots idle (64 x 8k sparse: 512 items on 396 slots, 65% busy
+//    over the launch), the three-quad grid (512 on 132, 97%) ran 8-12% faster; where it
+//    only raised 86% to 97% (256 x 2k, 128 x 4k), it ran 1-8% slower, its items starting
+//    and ending alone on their SMs. So it is taken when its waves' use is higher by more
+//    than kMinThreeQuadWaveGain, with its splits planned for one CTA an SM. (A one-quad
+//    grid of a single wave keeps its shape: not measured.)
+inline DecodeShape plan_decode_shape(int64_t items, int64_t grid_items, int64_t max_keys, int32_t sms,
+                                     int32_t ctas_per_sm, int32_t max_quads, int64_t capacity_units,
+                                     bool even_out_waves) {
   using namespace split_plan;
   DecodeShape shape;
   shape.splits = plan_splits(items, max_keys, sms, ctas_per_sm, capacity_units, even_out_waves);
   if (max_quads <= 1 || items <= 0 || sms <= 0) return shape;
-  if (items * shape.splits <= sms) {
+  if (std::max(grid_items, items) * shape.splits <= sms) {  // every CTA of the grid alone on its SM
     shape.quads = 2;
     return shape;
   }
-  if (max_quads < 3) return shape;
+  const int64_t slots = int64_t{std::max(ctas_per_sm, 1)} * sms;
+  if (max_quads < 3 || items * shape.splits <= slots) return shape;
+  // (Splits for one CTA an SM are more than one only for fewer than 2 x sms items, which
+  // with more than `slots` CTAs means plan_splits split them too: a pool batch that sized
+  // its workspace by plan_splits has room for them.)
   const int32_t wide_splits = plan_splits(items, max_keys, sms, 1, capacity_units, even_out_waves);
-  if (wave_use(items * wide_splits, sms) >
-      wave_use(items * shape.splits, int64_t{std::max(ctas_per_sm, 1)} * sms) + kMinThreeQuadWaveGain) {
+  if (wave_use(items * wide_splits, sms) > wave_use(items * shape.splits, slots) + kMinThreeQuadWaveGain) {
     shape.splits = wide_splits;
     shape.quads = 3;
   }

@@ -2,11 +2,10 @@
 // K/V, with the query rows of a whole KV group in one tile (decode.hpp). Instantiated per
 // (element type, head dim) in decode_<dtype>.cu; runs on every sm80+ GPU (mma.sync).
 //
-// One CTA = 4 warps computes item (sequence, KV head), key split s (blockIdx x, y, z =
-// split, KV head, sequence). Its rows are r = t * group + g (new token t, head g of the
-// group), padded to 16 x WR rows; the warps form WR row groups of 16 rows times 4 / WR key
-// groups, each key group computing its share of every 64-token key tile, so all four warps
-// work even for a single row. Per CTA:
+// One CTA = 4 warps (or 2 or 3 quads of 4: Config's kQuads) computes item (sequence, KV
+// head), key split s (blockIdx x, y, z = split, KV head, sequence). Its rows are r = t * group + g (new token t, head g
+// of the group), padded to 16 x WR rows; the warps form WR row groups of 16 rows times 4 / WR key groups, each key
+// group computing its share of every 64-token key tile, so all four warps work even for a single row. Per CTA:
 //  1. the key tiles of its split are listed: a tile is skipped when no head of the group
 //     may see its block from the rows' query blocks (the union over the group), "full" when
 //     every row sees every key, else masked per row (token rule and the row's head);
@@ -60,7 +59,9 @@ constexpr int kKeyTile = cuda::kKeyTileTokens;
 // at the end). Several for launches of one CTA an SM (Split::quads): alone on its SM, one
 // quad's four warps (one a scheduler) issue a tile's ~400 dependent instructions at about
 // one every six cycles, so a tile took ~1 us whatever the memory did (ncu, bench/NOTES.md
-// "CUDA decode", session 12); a second quad fills those cycles.
+// "CUDA decode", session 12); a second quad fills those cycles. Three (e4m3 pages, at most 8
+// rows) for grids whose one-quad CTAs would leave their last wave mostly idle: the warps of
+// three one-quad CTAs in one slot (decode_split_plan.hpp, plan_decode_shape).
 template <int D, int WR, class KV, int kQuads = 1>
 struct Config {
   static constexpr bool kFp8 = sizeof(KV) == 1;
@@ -82,7 +83,9 @@ struct Config {
   static constexpr int kStages = kFp8 ? (D == 128 ? 4 : 6) : (D == 128 ? 3 : 4);
   static constexpr int kCtasPerSm = kQuads > 1 ? 1 : ctas_per_sm(kFp8, 16 * WR);  // the launch bounds' (decode.hpp)
   static constexpr int kListCap = 1024;  // key tiles classified per pass (64k tokens)
-  static constexpr int kPerThread = (kListCap + kThreads - 1) / kThreads;  // (three quads: 384 threads)
+  // Rounded up: 384 threads (three quads) do not divide kListCap, and compact_key_tiles
+  // needs kThreads * kPerThread >= the tiles of a pass.
+  static constexpr int kPerThread = (kListCap + kThreads - 1) / kThreads;
   // A chunk column's threads of a quad: a tile's rows over them are kKeyTile / kRowsPerPass
   // consecutive rows a thread (decode_item's kPasses).
   static constexpr int kRowsPerPass = kQuadThreads / kChunks;
@@ -660,8 +663,9 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     // One tile loop for every layout (a loop per kind doubled the kernel's code). Quad q
     // takes entries q, q + kQuads, ... of the split's; the quads step together (`steps`
     // iterations, the CTA's barrier each), a quad without a tile of its own in the last one
-    // only keeping the barrier. (Quads on their own named barriers had Q, which both read
-    // and only some threads copy, unordered with the other quad's reads.)
+    // only keeping the barrier. (Quads on their own named barriers had Q, which all read and
+    // only some threads copy, unordered with the other quads' reads; session 21 tried them
+    // again with Q in registers: no faster, and racecheck reported hazards.)
     const int steps = (total + kQuads - 1) / kQuads;
     if constexpr (kQuads > 1) total = total > quad ? (total - quad + kQuads - 1) / kQuads : 0;
     auto entry_at = [&](int i) { return sList[first + quad + kQuads * i]; };
@@ -685,7 +689,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       cp_async_commit();
     }
     if (S - 1 < total) fetch_pages(entry_at(S - 1), pages);  // the pages of the next tile to copy
-    // Two quads, or narrow tiles (whose Q fragments are half the registers): the warp's Q
+    // Several quads, or narrow tiles (whose Q fragments are half the registers): the warp's Q
     // fragments stay in registers through the pass rather than being read from shared
     // memory at every tile (eight ldmatrix a tile at D 128, on the chain of a warp whose
     // tile is issue-latency bound). Q's copy group is the oldest: all but the S - 1 tile
@@ -719,7 +723,7 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       }
       cp_async_commit();
       if constexpr (kQuads > 1)
-        if (it >= total) continue;  // this quad's tiles are done; the other's last one is not
+        if (it >= total) continue;  // this quad's tiles are done; another's last one is not
       const int entry = entry_at(it);
       const int stage = it % S;
       [[maybe_unused]] const uint32_t tK = smem_addr(sK + stage * SB), tV = smem_addr(sV + stage * SB);

@@ -67,7 +67,8 @@ constexpr int32_t kernel_quads(bool e4m3_pages, int32_t max_rows) {
   return max_rows <= 8 && e4m3_pages ? 3 : max_rows <= 16 ? 2 : 1;
 }
 
-// plan_splits (kernels/decode_split_plan.hpp): the key split of a launch's items.
+// plan_splits and plan_decode_shape (kernels/decode_split_plan.hpp): the key split of a
+// launch's items and the quads of its CTAs.
 
 // What a decode launch overlaps through programmatic dependent launch (compute capability
 // 9.0+; false elsewhere).

@@ -1,4 +1,4 @@
-// The decode kernel's key split (kernels/decode_split_plan.hpp) on the H200's 132 SMs: the
+// The decode kernel's grid (kernels/decode_split_plan.hpp) on 132 SMs (H100 and H200): the
 // choices bench/NOTES.md ("CUDA decode") measured as the fastest, pinned, so that a change
 // to the rule shows here before it shows on a GPU. Internal; no GPU needed.
 #include <criterion/criterion.h>
@@ -59,7 +59,7 @@ using bspa::kernels::decode::plan_decode_shape;
 // A launch of one new token a sequence (4 rows a KV group: the narrow tile), e4m3 pages:
 // three quads a CTA at most, one-quad CTAs three an SM.
 DecodeShape e4m3_shape(int64_t seqs, int64_t keys, bool dense, int32_t max_quads = 3) {
-  return plan_decode_shape(seqs * 8, keys, kH200Sms, 3, max_quads, kRoom, dense);
+  return plan_decode_shape(seqs * 8, seqs * 8, keys, kH200Sms, 3, max_quads, kRoom, dense);
 }
 
 }  // namespace
@@ -68,9 +68,13 @@ Test(decode_shape, a_grid_of_one_cta_an_sm_takes_two_quads) {
   const DecodeShape b1 = e4m3_shape(1, 32768, true);
   cr_expect_eq(b1.splits, 16, "1 x 32k: 16 splits (plan_splits)");
   cr_expect_eq(b1.quads, 2, "128 CTAs on 132 SMs: two quads (three were no faster)");
-  const DecodeShape bf16 = plan_decode_shape(8, 32768, kH200Sms, 2, 2, kRoom, true);
+  const DecodeShape bf16 = plan_decode_shape(8, 8, 32768, kH200Sms, 2, 2, kRoom, true);
   cr_expect(bf16.splits == 16 && bf16.quads == 2, "16-bit pages: 16 splits of two quads");
-  cr_expect_eq(plan_decode_shape(8, 32768, kH200Sms, 2, 1, kRoom, true).quads, 1, "one quad when asked");
+  cr_expect_eq(plan_decode_shape(8, 8, 32768, kH200Sms, 2, 1, kRoom, true).quads, 1, "one quad when asked");
+  // Over device metadata the grid holds every sequence's CTAs: 1 decode row beside 99
+  // prefill sequences is 8 items to compute in a grid of 800 x 16 CTAs, not alone on its SMs.
+  const DecodeShape mixed = plan_decode_shape(8, 800, 32768, kH200Sms, 3, 3, kRoom, true);
+  cr_expect(mixed.splits == 16 && mixed.quads == 1, "a grid of more CTAs than SMs keeps one quad");
 }
 
 Test(decode_shape, three_quads_where_one_quad_leaves_the_last_wave_thin) {
@@ -87,6 +91,12 @@ Test(decode_shape, three_quads_where_one_quad_leaves_the_last_wave_thin) {
   cr_expect(s128.splits == 1 && s128.quads == 1, "128 x 4k sparse: the same");
   const DecodeShape long8 = e4m3_shape(8, 131072, false);
   cr_expect(long8.splits == 6 && long8.quads == 1, "8 x 128k: 6 splits, one wave of 97% either way");
+  const DecodeShape one_wave = e4m3_shape(17, 4096, true);
+  cr_expect(one_wave.splits == 1 && one_wave.quads == 1,
+            "17 x 4k dense: 136 one-quad CTAs, one wave (three quads would split them 2 x 3: not measured)");
+  const DecodeShape sparse_one_wave = e4m3_shape(20, 4096, false);
+  cr_expect(sparse_one_wave.splits == 1 && sparse_one_wave.quads == 1,
+            "20 x 4k sparse: 160 CTAs in one one-quad wave (40% of the slots, three quads' 61%: not measured)");
   const DecodeShape two = e4m3_shape(64, 8192, false, 2);
   cr_expect(two.splits == 1 && two.quads == 1, "without a three-quad variant, plan_splits' grid");
 }
