@@ -1,7 +1,7 @@
 // The decode kernel's grid: how many CTAs share one (sequence, KV head) item's keys
-// (plan_splits) and how many quads of warps a CTA has (plan_decode_shape). Host arithmetic only, header-only so that
-// the CPU build tests the measured choices (tests/cpp/test_decode_split_plan.cpp); the CUDA launch and batch upload
-// call it.
+// (plan_splits) and how many quads of warps a CTA has (plan_decode_shape). Host arithmetic
+// only, header-only so that the CPU build tests the measured choices
+// (tests/cpp/test_decode_split_plan.cpp); the CUDA launch and batch upload call it.
 #pragma once
 
 #include <algorithm>
