@@ -718,16 +718,8 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       cp_async_wait<S - 2>();
       __syncthreads();  // tile `it` landed; every warp is done with the stage refilled below
       if (it + S - 1 < total) {
-        // The next tile's block-table entries (used next iteration) are read before this
-        // tile's copies are issued: read after them, the load returned behind the copies and
-        // its first use, an iteration later, still waited for it (ncu's warp samples of a
-        // batch-1 launch: 8% on that one instruction; bench/NOTES.md, "CUDA decode",
-        // session 21).
-        int next_pages[kPasses] = {};
-        if (it + S < total) fetch_pages(entry_at(it + S), next_pages);
         load_kv(entry_at(it + S - 1), (it + S - 1) % S, pages);
-#pragma unroll
-        for (int i = 0; i < kPasses; ++i) pages[i] = next_pages[i];
+        if (it + S < total) fetch_pages(entry_at(it + S), pages);  // used next iteration
       }
       cp_async_commit();
       if constexpr (kQuads > 1)
