@@ -3,9 +3,10 @@
 // (element type, head dim) in decode_<dtype>.cu; runs on every sm80+ GPU (mma.sync).
 //
 // One CTA = 4 warps (or 2 or 3 quads of 4: Config's kQuads) computes item (sequence, KV
-// head), key split s (blockIdx x, y, z = split, KV head, sequence). Its rows are r = t * group + g (new token t, head g
-// of the group), padded to 16 x WR rows; the warps form WR row groups of 16 rows times 4 / WR key groups, each key
-// group computing its share of every 64-token key tile, so all four warps work even for a single row. Per CTA:
+// head), key split s (blockIdx x, y, z = split, KV head, sequence). Its rows are
+// r = t * group + g (new token t, head g of the group), padded to 16 x WR rows; the warps
+// form WR row groups of 16 rows times 4 / WR key groups, each key group computing its
+// share of every 64-token key tile, so all four warps work even for a single row. Per CTA:
 //  1. the key tiles of its split are listed: a tile is skipped when no head of the group
 //     may see its block from the rows' query blocks (the union over the group), "full" when
 //     every row sees every key, else masked per row (token rule and the row's head);

@@ -37,8 +37,9 @@ struct Split {
   // before it counts itself.
   bool count_after_previous = false;
   // Quads of four warps a CTA, each with its own ring, taking alternate key tiles of the
-  // CTA's item (decode.cuh, Config::kQuads): 1, or up to kernel_quads for a grid of one CTA
-  // an SM (plan_decode_shape). Host only: it picks the variant.
+  // CTA's item (decode.cuh, Config::kQuads): 1, 2 for a grid alone on its SMs, 3 (e4m3
+  // pages, at most kernel_quads) where one-quad CTAs would leave the last wave mostly idle
+  // (plan_decode_shape). Host only: it picks the variant.
   int32_t quads = 1;
 };
 
