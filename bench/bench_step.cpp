@@ -9,7 +9,9 @@
 //                                  host time per call (GPU idle before each call, median and
 //                                  p90; the floor of one cudaMemsetAsync alike; the launches
 //                                  back to back as well), allocations per step, and a
-//                                  32-layer decode step eager against its graph replay
+//                                  32-layer decode step eager against its graph replay;
+//                                  --schedule spin|yield|blocking: how the host waits
+//                                  (cudaSetDeviceFlags), default the runtime's choice
 //
 // Phi-3-small shapes: bf16, Hq 32, Hkv 8, head_dim 128, 64-token pages, the strided layout.
 #include <bspa/bspa.h>
@@ -30,6 +32,8 @@ int main() {
 #include <ctime>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "gpu_common.hpp"
@@ -370,11 +374,13 @@ using Clock = std::chrono::steady_clock;
 struct Stat {
   double median, p90;
 };
-// Host microseconds of `call`, the GPU idle before each one.
-template <class F>
-Stat host_time(int reps, F &&call) {
+// Host microseconds of `call`, the GPU idle before each one (`before` runs first, untimed:
+// the conditions the call meets, e.g. a wait of some milliseconds for earlier work).
+template <class F, class B>
+Stat host_time(int reps, F &&call, B &&before) {
   std::vector<double> us;
   for (int i = 0; i < reps + 3; ++i) {
+    before();
     CUDA_OK(cudaDeviceSynchronize());
     const auto t0 = Clock::now();
     call();
@@ -383,6 +389,17 @@ Stat host_time(int reps, F &&call) {
   }
   std::sort(us.begin(), us.end());
   return {us[us.size() / 2], us[us.size() * 9 / 10]};
+}
+template <class F>
+Stat host_time(int reps, F &&call) {
+  return host_time(reps, std::forward<F>(call), [] {});
+}
+
+// Keeps the calling thread busy for `us` microseconds (no sleep: the CPU stays awake).
+void spin_host(double us) {
+  const auto t0 = Clock::now();
+  while (std::chrono::duration<double, std::micro>(Clock::now() - t0).count() < us) {
+  }
 }
 
 // Host microseconds per call of `call` issued `reps` times back to back (the GPU busy with
@@ -433,13 +450,33 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
       ".version 7.0\n.target sm_80\n.address_size 64\n"
       ".visible .entry empty() { ret; }\n"
       ".visible .entry empty512(.param .align 8 .b8 p[512]) { ret; }\n"
-      ".visible .entry empty1k(.param .align 64 .b8 p[1024]) { ret; }\n";
+      ".visible .entry empty1k(.param .align 64 .b8 p[1024]) { ret; }\n"
+      // Runs `ns` nanoseconds of the GPU's clock: a stand-in for a long kernel before a call.
+      ".visible .entry spin_ns(.param .u64 ns) {\n"
+      "  .reg .u64 %rd<4>;\n  .reg .pred %p;\n"
+      "  ld.param.u64 %rd0, [ns];\n  mov.u64 %rd1, %globaltimer;\n"
+      "WAIT:\n  mov.u64 %rd2, %globaltimer;\n  sub.u64 %rd3, %rd2, %rd1;\n"
+      "  setp.lt.u64 %p, %rd3, %rd0;\n  @%p bra WAIT;\n  ret;\n}\n";
   cudaLibrary_t empty_lib;
-  cudaKernel_t empty, empty512, empty1k;
+  cudaKernel_t empty, empty512, empty1k, spin_ns;
   CUDA_OK(cudaLibraryLoadData(&empty_lib, kEmptyPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
   CUDA_OK(cudaLibraryGetKernel(&empty, empty_lib, "empty"));
   CUDA_OK(cudaLibraryGetKernel(&empty512, empty_lib, "empty512"));
   CUDA_OK(cudaLibraryGetKernel(&empty1k, empty_lib, "empty1k"));
+  CUDA_OK(cudaLibraryGetKernel(&spin_ns, empty_lib, "spin_ns"));
+  // What comes before a call besides an idle GPU. A call timed after a long kernel (the 32k
+  // prefill after the previous one) starts right after cudaDeviceSynchronize waited for it
+  // for milliseconds; these conditions tell that wait's share of a launch from bspa's.
+  constexpr double kWaitUs = 2500;  // about one 32k prefill
+  auto gpu_busy_first = [&] {
+    unsigned long long ns = static_cast<unsigned long long>(kWaitUs * 1000);
+    void *args[] = {&ns};
+    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(spin_ns), dim3(1), dim3(32), args, 0, nullptr));
+  };
+  auto host_sleeps_first = [&] {
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(kWaitUs)));
+  };
+  auto host_spins_first = [&] { spin_host(kWaitUs); };
   struct alignas(8) Param512 {
     char bytes[512];
   } param{};
@@ -477,10 +514,13 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
       char bytes[1024];
     } param1k{};
     void *args1k[] = {&param1k};
-    add("floor: empty kernel, sm90a prefill's shape", host_time(reps, [&] {
-          CUDA_OK(
-              cudaLaunchKernel(reinterpret_cast<const void *>(empty1k), dim3(sms), dim3(384), args1k, optin, nullptr));
-        }));
+    auto launch_shape = [&] {
+      CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(empty1k), dim3(sms), dim3(384), args1k, optin, nullptr));
+    };
+    add("floor: empty kernel, sm90a prefill's shape", host_time(reps, launch_shape));
+    add("  the same after 2.5 ms of GPU work (waited)", host_time(reps, launch_shape, gpu_busy_first));
+    add("  the same after 2.5 ms of host sleep", host_time(reps, launch_shape, host_sleeps_first));
+    add("  the same after 2.5 ms of host spin", host_time(reps, launch_shape, host_spins_first));
   }
   bspa_batch *one = nullptr;
   add("bspa_batch_create (one step)", host_time(reps, [&] {
@@ -509,6 +549,9 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
   add("bspa_kv_write (reusable)", host_time(reps, [&] { kv_write(pool, reuse, 0, t, nullptr); }));
   add("bspa_prefill (reusable, decode rows)",
       host_time(reps, [&] { prefill(pool, reuse, 0, layout, t, false, nullptr); }));
+  add("  the same after 2.5 ms of GPU work (waited)",
+      host_time(
+          reps, [&] { prefill(pool, reuse, 0, layout, t, false, nullptr); }, gpu_busy_first));
   add("bspa_prefill (fixed shapes, decode rows)",
       host_time(reps, [&] { prefill(pool, fixed, 0, layout, tf, false, nullptr); }));
   // The same launches back to back: what a step of many layers pays per call.
@@ -552,7 +595,11 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
       host_time(reps, [&] { BSPA_OK_OR_DIE(bspa_batch_plan(b32, &big, &q32, 1, nullptr)); }));
   {
     StepTensors t32(32768);
-    add("bspa_prefill (one 32k prefill)", host_time(reps, [&] { prefill(pool, b32, 0, layout, t32, false, nullptr); }));
+    auto big_prefill = [&] { prefill(pool, b32, 0, layout, t32, false, nullptr); };
+    add("bspa_prefill (one 32k prefill)", host_time(reps, big_prefill));
+    // The previous 32k prefill ends while the host spins (3 ms against its ~2.5), so the
+    // synchronisation before the call returns at once: no millisecond wait before it.
+    add("  the same, the host spinning 3 ms first", host_time(reps, big_prefill, [] { spin_host(3000); }));
     // The same launches queued behind each other (each runs ~2 ms, so the host never waits
     // for the queue): the host's own cost, without whatever an idle GPU adds to a launch.
     const double big_b2b =
@@ -640,11 +687,21 @@ int main(int argc, char **argv) {
   app.add_option("--json", json, "write the timings as JSON");
   app.add_option("--commit", commit, "commit recorded in the JSON");
   app.add_option("--reps", reps, "calls per timing")->check(CLI::PositiveNumber);
+  std::string schedule = "auto";
+  app.add_option("--schedule", schedule,
+                 "how the host waits for the GPU (cudaSetDeviceFlags): auto, spin, yield, blocking")
+      ->check(CLI::IsMember({"auto", "spin", "yield", "blocking"}));
   CLI11_PARSE(app, argc, argv);
   int32_t n = 0;
   if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
     std::printf("SKIP: no CUDA device\n");
     return 77;
+  }
+  if (schedule != "auto") {
+    const unsigned flag = schedule == "spin"    ? cudaDeviceScheduleSpin
+                          : schedule == "yield" ? cudaDeviceScheduleYield
+                                                : cudaDeviceScheduleBlockingSync;
+    CUDA_OK(cudaSetDeviceFlags(flag));
   }
   return check ? run_check() : run_bench(json, commit, reps);
 }
