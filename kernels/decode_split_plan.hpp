@@ -101,17 +101,21 @@ struct DecodeShape {
 //    and ending alone on their SMs. So it is taken when its waves' use is higher by more
 //    than kMinThreeQuadWaveGain, with its splits planned for one CTA an SM. (A one-quad
 //    grid of a single wave keeps its shape: not measured.)
+// forced_splits > 0 (the BSPA_DECODE_SPLITS diagnostic; the caller checked the workspace's
+// room): that many splits, two quads where the grid is then alone on its SMs, else one.
 inline DecodeShape plan_decode_shape(int64_t items, int64_t grid_items, int64_t max_keys, int32_t sms,
                                      int32_t ctas_per_sm, int32_t max_quads, int64_t capacity_units,
-                                     bool even_out_waves) {
+                                     bool even_out_waves, int32_t forced_splits = 0) {
   using namespace split_plan;
   DecodeShape shape;
-  shape.splits = plan_splits(items, max_keys, sms, ctas_per_sm, capacity_units, even_out_waves);
+  shape.splits = forced_splits > 0 ? forced_splits
+                                   : plan_splits(items, max_keys, sms, ctas_per_sm, capacity_units, even_out_waves);
   if (max_quads <= 1 || items <= 0 || sms <= 0) return shape;
   if (std::max(grid_items, items) * shape.splits <= sms) {  // every CTA of the grid alone on its SM
     shape.quads = 2;
     return shape;
   }
+  if (forced_splits > 0) return shape;
   const int64_t slots = int64_t{std::max(ctas_per_sm, 1)} * sms;
   if (max_quads < 3 || items * shape.splits <= slots) return shape;
   // (Splits for one CTA an SM are more than one only for fewer than 2 x sms items, which

@@ -82,7 +82,8 @@ struct Config {
   // e4m3 stages are half the bytes and (with no 16-bit tile to widen into) three CTAs fit
   // an SM: 3 x 3 tiles of 16 KB.
   static constexpr int kStages = kFp8 ? (D == 128 ? 4 : 6) : (D == 128 ? 3 : 4);
-  static constexpr int kCtasPerSm = kQuads > 1 ? 1 : ctas_per_sm(kFp8, 16 * WR);  // the launch bounds' (decode.hpp)
+  // The launch bounds' CTAs an SM (decode_variant.hpp).
+  static constexpr int kCtasPerSm = kQuads > 1 ? 1 : ctas_per_sm(kFp8, 16 * WR);
   static constexpr int kListCap = 1024;  // key tiles classified per pass (64k tokens)
   // Rounded up: 384 threads (three quads) do not divide kListCap, and compact_key_tiles
   // needs kThreads * kPerThread >= the tiles of a pass.
@@ -1066,40 +1067,41 @@ void launch_rows(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_k
   launch_kernel<T, KV, D, WR, kQuads, true, kNarrow>(p, num_seqs, num_kv_heads, split, overlap, stream);
 }
 
+// Calls f(row_groups, quads, narrow) with the compile-time form (std::integral_constant,
+// std::bool_constant) of decode_variant's choice for a launch of `max_rows` rows with
+// `quads` quads a CTA. The launch and its shared-memory size both dispatch here, so the
+// kernel launched is the one that was sized; each branch instantiates one variant (three
+// quads for e4m3 pages only: three rings of 16-bit stages would not fit an SM).
+template <class KV, class F>
+decltype(auto) with_variant(int32_t max_rows, int32_t quads, F &&f) {
+  constexpr bool kFp8 = sizeof(KV) == 1;
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  const DecodeVariant v = decode_variant(kFp8, max_rows, quads);
+  if (v.narrow) {
+    if constexpr (kFp8)
+      if (v.quads == 3) return f(One{}, std::integral_constant<int, 3>{}, std::true_type{});
+    return v.quads == 2 ? f(One{}, Two{}, std::true_type{}) : f(One{}, One{}, std::true_type{});
+  }
+  if (v.row_groups == 1) return v.quads == 2 ? f(One{}, Two{}, std::false_type{}) : f(One{}, One{}, std::false_type{});
+  return v.row_groups == 2 ? f(Two{}, One{}, std::false_type{})
+                           : f(std::integral_constant<int, 4>{}, One{}, std::false_type{});
+}
+
 template <class T, class KV, int D>
 void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_heads, int32_t max_rows,
             const Split &split, const Overlap &overlap, cudaStream_t stream) {
-  // Up to 8 rows (decode at GQA <= 8) the transposed tile (decode_item's kNarrow).
-  // Three quads for e4m3 pages only (kernel_quads): three rings of 16-bit stages would not
-  // fit.
-  if constexpr (sizeof(KV) == 1) {
-    if (max_rows <= 8 && split.quads == 3) {
-      launch_rows<T, KV, D, 1, 3, true>(p, num_seqs, num_kv_heads, split, overlap, stream);
-      return;
-    }
-  }
-  if (max_rows <= 8 && split.quads >= 2)
-    launch_rows<T, KV, D, 1, 2, true>(p, num_seqs, num_kv_heads, split, overlap, stream);
-  else if (max_rows <= 8)
-    launch_rows<T, KV, D, 1, 1, true>(p, num_seqs, num_kv_heads, split, overlap, stream);
-  else if (max_rows <= 16 && split.quads >= 2)
-    launch_rows<T, KV, D, 1, 2>(p, num_seqs, num_kv_heads, split, overlap, stream);
-  else if (max_rows <= 16)
-    launch_rows<T, KV, D, 1>(p, num_seqs, num_kv_heads, split, overlap, stream);
-  else if (max_rows <= 32)
-    launch_rows<T, KV, D, 2>(p, num_seqs, num_kv_heads, split, overlap, stream);
-  else
-    launch_rows<T, KV, D, 4>(p, num_seqs, num_kv_heads, split, overlap, stream);
+  with_variant<KV>(max_rows, split.quads, [&](auto row_groups, auto quads, auto narrow) {
+    launch_rows<T, KV, D, decltype(row_groups)::value, decltype(quads)::value, decltype(narrow)::value>(
+        p, num_seqs, num_kv_heads, split, overlap, stream);
+  });
 }
 
 template <int D, class KV>
-constexpr size_t shared_bytes_for(int32_t max_rows, int32_t quads) {
-  if constexpr (sizeof(KV) == 1)
-    if (max_rows <= 8 && quads == 3) return Config<D, 1, KV, 3>::kSmemBytes;
-  return max_rows <= 16 && quads >= 2 ? Config<D, 1, KV, 2>::kSmemBytes
-         : max_rows <= 16             ? Config<D, 1, KV>::kSmemBytes
-         : max_rows <= 32             ? Config<D, 2, KV>::kSmemBytes
-                                      : Config<D, 4, KV>::kSmemBytes;
+size_t shared_bytes_for(int32_t max_rows, int32_t quads) {
+  return with_variant<KV>(max_rows, quads, [](auto row_groups, auto quads_, auto) {
+    return static_cast<size_t>(Config<D, decltype(row_groups)::value, KV, decltype(quads_)::value>::kSmemBytes);
+  });
 }
 
 }  // namespace bspa::kernels::decode

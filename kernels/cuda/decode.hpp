@@ -15,6 +15,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cuda/attention_params.hpp"
 #include "kernels/decode_split_plan.hpp"
+#include "kernels/decode_variant.hpp"
 
 namespace bspa::kernels::decode {
 
@@ -55,21 +56,10 @@ size_t workspace_bytes(int32_t head_dim, int32_t sms);
 // Bytes of the counters of `items` items at the start of the decode workspace (a multiple
 // of 256, so the units that follow stay aligned).
 size_t counter_bytes(int64_t items);
-// CTAs an SM the decode kernel keeps resident (its launch bounds; shared memory allows at
-// least as many): three for e4m3 pages at up to 16 rows (half the bytes staged; at two,
-// their registers had kept them to two CTAs an SM), else two.
-constexpr int32_t ctas_per_sm(bool e4m3_pages, int32_t max_rows) { return e4m3_pages && max_rows <= 16 ? 3 : 2; }
-constexpr int32_t kMostCtasPerSm = 3;  // the largest ctas_per_sm (sizes the workspace)
-// The most quads of warps a CTA of the kernel has for a launch of `max_rows` rows: three
-// for e4m3 pages at up to 8 rows (the narrow tile; their one-quad CTAs run three an SM, so
-// three quads keep the same warps and registers an SM), two up to 16 rows, else one. (Three
-// quads of 16-bit stages would not fit an SM's shared memory.)
-constexpr int32_t kernel_quads(bool e4m3_pages, int32_t max_rows) {
-  return max_rows <= 8 && e4m3_pages ? 3 : max_rows <= 16 ? 2 : 1;
-}
 
 // plan_splits and plan_decode_shape (kernels/decode_split_plan.hpp): the key split of a
-// launch's items and the quads of its CTAs.
+// launch's items and the quads of its CTAs; decode_variant, ctas_per_sm and kernel_quads
+// (kernels/decode_variant.hpp): the instantiation a launch takes and what it keeps resident.
 
 // What a decode launch overlaps through programmatic dependent launch (compute capability
 // 9.0+; false elsewhere).
@@ -89,10 +79,10 @@ struct Overlap {
 // Overlap::previous and Split::count_after_previous. Throws Error(Cuda).
 void clear_counters(int32_t *counters, int64_t n, cudaStream_t stream);
 
-// Dynamic shared memory of the instantiation that a launch of `max_rows` rows uses (the
-// same for both 16-bit element types; e4m3 pages stage bytes and widen them, so theirs
-// differs), with `quads` quads of warps (Split::quads, at most kernel_quads); 0 for a
-// head_dim the kernel lacks.
+// Dynamic shared memory of the instantiation that a launch of `max_rows` rows with `quads`
+// quads of warps (Split::quads) takes, decode_variant's (the same for both 16-bit element
+// types; e4m3 pages stage bytes and widen them, so theirs differs); 0 for a head_dim the
+// kernel lacks.
 size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages, int32_t quads = 1);
 
 // Launches the decode kernel over grid (splits, num_kv_heads, num_seqs); with splits > 1

@@ -409,18 +409,14 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     while (max_quads > 1 && decode::shared_bytes(p.head_dim, split.rows, e4m3, max_quads) > max_shared) --max_quads;
     // The items to fill the SMs with are the decode sequences'; the grid holds every
     // indexed item's CTAs (those of sequences it skips exit at once).
-    const decode::DecodeShape shape = decode::plan_decode_shape(items, indexed, p.decode_max_keys, sms,
-                                                                decode::ctas_per_sm(e4m3, split.rows), max_quads, room,
-                                                                /*even_out_waves=*/layout.kind == Layout::Kind::Dense);
+    // BSPA_DECODE_SPLITS=N forces N splits where the workspace has room (a diagnostic, to
+    // time the split planner's choice against others).
+    const int32_t forced = forced_decode_splits();
+    const decode::DecodeShape shape = decode::plan_decode_shape(
+        items, indexed, p.decode_max_keys, sms, decode::ctas_per_sm(e4m3, split.rows), max_quads, room,
+        /*even_out_waves=*/layout.kind == Layout::Kind::Dense, forced > 0 && forced * indexed <= capacity ? forced : 0);
     split.splits = shape.splits;
     split.quads = shape.quads;
-    // BSPA_DECODE_SPLITS=N forces N splits where the workspace has room (a diagnostic, to
-    // time the split planner's choice against others), two quads a CTA where the grid is
-    // then alone on its SMs, one otherwise.
-    if (const int32_t n = forced_decode_splits(); n > 0 && n * indexed <= capacity) {
-      split.splits = n;
-      split.quads = max_quads > 1 && n * indexed <= sms ? 2 : 1;
-    }
     if (split.splits > 1) {
       split.counters = static_cast<int32_t *>(decode_workspace.data);
       split.partials = reinterpret_cast<float *>(static_cast<char *>(decode_workspace.data) + counter_bytes);

@@ -1,11 +1,13 @@
 // The decode kernel's grid (kernels/decode_split_plan.hpp) on 132 SMs (H100 and H200): the
 // choices bench/NOTES.md ("CUDA decode") measured as the fastest, pinned, so that a change
-// to the rule shows here before it shows on a GPU. Internal; no GPU needed.
+// to the rule shows here before it shows on a GPU; and the kernel variant a launch takes
+// (kernels/decode_variant.hpp). Internal; no GPU needed.
 #include <criterion/criterion.h>
 
 #include <cstdint>
 
 #include "kernels/decode_split_plan.hpp"
+#include "kernels/decode_variant.hpp"
 
 using bspa::kernels::decode::plan_splits;
 
@@ -107,4 +109,54 @@ Test(decode_shape, wave_use) {
   cr_expect_float_eq(wave_use(396, 396), 1.0, 1e-12);
   cr_expect_float_eq(wave_use(0, 396), 0.0, 1e-12);
   cr_expect_float_eq(wave_use(5, 0), 0.0, 1e-12);
+}
+
+Test(decode_shape, forced_splits) {
+  // BSPA_DECODE_SPLITS: the splits as asked; two quads where the grid is then alone on its
+  // SMs, one where it is not (never three: their splits are plan_decode_shape's own).
+  const DecodeShape b1 = plan_decode_shape(8, 8, 32768, kH200Sms, 3, 3, kRoom, true, 8);
+  cr_expect(b1.splits == 8 && b1.quads == 2, "1 x 32k forced to 8 splits: 64 CTAs alone, two quads");
+  const DecodeShape wide = plan_decode_shape(8, 8, 32768, kH200Sms, 3, 3, kRoom, true, 32);
+  cr_expect(wide.splits == 32 && wide.quads == 1, "forced to 32 splits: 256 CTAs, one quad");
+  const DecodeShape thin = plan_decode_shape(512, 512, 8192, kH200Sms, 3, 3, kRoom, false, 1);
+  cr_expect(thin.splits == 1 && thin.quads == 1, "64 x 8k sparse forced to 1 split keeps one quad (unforced: three)");
+  const DecodeShape one = plan_decode_shape(8, 8, 32768, kH200Sms, 2, 1, kRoom, true, 8);
+  cr_expect(one.splits == 8 && one.quads == 1, "one quad when the kernel has no more");
+}
+
+namespace {
+
+using bspa::kernels::decode::DecodeVariant;
+using bspa::kernels::decode::decode_variant;
+
+}  // namespace
+
+// The instantiation a launch takes (kernels/decode_variant.hpp): the launch and its shared
+// memory both dispatch on it, so the table here is every variant the kernels have.
+Test(decode_variant, the_smallest_tile_that_holds_the_rows) {
+  for (bool e4m3 : {false, true}) {
+    cr_expect(decode_variant(e4m3, 1, 1) == (DecodeVariant{1, 1, true}), "1 row: the narrow tile");
+    cr_expect(decode_variant(e4m3, 8, 1) == (DecodeVariant{1, 1, true}), "8 rows: the narrow tile");
+    cr_expect(decode_variant(e4m3, 9, 1) == (DecodeVariant{1, 1, false}), "9 rows: one 16-row group");
+    cr_expect(decode_variant(e4m3, 16, 1) == (DecodeVariant{1, 1, false}), "16 rows: one 16-row group");
+    cr_expect(decode_variant(e4m3, 17, 1) == (DecodeVariant{2, 1, false}), "17 rows: two groups");
+    cr_expect(decode_variant(e4m3, 32, 1) == (DecodeVariant{2, 1, false}), "32 rows: two groups");
+    cr_expect(decode_variant(e4m3, 33, 1) == (DecodeVariant{4, 1, false}), "33 rows: four groups");
+    cr_expect(decode_variant(e4m3, 64, 1) == (DecodeVariant{4, 1, false}), "64 rows: four groups");
+  }
+}
+
+Test(decode_variant, quads_up_to_what_the_kernel_has) {
+  cr_expect(decode_variant(true, 4, 3) == (DecodeVariant{1, 3, true}), "e4m3, 4 rows: three quads");
+  cr_expect(decode_variant(false, 4, 3) == (DecodeVariant{1, 2, true}), "16-bit pages have two at most");
+  cr_expect(decode_variant(true, 4, 2) == (DecodeVariant{1, 2, true}), "two when asked");
+  cr_expect(decode_variant(true, 12, 3) == (DecodeVariant{1, 2, false}), "e4m3, 12 rows: the 16-row tile has two");
+  cr_expect(decode_variant(false, 16, 2) == (DecodeVariant{1, 2, false}), "16 rows, two quads");
+  cr_expect(decode_variant(true, 32, 2) == (DecodeVariant{2, 1, false}), "the 32-row tile has one");
+  cr_expect(decode_variant(false, 64, 3) == (DecodeVariant{4, 1, false}), "the 64-row tile has one");
+  cr_expect(decode_variant(true, 4, 0) == (DecodeVariant{1, 1, true}), "fewer than one: one");
+  using bspa::kernels::decode::kernel_quads;
+  cr_expect(kernel_quads(true, 8) == 3 && kernel_quads(false, 8) == 2 && kernel_quads(true, 16) == 2 &&
+                kernel_quads(true, 17) == 1,
+            "kernel_quads");
 }
