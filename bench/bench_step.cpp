@@ -10,8 +10,9 @@
 //                                  p90; the floor of one cudaMemsetAsync alike; the launches
 //                                  back to back as well), allocations per step, and a
 //                                  32-layer decode step eager against its graph replay;
-//                                  --schedule spin|yield|blocking: how the host waits
-//                                  (cudaSetDeviceFlags), default the runtime's choice
+//                                  --schedule auto|spin|yield|blocking: how the host
+//                                  waits (cudaSetDeviceFlags); auto (the default) leaves
+//                                  the runtime's choice
 //
 // Phi-3-small shapes: bf16, Hq 32, Hkv 8, head_dim 128, 64-token pages, the strided layout.
 #include <bspa/bspa.h>

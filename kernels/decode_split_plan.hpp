@@ -86,9 +86,10 @@ struct DecodeShape {
 // `grid_items` >= items the grid holds (over device metadata every sequence's CTAs are
 // launched, those of sequences that are not decode rows exiting at once), whose one-quad
 // CTAs run `ctas_per_sm` an SM and whose kernel has variants of up to `max_quads` quads a
-// CTA (decode::kernel_quads, lowered where the device's shared memory lacks room). Quads
-// share a CTA's item: its key tiles alternate between them and their states merge in
-// shared memory, so a CTA of q quads is one CTA an SM doing the work of q. Measured on an
+// CTA (decode::kernel_quads in kernels/decode_variant.hpp, lowered where the device's
+// shared memory lacks room). Quads share a CTA's item: its key tiles alternate between them
+// and their states merge in shared memory, so a CTA of q quads is one CTA an SM doing the
+// work of q. Measured on an
 // H100 (bench/NOTES.md, "CUDA decode", session 21):
 //  - A grid of at most one CTA an SM (few items: batch 1) takes two quads: alone on its SM,
 //    one quad issues a tile's dependent instructions too slowly to pull its share of the

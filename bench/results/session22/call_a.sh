@@ -3,7 +3,7 @@
 # bench_step with the new rows (the empty kernel of the sm90a prefill's shape after 2.5 ms of
 # GPU work waited for / host sleep / host spin; decode rows after GPU work; the 32k prefill
 # with the host spinning first), main's library (298a271's code), the runtime's wait mode
-# (auto) twice, then spin and blocking.
+# (auto) twice, then spin, blocking and yield.
 set -uo pipefail
 D=.device/s22; R=/tmp/resa; mkdir -p $R
 start=$(date +%s); t() { echo "[$(( $(date +%s) - start )) s] $*"; }
