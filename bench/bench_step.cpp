@@ -519,9 +519,9 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
       CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(empty1k), dim3(sms), dim3(384), args1k, optin, nullptr));
     };
     add("floor: empty kernel, sm90a prefill's shape", host_time(reps, launch_shape));
-    add("  the same after 2.5 ms of GPU work (waited)", host_time(reps, launch_shape, gpu_busy_first));
-    add("  the same after 2.5 ms of host sleep", host_time(reps, launch_shape, host_sleeps_first));
-    add("  the same after 2.5 ms of host spin", host_time(reps, launch_shape, host_spins_first));
+    add("floor: sm90a prefill's shape after 2.5 ms of GPU work", host_time(reps, launch_shape, gpu_busy_first));
+    add("floor: sm90a prefill's shape after 2.5 ms of host sleep", host_time(reps, launch_shape, host_sleeps_first));
+    add("floor: sm90a prefill's shape after 2.5 ms of host spin", host_time(reps, launch_shape, host_spins_first));
   }
   bspa_batch *one = nullptr;
   add("bspa_batch_create (one step)", host_time(reps, [&] {
@@ -548,11 +548,9 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
   StepTensors t(decode_seqs), tf(4096);
   t.fill(decode_seqs, 1), tf.fill(decode_seqs, 1);
   add("bspa_kv_write (reusable)", host_time(reps, [&] { kv_write(pool, reuse, 0, t, nullptr); }));
-  add("bspa_prefill (reusable, decode rows)",
-      host_time(reps, [&] { prefill(pool, reuse, 0, layout, t, false, nullptr); }));
-  add("  the same after 2.5 ms of GPU work (waited)",
-      host_time(
-          reps, [&] { prefill(pool, reuse, 0, layout, t, false, nullptr); }, gpu_busy_first));
+  auto decode_rows = [&] { prefill(pool, reuse, 0, layout, t, false, nullptr); };
+  add("bspa_prefill (reusable, decode rows)", host_time(reps, decode_rows));
+  add("bspa_prefill (reusable, decode rows) after 2.5 ms of GPU work", host_time(reps, decode_rows, gpu_busy_first));
   add("bspa_prefill (fixed shapes, decode rows)",
       host_time(reps, [&] { prefill(pool, fixed, 0, layout, tf, false, nullptr); }));
   // The same launches back to back: what a step of many layers pays per call.
@@ -562,7 +560,7 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
   });
   add("back to back: empty kernel, 512-byte parameter", {empty_b2b, empty_b2b});
   const double kv_b2b = back_to_back(reps, [&] { kv_write(pool, reuse, 0, t, nullptr); });
-  const double prefill_b2b = back_to_back(reps, [&] { prefill(pool, reuse, 0, layout, t, false, nullptr); });
+  const double prefill_b2b = back_to_back(reps, decode_rows);
   add("back to back: cudaMemsetAsync (mean)", {memset_b2b, memset_b2b});
   add("back to back: bspa_kv_write (mean)", {kv_b2b, kv_b2b});
   add("back to back: bspa_prefill, decode rows (mean)", {prefill_b2b, prefill_b2b});
@@ -598,13 +596,13 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
     StepTensors t32(32768);
     auto big_prefill = [&] { prefill(pool, b32, 0, layout, t32, false, nullptr); };
     add("bspa_prefill (one 32k prefill)", host_time(reps, big_prefill));
-    // The previous 32k prefill ends while the host spins (3 ms against its ~2.5), so the
+    // The previous 32k prefill ends while the host spins (longer than its ~2.5 ms), so the
     // synchronisation before the call returns at once: no millisecond wait before it.
-    add("  the same, the host spinning 3 ms first", host_time(reps, big_prefill, [] { spin_host(3000); }));
+    add("bspa_prefill (one 32k prefill), the host spinning 3 ms first",
+        host_time(reps, big_prefill, [&] { spin_host(kWaitUs + 500); }));
     // The same launches queued behind each other (each runs ~2 ms, so the host never waits
     // for the queue): the host's own cost, without whatever an idle GPU adds to a launch.
-    const double big_b2b =
-        back_to_back(std::min(reps, 50), [&] { prefill(pool, b32, 0, layout, t32, false, nullptr); });
+    const double big_b2b = back_to_back(std::min(reps, 50), big_prefill);
     add("back to back: bspa_prefill, one 32k prefill (mean)", {big_b2b, big_b2b});
   }
   bspa_batch_destroy(b32);

@@ -89,8 +89,7 @@ struct DecodeShape {
 // CTA (decode::kernel_quads in kernels/decode_variant.hpp, lowered where the device's
 // shared memory lacks room). Quads share a CTA's item: its key tiles alternate between them
 // and their states merge in shared memory, so a CTA of q quads is one CTA an SM doing the
-// work of q. Measured on an
-// H100 (bench/NOTES.md, "CUDA decode", session 21):
+// work of q. Measured on an H100 (bench/NOTES.md, "CUDA decode", session 21):
 //  - A grid of at most one CTA an SM (few items: batch 1) takes two quads: alone on its SM,
 //    one quad issues a tile's dependent instructions too slowly to pull its share of the
 //    bandwidth (session 12). Three were no faster there (1 x 32k e4m3: dense +2..+4%).

@@ -21,4 +21,4 @@ for run in auto1 auto2 spin blocking yield; do
   save
 done
 t done
-for run in auto1 auto2 spin blocking yield; do echo "== $run"; grep -E "floor: empty kernel, sm90a|  the same|one 32k prefill|decode rows|kv_write \(reusable\)" $R/step_$run.log; done
+for run in auto1 auto2 spin blocking yield; do echo "== $run"; grep -E "sm90a prefill's shape|one 32k prefill|decode rows|kv_write \(reusable\)" $R/step_$run.log; done
