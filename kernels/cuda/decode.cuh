@@ -361,7 +361,10 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   const int64_t v_thr = static_cast<int64_t>(kr0) * p.v_tok + kc * kChunkElems;
   const int64_t k_step = static_cast<int64_t>(C::kRowsPerPass) * p.k_tok;
   const int64_t v_step = static_cast<int64_t>(C::kRowsPerPass) * p.v_tok;
-  const bool tile_in_page = p.page_shift >= 6;
+  // e4m3 pages take a kernel per page class (launch_rows): the strided one only under pages
+  // of 64 tokens or more, the consecutive one only under smaller pages, so theirs is known
+  // here and the other class's copies are not compiled into their loops.
+  const bool tile_in_page = C::kFp8 ? !kConsecutiveRows : p.page_shift >= 6;
   constexpr int kPasses = kKeyTile / C::kRowsPerPass;
   // A tile inside one page (pages of 64 tokens or more), either way: rows kr0 + i *
   // kRowsPerPass from `page` into the stage at dk / dv (this thread's first destinations).
