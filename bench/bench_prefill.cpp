@@ -6,8 +6,11 @@
 // one launch's inputs for the next. Useful FLOPs = 4 * D * visible (q, k) pairs * heads.
 //   bench_prefill [--json FILE] [--commit SHA] [--quick] [--no-sweep] [--only CASE] [--no-workspace]
 //                 [--sync-each | --idle-ms N | --graph] [--scale S] [--kv fp8] [--shape HQ/HKV/D]
+//                 [--page-size N] [--shuffle-pages] [--kv-layout pool|token-major|interleaved]
 // --kv fp8: e4m3 pages with per-head scales (q and out stay bf16). --page-size N: pages of
-// N tokens (default 64).
+// N tokens (default 64). --kv-layout pool|token-major|interleaved: how the pages hold K and
+// V (bspa's pools, vLLM's token-major cache, FlashInfer's NHD pages with K and V of a page
+// in one block).
 // Launches pass the split workspace (bspa_prefill_workspace_bytes) unless --no-workspace.
 // Timing (as triton.testing.do_bench, which times the torch baselines): the launches are
 // queued, each between its own pair of events, and the host waits once at the end, so an
@@ -54,8 +57,13 @@ namespace {
 constexpr int kB = 64, kLb = 16, kV = 8;
 // Heads and head dim (--shape HQ/HKV/D; set once in main, before any case): Phi-3-small's by default.
 int g_hq = 32, g_hkv = 8, g_head_dim = 128;
-int g_page = 64;                               // tokens per page (--page-size; set once in main, before any case)
-bool g_shuffle_pages = false;                  // --shuffle-pages: each rotation's page ids in a random order
+int g_page = 64;               // tokens per page (--page-size; set once in main, before any case)
+bool g_shuffle_pages = false;  // --shuffle-pages: each rotation's page ids in a random order
+// --kv-layout: how the caller's pages hold K and V (set once in main, before any case).
+//  pool         [pages, Hkv, page, D], K and V apart (bspa's pools)
+//  token-major  [pages, page, Hkv, D], K and V apart (vLLM's cache)
+//  interleaved  [pages, 2, page, Hkv, D], K and V of a page in one block (FlashInfer's NHD)
+std::string g_kv_layout = "pool";
 constexpr int64_t kMaxTokens = 131072 + 8192;  // pages and q rows allocated once
 
 struct Seq {
@@ -104,8 +112,17 @@ struct Bench {
   void init() {
     const size_t page_elems = static_cast<size_t>(num_pages) * g_hkv * g_page * g_head_dim;
     const size_t q_elems = static_cast<size_t>(kMaxTokens) * g_hq * g_head_dim;
-    k = static_cast<uint16_t *>(gpu::dmalloc(page_elems * 2));
-    v = static_cast<uint16_t *>(gpu::dmalloc(page_elems * 2));
+    if (g_kv_layout == "interleaved") {
+      // One block of both: K of page i at 2i pages' elements, V one page's elements on (the
+      // elements are bytes for fp8, as k and v are below).
+      const size_t one_page = static_cast<size_t>(g_hkv) * g_page * g_head_dim;
+      char *kv = static_cast<char *>(gpu::dmalloc(2 * page_elems * 2));
+      k = reinterpret_cast<uint16_t *>(kv);
+      v = reinterpret_cast<uint16_t *>(kv + one_page * (fp8 ? 1 : 2));
+    } else {
+      k = static_cast<uint16_t *>(gpu::dmalloc(page_elems * 2));
+      v = static_cast<uint16_t *>(gpu::dmalloc(page_elems * 2));
+    }
     q = static_cast<uint16_t *>(gpu::dmalloc(q_elems * 2));
     out = static_cast<uint16_t *>(gpu::dmalloc(q_elems * 2));
     // Random N(0,1) bf16 (never zeros): one 32 MB random chunk tiled over every buffer.
@@ -177,8 +194,15 @@ struct Bench {
     const DLDevice dev{kDLCUDA, 0};
     const DLDataType bf = gpu::dl_dtype(BSPA_DTYPE_BF16);
     const DLDataType kv_dt = fp8 ? DLDataType{kDLUInt, 8, 1} : bf;
-    Tensor tk(k, dev, kv_dt, {num_pages, g_hkv, g_page, g_head_dim}),
-        tv(v, dev, kv_dt, {num_pages, g_hkv, g_page, g_head_dim});
+    // Strides (elements) of the [pages, Hkv, page, D] view: --kv-layout.
+    const int64_t row = g_head_dim, page_elems = int64_t{g_hkv} * g_page * g_head_dim;
+    std::vector<int64_t> kv_strides;  // pool: the view's own
+    if (g_kv_layout == "token-major")
+      kv_strides = {page_elems, row, int64_t{g_hkv} * row, 1};
+    else if (g_kv_layout == "interleaved")
+      kv_strides = {2 * page_elems, row, int64_t{g_hkv} * row, 1};
+    Tensor tk(k, dev, kv_dt, {num_pages, g_hkv, g_page, g_head_dim}, kv_strides),
+        tv(v, dev, kv_dt, {num_pages, g_hkv, g_page, g_head_dim}, kv_strides);
     Tensor tks(kv_scales, dev, gpu::dl_f32(), {g_hkv}), tvs(kv_scales + g_hkv, dev, gpu::dl_f32(), {g_hkv});
     Tensor tqs(dqs, dev, gpu::dl_i32(), {ns + 1}), tcl(dcl, dev, gpu::dl_i32(), {ns});
     Tensor tws(workspace, dev, DLDataType{kDLUInt, 8, 1}, {static_cast<int64_t>(workspace_bytes)});
@@ -290,6 +314,10 @@ int main(int argc, char **argv) {
                "block tables in a random page order (default: in order, as a fresh pool gives them)");
   app.add_option("--kv", kv, "page dtype (fp8: e4m3 pages with per-head scales)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
+  app.add_option("--kv-layout", g_kv_layout,
+                 "how pages hold K and V: pool [pages, Hkv, page, D], token-major [pages, page, Hkv, D] (vLLM), "
+                 "interleaved [pages, 2, page, Hkv, D] (FlashInfer's NHD)")
+      ->check(CLI::IsMember({"pool", "token-major", "interleaved"}));
   if (const int rc = gpu::parse_flags(app, argc, argv); rc >= 0) return rc;
   fp8 = kv == "fp8";
   if (std::sscanf(shape.c_str(), "%d/%d/%d", &g_hq, &g_hkv, &g_head_dim) != 3 || g_hq < 1 || g_hkv < 1 ||
@@ -423,8 +451,10 @@ int main(int argc, char **argv) {
     std::fprintf(
         f,
         "  \"shape\": {\"hq\": %d, \"hkv\": %d, \"head_dim\": %d, \"page_size\": %d, \"block\": %d, "
-        "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"kv_dtype\": \"%s\", \"scale\": %.7g},\n",
-        g_hq, g_hkv, g_head_dim, g_page, kB, kLb, kV, fp8 ? "fp8_e4m3" : "bf16", scale);
+        "\"local_blocks\": %d, \"vert_stride\": %d, \"dtype\": \"bf16\", \"kv_dtype\": \"%s\", \"kv_layout\": \"%s\", "
+        "\"shuffled_pages\": %s, \"scale\": %.7g},\n",
+        g_hq, g_hkv, g_head_dim, g_page, kB, kLb, kV, fp8 ? "fp8_e4m3" : "bf16", g_kv_layout.c_str(),
+        g_shuffle_pages ? "true" : "false", scale);
     std::fprintf(f, "  \"cases\": [\n");
     for (size_t i = 0; i < rows.size(); ++i)
       std::fprintf(

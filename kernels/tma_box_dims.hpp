@@ -4,8 +4,8 @@
 // leaves two for the three that place a box: the page's 8-row groups, the KV head and the
 // page. Two of those merge where their strides chain (a compact pool's [pages, Hkv,
 // page_size, D], vLLM's token-major [pages, page_size, Hkv, D] and FlashInfer's head-major
-// layouts all do), or one of extent 1 is left out; otherwise the pages take the cp.async
-// gathers. Host arithmetic only, header-only so that the CPU build tests it
+// layouts all do), or one of extent 1 is left out; otherwise a box takes one 8-row group
+// (group_box_outer_dims). Host arithmetic only, header-only so that the CPU build tests it
 // (tests/cpp/test_tma_box_dims.cpp).
 #pragma once
 
@@ -61,6 +61,18 @@ inline bool box_outer_dims(int64_t page_size, int64_t tok, int64_t head, int64_t
       return coordinates_fit(a, b);
     }
   return false;
+}
+
+// Pages whose groups, head and page merge in no pair (token-major pages with K and V of a
+// page in one block: FlashInfer's [pages, 2, page_size, Hkv, D]): the descriptor's rows are
+// the page's tokens, boxed 8 at a time, and a box is one 8-row group at token coordinate
+// 8 g, with the KV head and the page as they are (a = head, b = page): page_size / 8 boxes a
+// page. false: a coordinate would pass 32 bits.
+inline bool group_box_outer_dims(int64_t head, int64_t page, int64_t num_kv_heads, int64_t num_pages, OuterDim &a,
+                                 OuterDim &b) {
+  a = OuterDim{num_kv_heads, head, 1, 0, 1, 0};
+  b = OuterDim{num_pages, page, 1, 0, 0, 1};
+  return coordinates_fit(a, b);
 }
 
 }  // namespace bspa::kernels::tma

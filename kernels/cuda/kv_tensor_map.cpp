@@ -136,18 +136,28 @@ KvTensorMaps encode_uncached(const Params &p, KvElement element, int head_dim, i
     const int halves = head_dim / kTmaBoxColumns;
     struct Coeffs {
       int64_t h[2], p[2];
+      int64_t group_boxes;
     };
     auto one = [&](CUtensorMap &map, Coeffs &c, const void *base, int64_t tok, int64_t head, int64_t page) {
       tma::OuterDim a, b;
-      // Where no two of (groups, head, page) merge (say, token-major pages with K and V of
-      // a page in one block) the kernel gathers: a box per 8-row group, which the
-      // descriptors could give, cost every page-box launch 1-5% in its producer
-      // (bench/NOTES.md, "Pages under 64 tokens", session 20, call E).
-      if (!tma::box_outer_dims(page_size, tok, head, page, num_kv_heads, p.num_pages, a, b)) return false;
+      // Rows: 8 (the groups merged into an outer dimension), or where no two of (groups,
+      // head, page) merge (say, token-major pages with K and V of a page in one block) the
+      // page's tokens, boxed 8 at a time: a box per 8-row group, head and page as they are,
+      // which the kernel's group-box variant issues (in the common page-box producer that
+      // loop cost every launch 1-5%: bench/NOTES.md, "Pages under 64 tokens", session 20,
+      // call E).
+      int64_t rows = 8;
+      c.group_boxes = 1;
+      if (!tma::box_outer_dims(page_size, tok, head, page, num_kv_heads, p.num_pages, a, b)) {
+        if (!tma::group_box_outer_dims(head, page, num_kv_heads, p.num_pages, a, b)) return false;
+        rows = page_size;
+        c.group_boxes = page_size / 8;
+      }
       c.h[0] = a.h, c.h[1] = b.h, c.p[0] = a.p, c.p[1] = b.p;  // a box starts at its page's first group: g = 0
       // The halves' stride must be a multiple of 16 bytes even where there is one half.
-      cuuint64_t dims[5] = {static_cast<cuuint64_t>(kTmaBoxColumns), 8, static_cast<cuuint64_t>(halves),
-                            static_cast<cuuint64_t>(a.extent), static_cast<cuuint64_t>(b.extent)};
+      cuuint64_t dims[5] = {static_cast<cuuint64_t>(kTmaBoxColumns), static_cast<cuuint64_t>(rows),
+                            static_cast<cuuint64_t>(halves), static_cast<cuuint64_t>(a.extent),
+                            static_cast<cuuint64_t>(b.extent)};
       cuuint64_t strides[4] = {
           static_cast<cuuint64_t>(tok * elem_bytes), static_cast<cuuint64_t>(kTmaBoxColumns * elem_bytes),
           static_cast<cuuint64_t>(a.stride * elem_bytes), static_cast<cuuint64_t>(b.stride * elem_bytes)};
@@ -161,7 +171,9 @@ KvTensorMaps encode_uncached(const Params &p, KvElement element, int head_dim, i
     const bool ok_k = one(m.k, ck, p.k, p.k_tok, p.k_head, p.k_page);
     const bool ok_v = one(m.v, cv, p.v, p.v_tok, p.v_head, p.v_page);
     // The kernel builds one coordinate list for both.
-    m.valid = ok_k && ok_v && std::equal(ck.h, ck.h + 2, cv.h) && std::equal(ck.p, ck.p + 2, cv.p);
+    m.valid = ok_k && ok_v && std::equal(ck.h, ck.h + 2, cv.h) && std::equal(ck.p, ck.p + 2, cv.p) &&
+              ck.group_boxes == cv.group_boxes;
+    m.group_boxes = static_cast<int32_t>(ck.group_boxes);
     m.c3_h = static_cast<int32_t>(ck.h[0]), m.c4_h = static_cast<int32_t>(ck.h[1]);
     m.c3_p = static_cast<int32_t>(ck.p[0]), m.c4_p = static_cast<int32_t>(ck.p[1]);
     return m;

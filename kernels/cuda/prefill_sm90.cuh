@@ -16,7 +16,8 @@
 //    through descriptors (RingLayout): a tile inside one page by TMA (one 64 x 64 box per
 //    half, from descriptors of the pool made per launch: kv_tensor_map.cpp), a tile over
 //    pages of 8..32 tokens by a TMA box of both halves per page (kPageBoxes, a variant of
-//    its own, whose ring holds 8-row groups of both halves), any
+//    its own, whose ring holds 8-row groups of both halves; a box per 8-row group where
+//    the pages' strides merge in no pair: kGroupBoxes), any
 //    other (pages under 8 tokens, a sequence's partial last tile, zero-filled past its
 //    end) by cp.async gathers. A stage carries its tile's list entry. Stages go in pairs (one consumer
 //    step), each pair with four mbarriers: K landed (cp.async.mbarrier.arrive, or the TMA
@@ -154,7 +155,12 @@ struct ProducerBarrier {
 };
 
 // KV: T (16-bit pages) or uint8_t (e4m3 pages, p.k_scale / p.v_scale per KV head).
-template <class T, class KV, int D, bool kListsTiles, bool kPageBoxes>
+// kGroupBoxes (16-bit pages with kPageBoxes only): a page's part of a tile comes as a box
+// per 8-row group (maps.group_boxes), for pages whose strides merge in no pair (token-major
+// pages with K and V of a page in one block). A variant of its own: that loop in the
+// common page-box producer cost every launch 1-5% (bench/NOTES.md, "Pages under 64
+// tokens", session 20, call E).
+template <class T, class KV, int D, bool kListsTiles, bool kPageBoxes, bool kGroupBoxes = false>
 __global__ void __launch_bounds__(384, 1)
     prefill_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ KvTensorMaps maps, const dim3 work,
                         const SplitPlan grid_split, const TileListing listing, float4 *partials, int *counters) {
@@ -525,9 +531,17 @@ __global__ void __launch_bounds__(384, 1)
             mbar_arrive_expect_tx(bar, C::kTileBytes);
           else
             mbar_arrive(bar);
-          if (tid < (kKeyTile >> p.page_shift))
-            tma_load_5d(dst + (static_cast<uint32_t>(tid) << p.page_shift) * (kGroupBytes / 8), &map, 0, 0, 0,
-                        kvh * maps.c3_h + pg * maps.c3_p, kvh * maps.c4_h + pg * maps.c4_p, bar);
+          if (tid < (kKeyTile >> p.page_shift)) {
+            const uint32_t to = dst + (static_cast<uint32_t>(tid) << p.page_shift) * (kGroupBytes / 8);
+            const int c3 = kvh * maps.c3_h + pg * maps.c3_p, c4 = kvh * maps.c4_h + pg * maps.c4_p;
+            if constexpr (kGroupBoxes) {
+#pragma unroll 1
+              for (int g = 0; g < maps.group_boxes; ++g)
+                tma_load_5d(to + g * kGroupBytes, &map, 0, 8 * g, 0, c3, c4, bar);
+            } else {
+              tma_load_5d(to, &map, 0, 0, 0, c3, c4, bar);
+            }
+          }
         } else if (tid == 0) {
           mbar_arrive_expect_tx(bar, C::kTileBytes);
           auto coord = [&](int dim) { return maps.dim_tok == dim ? k0 & page_mask : maps.dim_head == dim ? kvh : pg; };
@@ -1121,18 +1135,28 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
   // per-page boxes made slower at 64-token pages (5-9% when one kernel did both:
   // bench/NOTES.md, "Pages under 64 tokens").
   const bool page_boxes = maps.valid && p.page_shift < 6;
+  // 16-bit pages whose strides merge in no pair take the group-box variant (kGroupBoxes).
+  const bool group_boxes = page_boxes && maps.group_boxes > 1;
   // The variant's shared memory is allowed once per device (allow_dynamic_smem caches it).
-  auto run = [&](auto lists_tiles, auto boxes_pages) {
-    constexpr bool kLists = decltype(lists_tiles)::value, kBoxes = decltype(boxes_pages)::value;
+  auto run = [&](auto lists_tiles, auto boxes_pages, auto boxes_groups) {
+    constexpr bool kLists = decltype(lists_tiles)::value, kBoxes = decltype(boxes_pages)::value,
+                   kGroups = decltype(boxes_groups)::value;
     constexpr int bytes = kLists ? C::kListingSmemBytes : C::kSmemBytes;
-    constexpr auto kernel = prefill_sm90_kernel<T, KV, D, kLists, kBoxes>;
+    constexpr auto kernel = prefill_sm90_kernel<T, KV, D, kLists, kBoxes, kGroups>;
     cuda::allow_dynamic_smem<kernel>(bytes, "cudaFuncSetAttribute(prefill_sm90_kernel)");
     kernel<<<ctas, C::kThreads, bytes, stream>>>(p, maps, grid, split, listing, partials, counters);
   };
+  auto run_boxes = [&](auto lists_tiles) {
+    if constexpr (std::is_same_v<KV, T>) {  // e4m3 page boxes are whole rows: never group boxes
+      if (group_boxes) return run(lists_tiles, std::true_type{}, std::true_type{});
+    }
+    if (page_boxes) return run(lists_tiles, std::true_type{}, std::false_type{});
+    run(lists_tiles, std::false_type{}, std::false_type{});
+  };
   if (list_tiles)
-    page_boxes ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
+    run_boxes(std::true_type{});
   else
-    page_boxes ? run(std::false_type{}, std::true_type{}) : run(std::false_type{}, std::false_type{});
+    run_boxes(std::false_type{});
   cuda::check_launch("prefill_sm90_kernel", stream);
 }
 

@@ -92,15 +92,18 @@ constexpr int kTmaMinPageTokens = 8;
 // 8..32 tokens: five, (64 columns, 8 token rows, the head dim's halves, then two made of
 // {the page's 8-row groups, KV head, page}: kernels/tma_box_dims.hpp), one box per page of
 // its 8-row groups of both halves, at coordinates (0, 0, 0, head x c3_h + page x c3_p,
-// head x c4_h + page x c4_p). valid = 0 (and cp.async gathers instead) where pages are
-// shorter than kTmaMinPageTokens, K and V need different coordinates, no two of the 16-bit
-// short pages' outer dimensions merge (token-major pages with K and V of a page in one
-// block, say), the driver cannot describe them (or has no encoder), or BSPA_CUDA_TMA=0.
+// head x c4_h + page x c4_p); where no two of those merge (token-major pages with K and V
+// of a page in one block, say), (64 columns, the page's tokens, halves, KV head, page) and
+// a box per 8-row group at token coordinate 8 g (group_boxes = page_size / 8: the kernel's
+// group-box variant). valid = 0 (and cp.async gathers instead) where pages are shorter than
+// kTmaMinPageTokens, K and V need different coordinates, the driver cannot describe them
+// (or has no encoder), or BSPA_CUDA_TMA=0.
 struct KvTensorMaps {
   CUtensorMap k, v;
   int32_t valid = 0;
   int32_t dim_tok = 1, dim_head = 2, dim_page = 3;  // four dimensions: where each lives among 1..3
   int32_t c3_h = 0, c3_p = 0, c4_h = 0, c4_p = 0;   // five: coordinates 3 and 4 of a page's box
+  int32_t group_boxes = 1;                          // five: boxes a page (1: one of its whole groups)
 };
 enum class KvElement : int32_t { Bf16, F16, E4m3 };
 KvTensorMaps encode_kv_maps(const Params &p, KvElement element, int head_dim, int num_kv_heads);

@@ -12,6 +12,7 @@
 #include "kernels/tma_box_dims.hpp"
 
 using bspa::kernels::tma::box_outer_dims;
+using bspa::kernels::tma::group_box_outer_dims;
 using bspa::kernels::tma::OuterDim;
 
 namespace {
@@ -104,4 +105,33 @@ Test(tma_box_dims, layouts_that_do_not) {
   cr_expect_not(box_outer_dims(16, 8 * D, D, 16 * 8 * D, 8, int64_t{1} << 30, a, b), "a coordinate past 2^31 accepted");
   // The same number of pages in a pool: the page is a dimension of its own, which fits.
   cr_expect(box_outer_dims(16, D, 16 * D, 8 * 16 * D, 8, int64_t{1} << 30, a, b), "a pool of 2^30 pages refused");
+}
+
+Test(tma_box_dims, a_box_per_group_where_nothing_merges) {
+  const int64_t D = 128, heads = 8, pages = 6;
+  // FlashInfer's token-major pages with K and V of a page in one block, [pages, 2,
+  // page_size, Hkv, D] (K at offset 0, V at page_size x Hkv x D): no pair merges, so a box
+  // is one 8-row group, at token coordinate 8 g (dimension 1), head and page as they are.
+  for (int64_t page_size : {16, 32}) {
+    const int64_t tok = heads * D, head = D, page = 2 * page_size * heads * D;
+    OuterDim a, b;
+    cr_expect_not(box_outer_dims(page_size, tok, head, page, heads, pages, a, b), "p%lld: merged",
+                  (long long)page_size);
+    cr_assert(group_box_outer_dims(head, page, heads, pages, a, b), "p%lld: refused", (long long)page_size);
+    cr_expect(a.box == 1 && b.box == 1, "p%lld: a group's box spans one head and one page", (long long)page_size);
+    for (int64_t p = 0; p < pages; ++p)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t g = 0; g < page_size / 8; ++g) {
+          const int64_t ca = h * a.h + p * a.p, cb = h * b.h + p * b.p;
+          cr_assert(ca >= 0 && ca < a.extent && cb >= 0 && cb < b.extent, "p%lld: (h %lld, p %lld) outside",
+                    (long long)page_size, (long long)h, (long long)p);
+          cr_assert_eq(8 * g * tok + ca * a.stride + cb * b.stride, 8 * g * tok + h * head + p * page,
+                       "p%lld: (g %lld, h %lld, p %lld) misplaced", (long long)page_size, (long long)g, (long long)h,
+                       (long long)p);
+        }
+  }
+  OuterDim a, b;
+  // 8-token pages are one group: the groups' dimension of extent 1 is left out, so they merge.
+  cr_expect(box_outer_dims(8, heads * D, D, 2 * 8 * heads * D, heads, pages, a, b), "p8: refused");
+  cr_expect_not(group_box_outer_dims(128, 1 << 20, 8, int64_t{1} << 32, a, b), "a page coordinate past 2^31 accepted");
 }
