@@ -57,6 +57,9 @@ struct DeviceBatchMetadata {
   const int32_t *block_table = nullptr;   // [num_seqs][block_table_stride]
   const WorkItem *work = nullptr;         // [num_work]
   int32_t num_work = 0;
+  // A fixed-shape batch's (StepBuffers): how many of the num_work entries are this plan's,
+  // the rest being padding (PrefillProblem::live_work_entries); nullptr elsewhere.
+  const int32_t *live_work = nullptr;
   SplitWorkspace split;        // empty when no launch of the plan can split; split.data freed alike
   void *allocation = nullptr;  // the arrays above; freed by the destructor with bspa::cuda_free
 
@@ -108,7 +111,7 @@ class StepBuffers {
   struct Staging;
   BatchLimits limits_;
   int32_t device_;
-  size_t off_context_ = 0, off_work_ = 0, off_table_ = 0, bytes_ = 0;
+  size_t off_context_ = 0, off_work_ = 0, off_live_work_ = 0, off_table_ = 0, bytes_ = 0;
   std::unique_ptr<DeviceBatchMetadata> meta_;
   std::unique_ptr<Staging[]> staging_;  // two, used in turn
   int next_ = 0;

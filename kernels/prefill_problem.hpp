@@ -72,6 +72,11 @@ struct PrefillProblem {
   const WorkItem *work = nullptr;
   int32_t num_work = 0;
   int32_t work_tile_rows = 0;
+  // CUDA, a fixed-shape batch's work list (its num_work entries are the limits' worst case,
+  // the step's own first, then empty padding): device memory holding how many entries are
+  // the step's, written with the plan, so a graph captured once reads each replay's count.
+  // nullptr: every entry may have rows.
+  const int32_t *live_work_entries = nullptr;
 
   // q, out: [total_q, Hq, head_dim]; lse: [Hq, total_q] fp32, nullable.
   const void *q = nullptr;

@@ -343,6 +343,7 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
       p.decode_max_keys = plan.shape.decode_max_keys;
       p.decode_max_q = plan.shape.decode_max_q;
       if (batch->limits.fixed_launch_shape) {
+        p.live_work_entries = d.live_work;
         p.live_work = static_cast<int32_t>(plan.work.size());
         p.live_decode_seqs = plan.decode_seqs;
       }

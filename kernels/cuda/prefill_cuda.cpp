@@ -72,12 +72,12 @@ void with_element_types(DType dtype, bool e4m3, F &&f) {
 }
 
 template <class T, class KV>
-void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, int64_t total_rows, const SplitWorkspace &split,
-                   cudaStream_t stream) {
+void dispatch_sm90(const sm80::Params &prm, int head_dim, dim3 grid, const sm90::WalkBounds &walk,
+                   const SplitWorkspace &split, cudaStream_t stream) {
   if (head_dim == 64)
-    sm90::launch<T, KV, 64>(prm, grid, total_rows, split, stream);
+    sm90::launch<T, KV, 64>(prm, grid, walk, split, stream);
   else
-    sm90::launch<T, KV, 128>(prm, grid, total_rows, split, stream);
+    sm90::launch<T, KV, 128>(prm, grid, walk, split, stream);
 }
 
 // BSPA_CUDA_PATH=sm80|sm90 forces a kernel family (to time or test both on one GPU);
@@ -129,6 +129,15 @@ bool mixed_overlap_enabled() {
   return on;
 }
 
+// BSPA_CUDA_MIXED_PREFILL_CTAS=N (a diagnostic, read once; default 0, one an SM): at most N
+// CTAs for the sm90a prefill grid of a mixed launch whose decode grid overlaps it, so that
+// the decode grid runs beside it on the other SMs from the start, to time how a mixed
+// step's SMs are best shared.
+int32_t mixed_prefill_ctas() {
+  static const int32_t value = cuda::env_int("BSPA_CUDA_MIXED_PREFILL_CTAS", 0, 1 << 16, 0);
+  return value;
+}
+
 // BSPA_CUDA_DECODE_QUADS=1|2 (a diagnostic, read once): at most that many quads of warps a
 // decode CTA (default 3, the most a variant has), to time the variants against each other
 // in one process.
@@ -159,9 +168,10 @@ bool device_is_sm90(int device) {
 
 // Returns whether it launched a grid (none for an empty work list or no query tiles).
 // check_only: every check, no launch (a fixed-shape batch's eager step without prefill
-// work fails where its captured graph would).
-bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t stream, int device,
-                    bool check_only = false) {
+// work fails where its captured graph would). max_ctas: the sm90a grid's CTAs at most (0:
+// one an SM).
+bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t stream, int device, bool check_only,
+                    int32_t max_ctas) {
   if (p.work && p.num_work <= 0) return false;
   const bool e4m3 = p.kv.kv_dtype == DType::FP8_E4M3;
 
@@ -172,8 +182,13 @@ bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
   check(path != Path::Sm90 || sm90_ok, Errc::NotSupported,
         "BSPA_CUDA_PATH = sm90 needs a compute capability 9.0 device and a build with sm_90a (BSPA_CUDA_ARCHS = ",
         BSPA_CUDA_ARCHS_STRING, ")");
-  // e4m3 pages take the same route: both families widen them to 16-bit operands.
-  const bool use_sm90 = path == Path::Sm90 || (path == Path::Auto && sm90_ok && p.max_query_len > 64);
+  // e4m3 pages take the same route: both families widen them to 16-bit operands. A
+  // fixed-shape batch's work list (live_work_entries) takes the persistent sm90a kernel
+  // whatever its rows: its grid is one CTA an SM and walks only the step's own entries, where
+  // sm80's is a CTA per padded tile (a decode step of 64 sequences: 8192 CTAs that only
+  // exit, ~20 us a layer in a captured graph; bench/NOTES.md, "Engine step").
+  const bool use_sm90 = path == Path::Sm90 ||
+                        (path == Path::Auto && sm90_ok && (p.max_query_len > 64 || (p.work && p.live_work_entries)));
   const int bm = use_sm90 || p.max_query_len > 64 ? 128 : 64;
   dim3 grid;
   if (p.work && p.work_tile_rows % bm == 0) {
@@ -196,7 +211,8 @@ bool launch_prefill(const PrefillProblem &p, sm80::Params &prm, cudaStream_t str
     using T = typename decltype(t)::type;
     using KV = typename decltype(kv)::type;
     if (use_sm90)
-      dispatch_sm90<T, KV>(prm, p.head_dim, grid, p.total_q, p.split, stream);
+      dispatch_sm90<T, KV>(prm, p.head_dim, grid, sm90::WalkBounds{p.total_q, p.live_work_entries, max_ctas}, p.split,
+                           stream);
     else
       dispatch<T, KV>(prm, p.head_dim, bm, grid, stream);
   });
@@ -438,7 +454,8 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // The decode grid overlaps only a prefill grid this call launched (never a caller's
   // kernel before it on the stream, whose results it may read).
   const bool prefill_launched =
-      any_prefill && launch_prefill(prefill, prm, stream, device.device(), /*check_only=*/skip_prefill_grid);
+      any_prefill && launch_prefill(prefill, prm, stream, device.device(),
+                                    /*check_only=*/skip_prefill_grid, overlap.previous ? mixed_prefill_ctas() : 0);
   overlap.previous = overlap.previous && prefill_launched;
   if (clear_by_kernel && launch_decode_grid) {
     decode::clear_counters(split.counters, indexed, stream);

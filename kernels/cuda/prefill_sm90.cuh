@@ -163,7 +163,8 @@ struct ProducerBarrier {
 template <class T, class KV, int D, bool kListsTiles, bool kPageBoxes, bool kGroupBoxes = false>
 __global__ void __launch_bounds__(384, 1)
     prefill_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ KvTensorMaps maps, const dim3 work,
-                        const SplitPlan grid_split, const TileListing listing, float4 *partials, int *counters) {
+                        const SplitPlan grid_split, const TileListing listing, const int32_t *live_entries,
+                        float4 *partials, int *counters) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kE4m3 = std::is_same_v<KV, uint8_t>;
   static_assert(kE4m3 || std::is_same_v<KV, T>, "pages of q's type or e4m3");
@@ -262,6 +263,17 @@ __global__ void __launch_bounds__(384, 1)
     }
   }
   int units = static_cast<int>(grid_split.units(items));
+  if constexpr (!kListsTiles) {
+    // A fixed-shape batch's padded work list (live_entries: its entries with rows this
+    // step, read here so that a captured graph replays for any plan): the padding is the
+    // list's tail, so its items are the walk's last. Where none of the live items is split
+    // (they all come before split.first), the walk ends with them; stepping through the
+    // padding's items cost a decode layer's graph ~20 us (bench/NOTES.md, "Engine step").
+    if (live_entries) {
+      const int live = static_cast<int>(work.x) * *live_entries * (p.work_tile_rows / BM);
+      if (live <= grid_split.first) units = min(units, live);
+    }
+  }
   int rounds = (units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   if (tid == 0) {
     for (int q = 0; q < kPairs; ++q) {
@@ -1088,7 +1100,7 @@ __global__ void __launch_bounds__(384, 1)
 
 // The launch of one instantiation (explicitly instantiated per dtype in prefill_sm90_<dtype>.cu).
 template <class T, class KV, int D>
-void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace &workspace, cudaStream_t stream) {
+void launch(const Params &p, dim3 grid, const WalkBounds &walk, const SplitWorkspace &workspace, cudaStream_t stream) {
   using C = Config<D, std::is_same_v<KV, uint8_t>>;
   // Persistent: one CTA per SM (the kernel's registers and shared memory allow one) walks
   // the logical grid.
@@ -1096,7 +1108,9 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
   check(items <= (int64_t{1} << 30), Errc::NotSupported,
         "the sm90a prefill walks at most 2^30 (query tile, head) items (", items, " needed)");
   if (items == 0) return;
-  const int sms = cuda::multiprocessor_count();
+  // The CTAs the walk spreads over: one an SM, or fewer (walk.max_ctas).
+  const int sms =
+      walk.max_ctas > 0 ? std::min(walk.max_ctas, cuda::multiprocessor_count()) : cuda::multiprocessor_count();
   const size_t counter_bytes = split_counter_bytes(sms);
   const int64_t capacity = workspace.data && workspace.bytes > counter_bytes
                                ? static_cast<int64_t>((workspace.bytes - counter_bytes) / split_unit_bytes(D))
@@ -1111,7 +1125,7 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
   // (sum of ceil(q / BM) >= sum of q / BM): with kSplitMaxRounds rounds of those it plans
   // no split, and its counters need no clearing (one launch fewer on the stream). A wrong
   // bound would cost speed only: with no capacity the kernel plans no split.
-  const int64_t prefill_rows = std::max<int64_t>(0, total_rows - int64_t{p.decode_max_query_len} * grid.z);
+  const int64_t prefill_rows = std::max<int64_t>(0, walk.total_rows - int64_t{p.decode_max_query_len} * grid.z);
   const bool may_split = int64_t{grid.x} * (prefill_rows / C::BM) < kSplitMaxRounds * sms;
   if (list_tiles && may_split)
     listing.split_capacity = static_cast<int32_t>(std::min<int64_t>(capacity, 2 * int64_t{sms}));
@@ -1144,7 +1158,8 @@ void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace
     constexpr int bytes = kLists ? C::kListingSmemBytes : C::kSmemBytes;
     constexpr auto kernel = prefill_sm90_kernel<T, KV, D, kLists, kBoxes, kGroups>;
     cuda::allow_dynamic_smem<kernel>(bytes, "cudaFuncSetAttribute(prefill_sm90_kernel)");
-    kernel<<<ctas, C::kThreads, bytes, stream>>>(p, maps, grid, split, listing, partials, counters);
+    kernel<<<ctas, C::kThreads, bytes, stream>>>(p, maps, grid, split, listing, p.work ? walk.live_entries : nullptr,
+                                                 partials, counters);
   };
   auto run_boxes = [&](auto lists_tiles) {
     if constexpr (std::is_same_v<KV, T>) {  // e4m3 page boxes are whole rows: never group boxes

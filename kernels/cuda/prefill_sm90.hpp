@@ -108,9 +108,20 @@ struct KvTensorMaps {
 enum class KvElement : int32_t { Bf16, F16, E4m3 };
 KvTensorMaps encode_kv_maps(const Params &p, KvElement element, int head_dim, int num_kv_heads);
 
-// total_rows: the launch's query rows (q's first dimension), a host-side bound on its items.
+// What bounds a launch's walk over its logical grid, besides the grid.
+struct WalkBounds {
+  int64_t total_rows = 0;  // the launch's query rows (q's first dimension), a host-side bound on its items
+  // Device memory, or nullptr (every entry): how many of p.work's entries have rows this
+  // step, the rest being a fixed-shape batch's padding (PrefillProblem::live_work_entries).
+  // The walk ends at the live entries' items instead of stepping through the padding's.
+  const int32_t *live_entries = nullptr;
+  // At most this many CTAs (0: one an SM), leaving SMs to a grid launched after it that
+  // overlaps it (the decode grid of a mixed step, decode::Overlap::previous).
+  int32_t max_ctas = 0;
+};
+
 // T: q/out element type; KV: the pages' (T, or uint8_t for e4m3 with p.k_scale / p.v_scale).
 template <class T, class KV, int D>
-void launch(const Params &p, dim3 grid, int64_t total_rows, const SplitWorkspace &workspace, cudaStream_t stream);
+void launch(const Params &p, dim3 grid, const WalkBounds &walk, const SplitWorkspace &workspace, cudaStream_t stream);
 
 }  // namespace bspa::kernels::sm90

@@ -3,9 +3,9 @@
 
 namespace bspa::kernels::sm90 {
 
-template void launch<__nv_bfloat16, __nv_bfloat16, 64>(const Params &, dim3, int64_t, const SplitWorkspace &,
+template void launch<__nv_bfloat16, __nv_bfloat16, 64>(const Params &, dim3, const WalkBounds &, const SplitWorkspace &,
                                                        cudaStream_t);
-template void launch<__nv_bfloat16, __nv_bfloat16, 128>(const Params &, dim3, int64_t, const SplitWorkspace &,
-                                                        cudaStream_t);
+template void launch<__nv_bfloat16, __nv_bfloat16, 128>(const Params &, dim3, const WalkBounds &,
+                                                        const SplitWorkspace &, cudaStream_t);
 
 }  // namespace bspa::kernels::sm90

@@ -4,9 +4,13 @@
 
 namespace bspa::kernels::sm90 {
 
-template void launch<__nv_bfloat16, uint8_t, 64>(const Params &, dim3, int64_t, const SplitWorkspace &, cudaStream_t);
-template void launch<__nv_bfloat16, uint8_t, 128>(const Params &, dim3, int64_t, const SplitWorkspace &, cudaStream_t);
-template void launch<__half, uint8_t, 64>(const Params &, dim3, int64_t, const SplitWorkspace &, cudaStream_t);
-template void launch<__half, uint8_t, 128>(const Params &, dim3, int64_t, const SplitWorkspace &, cudaStream_t);
+template void launch<__nv_bfloat16, uint8_t, 64>(const Params &, dim3, const WalkBounds &, const SplitWorkspace &,
+                                                 cudaStream_t);
+template void launch<__nv_bfloat16, uint8_t, 128>(const Params &, dim3, const WalkBounds &, const SplitWorkspace &,
+                                                  cudaStream_t);
+template void launch<__half, uint8_t, 64>(const Params &, dim3, const WalkBounds &, const SplitWorkspace &,
+                                          cudaStream_t);
+template void launch<__half, uint8_t, 128>(const Params &, dim3, const WalkBounds &, const SplitWorkspace &,
+                                           cudaStream_t);
 
 }  // namespace bspa::kernels::sm90

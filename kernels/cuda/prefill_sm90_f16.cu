@@ -3,7 +3,9 @@
 
 namespace bspa::kernels::sm90 {
 
-template void launch<__half, __half, 64>(const Params &, dim3, int64_t, const SplitWorkspace &, cudaStream_t);
-template void launch<__half, __half, 128>(const Params &, dim3, int64_t, const SplitWorkspace &, cudaStream_t);
+template void launch<__half, __half, 64>(const Params &, dim3, const WalkBounds &, const SplitWorkspace &,
+                                         cudaStream_t);
+template void launch<__half, __half, 128>(const Params &, dim3, const WalkBounds &, const SplitWorkspace &,
+                                          cudaStream_t);
 
 }  // namespace bspa::kernels::sm90

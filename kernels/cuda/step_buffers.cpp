@@ -61,11 +61,13 @@ StepBuffers::StepBuffers(const BatchLimits &limits, int32_t device, int32_t head
   const uint64_t table = static_cast<uint64_t>(
       checked_product(Errc::OutOfMemory, "the batch's block table",
                       {{"max_seqs", seqs}, {"max_pages_per_seq", static_cast<uint64_t>(limits.max_pages_per_seq)}}));
-  // Layout: query_starts, context_lens, work, block table (last, so a plan of n sequences
-  // copies a prefix: everything up to its n-th table row).
+  // Layout: query_starts, context_lens, work, the count of the plan's own work items, block
+  // table (last, so a plan of n sequences copies a prefix: everything up to its n-th table
+  // row).
   off_context_ = region(Errc::OutOfMemory, "query_starts", seqs + 1, sizeof(int32_t));
   off_work_ = off_context_ + region(Errc::OutOfMemory, "context_lens", seqs, sizeof(int32_t));
-  off_table_ = off_work_ + region(Errc::OutOfMemory, "work items", work, sizeof(WorkItem));
+  off_live_work_ = off_work_ + region(Errc::OutOfMemory, "work items", work, sizeof(WorkItem));
+  off_table_ = off_live_work_ + region(Errc::OutOfMemory, "the live work count", 1, sizeof(int32_t));
   bytes_ = off_table_ + region(Errc::OutOfMemory, "the block table", table, sizeof(int32_t));
 
   meta_ = std::make_unique<DeviceBatchMetadata>();
@@ -75,6 +77,7 @@ StepBuffers::StepBuffers(const BatchLimits &limits, int32_t device, int32_t head
   meta_->query_starts = reinterpret_cast<const int32_t *>(base);
   meta_->context_lens = reinterpret_cast<const int32_t *>(base + off_context_);
   meta_->work = reinterpret_cast<const WorkItem *>(base + off_work_);
+  if (limits.fixed_launch_shape) meta_->live_work = reinterpret_cast<const int32_t *>(base + off_live_work_);
   meta_->block_table = reinterpret_cast<const int32_t *>(base + off_table_);
   // Sized once for every launch the limits allow (the prefill's last-round split and the
   // decode key split, with a counter for each of max_seqs x KV heads items); without room
@@ -140,6 +143,7 @@ void StepBuffers::upload(const BatchPlan &plan, void *stream_ptr) {
     std::fill(ctx + n, ctx + seqs, 0);
     std::fill(work + plan.work.size(), work + plan.shape.num_work, WorkItem{0, 0, 0, 0});
   }
+  *reinterpret_cast<int32_t *>(s.host + off_live_work_) = static_cast<int32_t>(plan.work.size());
   // Everything up to the end of the n-th table row (row tails are never read).
   const size_t bytes = off_table_ + static_cast<size_t>(n) * plan.block_table_stride * sizeof(int32_t);
   DeviceGuard guard(device_);
