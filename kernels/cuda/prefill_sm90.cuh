@@ -472,11 +472,16 @@ __global__ void __launch_bounds__(384, 1)
       // A whole tile in one page (tiles are 64-aligned) takes one block-table read, shared
       // by K and V and issued before the waits below, which hide its latency. kPageBoxes
       // (pages of 8..32 tokens, TMA descriptors made): a whole tile goes by TMA, a box per
-      // page, thread j reading the tile's j-th page id (before the waits likewise).
+      // page, thread j reading the tile's j-th page id (before the waits likewise);
+      // kGroupBoxes: a box per 8-row group, thread j the j-th group's (its page's id), so no
+      // thread issues more than one box a tile whatever the page size (a thread issuing its
+      // page's boxes in turn ran 32-token pages 5% below 16-token ones: bench/NOTES.md,
+      // "Session 23").
       const bool whole_tile = entry != kNoTiles && k0 + kKeyTile <= kv_len;
       const bool one_page = !kPageBoxes && whole_tile && p.page_shift >= 6;
       const bool tma = kPageBoxes ? whole_tile : one_page && maps.valid;
-      const int64_t page = kPageBoxes
+      const int64_t page = kGroupBoxes ? (whole_tile && tid < kKeyTile / 8 ? bt[(k0 + 8 * tid) >> p.page_shift] : 0)
+                           : kPageBoxes
                                ? (whole_tile && tid < (kKeyTile >> p.page_shift) ? bt[(k0 >> p.page_shift) + tid] : 0)
                                : (one_page ? bt[k0 >> p.page_shift] : 0);
       // One tensor's tile: rows past the sequence are zero-filled.
@@ -543,16 +548,15 @@ __global__ void __launch_bounds__(384, 1)
             mbar_arrive_expect_tx(bar, C::kTileBytes);
           else
             mbar_arrive(bar);
-          if (tid < (kKeyTile >> p.page_shift)) {
+          if constexpr (kGroupBoxes) {
+            if (tid < kKeyTile / 8) {  // thread j: rows 8 j .. 8 j + 7, in its page from (8 j) % page_size
+              const int c3 = kvh * maps.c3_h + pg * maps.c3_p, c4 = kvh * maps.c4_h + pg * maps.c4_p;
+              tma_load_5d(dst + tid * kGroupBytes, &map, 0, (8 * tid) & page_mask, 0, c3, c4, bar);
+            }
+          } else if (tid < (kKeyTile >> p.page_shift)) {
             const uint32_t to = dst + (static_cast<uint32_t>(tid) << p.page_shift) * (kGroupBytes / 8);
             const int c3 = kvh * maps.c3_h + pg * maps.c3_p, c4 = kvh * maps.c4_h + pg * maps.c4_p;
-            if constexpr (kGroupBoxes) {
-#pragma unroll 1
-              for (int g = 0; g < maps.group_boxes; ++g)
-                tma_load_5d(to + g * kGroupBytes, &map, 0, 8 * g, 0, c3, c4, bar);
-            } else {
-              tma_load_5d(to, &map, 0, 0, 0, c3, c4, bar);
-            }
+            tma_load_5d(to, &map, 0, 0, 0, c3, c4, bar);
           }
         } else if (tid == 0) {
           mbar_arrive_expect_tx(bar, C::kTileBytes);
