@@ -387,6 +387,9 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   const bool sm90 = device_is_sm90(device.device());
   decode::Overlap overlap;
   overlap.previous = sm90 && any_prefill && launch_decode_grid && mixed_overlap_enabled();
+  // The diagnostic cap on the prefill grid follows the route, not whether an idle decode
+  // grid is left out of this launch: eager and captured launches plan the same split.
+  const bool mixed_overlap = sm90 && any_prefill && route_decode && mixed_overlap_enabled();
   const bool kept_clear = p.split.data && p.split.kept_clear_counters > 0;
   SplitWorkspace decode_workspace = p.split;
   if (p.split.data && ((any_prefill && route_decode) || kept_clear)) {
@@ -455,7 +458,7 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // kernel before it on the stream, whose results it may read).
   const bool prefill_launched =
       any_prefill && launch_prefill(prefill, prm, stream, device.device(),
-                                    /*check_only=*/skip_prefill_grid, overlap.previous ? mixed_prefill_ctas() : 0);
+                                    /*check_only=*/skip_prefill_grid, mixed_overlap ? mixed_prefill_ctas() : 0);
   overlap.previous = overlap.previous && prefill_launched;
   if (clear_by_kernel && launch_decode_grid) {
     decode::clear_counters(split.counters, indexed, stream);

@@ -155,11 +155,11 @@ struct ProducerBarrier {
 };
 
 // KV: T (16-bit pages) or uint8_t (e4m3 pages, p.k_scale / p.v_scale per KV head).
-// kGroupBoxes (16-bit pages with kPageBoxes only): a page's part of a tile comes as a box
-// per 8-row group (maps.group_boxes), for pages whose strides merge in no pair (token-major
-// pages with K and V of a page in one block). A variant of its own: that loop in the
-// common page-box producer cost every launch 1-5% (bench/NOTES.md, "Pages under 64
-// tokens", session 20, call E).
+// kGroupBoxes (16-bit pages with kPageBoxes only): a tile comes as a box per 8-row group
+// (maps.group_boxes a page), for pages whose strides merge in no pair (token-major pages
+// with K and V of a page in one block). A variant of its own: a loop over a page's group
+// boxes in the common page-box producer cost every launch 1-5% (bench/NOTES.md, "Pages
+// under 64 tokens", session 20, call E).
 template <class T, class KV, int D, bool kListsTiles, bool kPageBoxes, bool kGroupBoxes = false>
 __global__ void __launch_bounds__(384, 1)
     prefill_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ KvTensorMaps maps, const dim3 work,
@@ -536,9 +536,10 @@ __global__ void __launch_bounds__(384, 1)
       // A tile by TMA: thread 0 expects its bytes and issues a box per 64-column half, the
       // others only arrive (so each stage has the same arrivals). kPageBoxes: thread j
       // issues the box of the tile's j-th page, both halves of its page_size rows (whole
-      // 8-row groups, kv_tensor_map.cpp) at its row offset, so the 128-byte swizzle, which
-      // TMA takes from the address, lays the rows out as the grouped ring wants; the phase
-      // waits for thread 0's bytes and arrival whenever the boxes land.
+      // 8-row groups, kv_tensor_map.cpp), or with kGroupBoxes the box of its j-th 8-row
+      // group, at its row offset, so the 128-byte swizzle, which TMA takes from the address,
+      // lays the rows out as the grouped ring wants; the phase waits for thread 0's bytes and
+      // arrival whenever the boxes land.
       static_assert(C::kTileBytes == NH * kTmaBoxTokens * kTmaBoxColumns * static_cast<int>(sizeof(T)),
                     "thread 0 expects a tile's bytes from NH boxes of 64 rows or its 8-row groups of both halves");
       auto load_boxes = [&](uint32_t dst, const CUtensorMap &map, uint32_t bar) {
