@@ -267,8 +267,9 @@ __global__ void __launch_bounds__(384, 1)
     // A fixed-shape batch's padded work list (live_entries: its entries with rows this
     // step, read here so that a captured graph replays for any plan): the padding is the
     // list's tail, so its items are the walk's last. Where none of the live items is split
-    // (they all come before split.first), the walk ends with them; stepping through the
-    // padding's items cost a decode layer's graph ~20 us (bench/NOTES.md, "Engine step").
+    // (they all come before split.first), the walk ends with them instead of stepping
+    // through the padding's items as empty steps (a captured decode step launches this grid
+    // every layer with none: bench/NOTES.md, "Session 23", item 4).
     if (live_entries) {
       const int live = static_cast<int>(work.x) * *live_entries * (p.work_tile_rows / BM);
       if (live <= grid_split.first) units = min(units, live);
