@@ -1,0 +1,53 @@
+# Helpers for a session's device-call scripts (bench/results/sessionN/call_*.sh), which run on
+# the lent GPU machine in the repository root over carried, git-ignored library folders.
+# Sourced, never run:
+#   source bench/device_call.sh RESULTS LIBS
+# RESULTS: the folder under /tmp the call writes (it comes back as $OUT/<its name>.tgz);
+# LIBS: the carried folder that holds NAME.so.3.xz (libbspa.so.3 of one build, xz'd), bin/
+# (bench programs and bspa-demo of the same ABI) and sys/ (shared libraries the device image
+# lacks: libgomp, libxxhash, libsimdjson). Gives:
+#   t MSG               prints MSG after the seconds since the call began
+#   unpack_lib NAME     LIBS/NAME.so.3.xz and LIBS/sys/* into /tmp/libNAME
+#   checks NAME         with /tmp/libNAME: bench_gpu_check --quick, the fp8 check, the step
+#                       check, the demo with --graphs, then memcheck + racecheck
+#                       (scripts/gpu_sanitize.sh); logs RESULTS/*_NAME.*, a line each
+#   save                RESULTS into $OUT/<its name>.tgz (call it after each phase, so a
+#                       call cut off at its time limit still returns what it finished)
+DC_RESULTS=$1
+DC_LIBS=$2
+DC_BIN=$DC_LIBS/bin
+DC_START=$(date +%s)
+mkdir -p "$DC_RESULTS"
+
+t() { echo "[$(($(date +%s) - DC_START)) s] $*"; }
+
+unpack_lib() {
+  mkdir -p "/tmp/lib$1"
+  cp "$DC_LIBS"/sys/* "/tmp/lib$1/"
+  xz -dc "$DC_LIBS/$1.so.3.xz" > "/tmp/lib$1/libbspa.so.3"
+}
+
+checks() {
+  local name=$1 r=$DC_RESULTS bundle=$DC_LIBS/bundle_$1
+  t "checks ($name)"
+  (
+    export LD_LIBRARY_PATH=/tmp/lib$name
+    timeout 300 "$DC_BIN"/bench/bench_gpu_check --quick > "$r/check_$name.log" 2>&1
+    echo "gpu_check rc=$? $(tail -1 "$r/check_$name.log")"
+    grep FAIL "$r/check_$name.log" | head -8
+    timeout 60 "$DC_BIN"/bench/bench_fp8_check > "$r/fp8check_$name.log" 2>&1
+    echo "fp8 check rc=$? $(tail -1 "$r/fp8check_$name.log")"
+    timeout 90 "$DC_BIN"/bench/bench_step --check > "$r/step_check_$name.log" 2>&1
+    echo "step --check rc=$? $(tail -1 "$r/step_check_$name.log")"
+    timeout 60 "$DC_BIN"/bspa-demo --graphs > "$r/demo_graphs_$name.log" 2>&1
+    echo "demo --graphs rc=$?"
+    grep -iE "^graphs|^result" "$r/demo_graphs_$name.log" | head -2
+  )
+  # gpu_sanitize.sh takes a build folder: the programs beside the library.
+  mkdir -p "$bundle/bench" && cp "$DC_BIN"/bench/* "$bundle/bench/" && cp "/tmp/lib$name"/* "$bundle/"
+  OUT=$r/san_$name timeout 200 bash scripts/gpu_sanitize.sh "$bundle" memcheck racecheck > "$r/sanitize_$name.txt" 2>&1
+  echo "sanitize rc=$?"
+  grep -E " rc=" "$r/sanitize_$name.txt" | head -4
+}
+
+save() { tar czf "$OUT/$(basename "$DC_RESULTS").tgz" -C "$(dirname "$DC_RESULTS")" "$(basename "$DC_RESULTS")"; }

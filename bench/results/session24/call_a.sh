@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Session 24's call A (~8 min; carry [".device/s23"]; an H200 asked for, whatever card comes).
+#   gs  a5c5204 (.device/s23/gs.so.3.xz): main's kernels (main since adds host-only review
+#       mends and comments)
+#   ee  wip/s23-early-exit (.device/s23/ee.so.3.xz): CTAs of a fixed-shape prefill grid
+#       without a unit leave before their ring's set-up
+# Checks of ee (bench/device_call.sh's `checks`). Timings: bench_step gs / ee alternating,
+# two rounds (issue 19's launch rows; the 32-layer decode step eager and as a graph);
+# bench_decode e4m3 and bf16 (pages 64, 16) on gs, one round each (issue 20's ratios, issue
+# 19's mixed rows).
+# Prediction: ee's graph step -1..-3 us a layer against gs (3528 us on session 23's H100),
+# every other row within spread.
+set -uo pipefail
+source bench/device_call.sh /tmp/res24a .device/s23
+R=$DC_RESULTS B=$DC_BIN
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
+unpack_lib gs; unpack_lib ee
+checks ee
+save
+for round in 1 2; do for lib in gs ee; do
+  t "bench_step $lib $round"; LD_LIBRARY_PATH=/tmp/lib$lib timeout 150 $B/bench/bench_step --reps 200 --json $R/step_${lib}_$round.json --commit $lib > $R/step_${lib}_$round.log 2>&1; echo "rc=$?"
+done; done
+save
+for kv in fp8 bf16; do
+  t "decode $kv (gs)"; LD_LIBRARY_PATH=/tmp/libgs timeout 150 $B/bench/bench_decode --pages 64,16 --kv $kv --json $R/decode_$kv.json --commit a5c5204 > $R/decode_$kv.log 2>&1; echo "rc=$?"
+done
+save
+t done
+echo "== bench_step"; for f in $R/step_*_?.log; do echo "-- $f"; grep -E "sm90a prefill's shape after 2.5 ms of GPU|one 32k prefill\)  |decode rows\)  |batch_plan \(reusable\)  |allocations|eager: plan|graph: plan" $f; done
+echo "== decode e4m3 / bf16 (ms)"; paste <(sed -n 3,22p $R/decode_fp8.log | awk '{print $1,$2,$3,$4}') <(sed -n 3,22p $R/decode_bf16.log | awk '{print $4}') | awk '{printf "%s %s %s %s %s %.3f\n",$1,$2,$3,$4,$5,$4/$5}'
+grep -A5 "CUDA pool" $R/decode_bf16.log | tail -4
