@@ -3,7 +3,9 @@
 //
 //   bench_step --check             graph replay across a 20-step decode loop equals eager
 //                                  launches bitwise (and one-step batches within bf16
-//                                  rounding), refusals, no device allocation per step;
+//                                  rounding), refusals, no device allocation per step; and
+//                                  across the chunks of one prompt whose padded work list
+//                                  the sm90a walk splits;
 //                                  exit 0 pass, 1 fail, 77 no GPU (the CTest test step_check)
 //   bench_step [--json FILE] [--commit SHA] [--reps N]
 //                                  host time per call (GPU idle before each call, median and
@@ -163,6 +165,57 @@ void expect(bool ok, const char *what, int step) {
   }
 }
 
+// One step of a captured bucket, after its plan: replays `exec` (captured from `batch`'s
+// launches), launches the same plan eagerly, and expects the two bitwise equal (outputs and
+// lse) and within bf16 rounding of a one-step batch of the same step (its own launch
+// shapes); max_err keeps the largest difference from the one-step batch. Returns whether
+// replay == eager.
+bool replay_matches(bspa_pool *pool, const bspa_batch *batch, cudaGraphExec_t exec, int layers,
+                    const bspa_layout *layout, StepTensors &t, const std::vector<bspa_seq *> &seqs,
+                    const std::vector<int32_t> &ql, int64_t total, int step, cudaStream_t s, double &max_err) {
+  const int n = static_cast<int>(seqs.size());
+  CUDA_OK(cudaMemsetAsync(t.out, 0xff, t.rows * kHq * kD * 2, s));  // poison: NaN bf16
+  CUDA_OK(cudaGraphLaunch(exec, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  const std::vector<uint16_t> replay = t.read_out(total);
+  const std::vector<float> replay_lse = t.read_lse();
+  CUDA_OK(cudaMemsetAsync(t.out, 0xff, t.rows * kHq * kD * 2, s));
+  launch_layers(pool, batch, layers, layout, t, s);
+  CUDA_OK(cudaStreamSynchronize(s));
+  const std::vector<uint16_t> eager = t.read_out(total);
+  const std::vector<float> eager_lse = t.read_lse();
+  expect(replay == eager, "graph replay differs from the eager launch of the same plan", step);
+  bool lse_same = true;
+  for (int h = 0; h < kHq; ++h)
+    for (int64_t r = 0; r < total; ++r)
+      lse_same = lse_same && std::memcmp(&replay_lse[h * t.rows + r], &eager_lse[h * t.rows + r], 4) == 0;
+  expect(lse_same, "graph replay's lse differs from the eager launch's", step);
+  // A one-step batch of the same step (its own launch shapes): the same function within rounding.
+  {
+    bspa_batch *one = nullptr;
+    BSPA_OK_OR_DIE(bspa_batch_create(&one, pool, seqs.data(), ql.data(), n, s));
+    StepTensors u(total);
+    CUDA_OK(cudaMemcpy(u.q, t.q, total * kHq * kD * 2, cudaMemcpyDeviceToDevice));
+    CUDA_OK(cudaMemcpy(u.k, t.k, total * kHkv * kD * 2, cudaMemcpyDeviceToDevice));
+    CUDA_OK(cudaMemcpy(u.v, t.v, total * kHkv * kD * 2, cudaMemcpyDeviceToDevice));
+    launch_layers(pool, one, layers, layout, u, s);
+    CUDA_OK(cudaStreamSynchronize(s));
+    const std::vector<uint16_t> ref = u.read_out(total);
+    bspa_batch_destroy(one);
+    double err = 0;
+    bool finite = true;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const float a = gpu::bf16_to_f32(replay[i]), b = gpu::bf16_to_f32(ref[i]);
+      finite = finite && std::isfinite(a);
+      err = std::max(err, static_cast<double>(std::fabs(a - b)));
+    }
+    max_err = std::max(max_err, err);
+    expect(finite, "graph replay left a row unwritten (NaN poison) or produced a non-finite value", step);
+    expect(err <= 1.6e-2, "graph replay differs from a one-step batch by more than bf16 rounding", step);
+  }
+  return replay == eager;
+}
+
 // Graph replay across a decode loop: bucket of 8 sequences, 2 layers, 2 rows of chunked
 // prefill plus decode rows per step; sequences grow across page boundaries, one finishes and
 // one joins. Each step: plan, replay the graph captured at step 1, read out; then launch the
@@ -275,51 +328,13 @@ void run_check_bound(int decode_bound, int max_query_len = 300) {
         cudaGetLastError();
       }
     }
-    CUDA_OK(cudaMemsetAsync(t.out, 0xff, t.rows * kHq * kD * 2, s));  // poison: NaN bf16
-    CUDA_OK(cudaGraphLaunch(exec, s));
-    CUDA_OK(cudaStreamSynchronize(s));
-    const std::vector<uint16_t> replay = t.read_out(total);
-    const std::vector<float> replay_lse = t.read_lse();
-    CUDA_OK(cudaMemsetAsync(t.out, 0xff, t.rows * kHq * kD * 2, s));
-    launch_layers(pool, batch, layers, layout, t, s);
-    CUDA_OK(cudaStreamSynchronize(s));
-    const std::vector<uint16_t> eager = t.read_out(total);
-    const std::vector<float> eager_lse = t.read_lse();
-    expect(replay == eager, "graph replay differs from the eager launch of the same plan", step);
-    bool lse_same = true;
-    for (int h = 0; h < kHq; ++h)
-      for (int64_t r = 0; r < total; ++r)
-        lse_same = lse_same && std::memcmp(&replay_lse[h * t.rows + r], &eager_lse[h * t.rows + r], 4) == 0;
-    expect(lse_same, "graph replay's lse differs from the eager launch's", step);
-    // A one-step batch of the same step (its own launch shapes): the same function within rounding.
-    {
-      bspa_batch *one = nullptr;
-      BSPA_OK_OR_DIE(bspa_batch_create(&one, pool, seqs.data(), ql.data(), n, s));
-      StepTensors u(total);
-      CUDA_OK(cudaMemcpy(u.q, t.q, total * kHq * kD * 2, cudaMemcpyDeviceToDevice));
-      CUDA_OK(cudaMemcpy(u.k, t.k, total * kHkv * kD * 2, cudaMemcpyDeviceToDevice));
-      CUDA_OK(cudaMemcpy(u.v, t.v, total * kHkv * kD * 2, cudaMemcpyDeviceToDevice));
-      launch_layers(pool, one, layers, layout, u, s);
-      CUDA_OK(cudaStreamSynchronize(s));
-      const std::vector<uint16_t> ref = u.read_out(total);
-      bspa_batch_destroy(one);
-      double err = 0;
-      bool finite = true;
-      for (size_t i = 0; i < ref.size(); ++i) {
-        const float a = gpu::bf16_to_f32(replay[i]), b = gpu::bf16_to_f32(ref[i]);
-        finite = finite && std::isfinite(a);
-        err = std::max(err, static_cast<double>(std::fabs(a - b)));
-      }
-      max_err = std::max(max_err, err);
-      expect(finite, "graph replay left a row unwritten (NaN poison) or produced a non-finite value", step);
-      expect(err <= 1.6e-2, "graph replay differs from a one-step batch by more than bf16 rounding", step);
-    }
+    const bool same = replay_matches(pool, batch, exec, layers, layout, t, seqs, ql, total, step, s, max_err);
     for (size_t i = 0; i < seqs.size(); ++i) {
       const SeqInfo in = info_of(seqs[i]);
       BSPA_OK_OR_DIE(bspa_seq_commit(seqs[i], in.computed + ql[i]));
     }
     std::printf("step %2d: %d sequences, %4lld rows: replay == eager %s, vs one-step batch max |diff| %.3g\n", step, n,
-                static_cast<long long>(total), replay == eager ? "yes" : "NO", max_err);
+                static_cast<long long>(total), same ? "yes" : "NO", max_err);
   }
   // One-step batches allocate; the reusable batch's steps (plans, replays, eager launches) did
   // not: count only across a loop without them.
@@ -369,9 +384,66 @@ void run_check_bound(int decode_bound, int max_query_len = 300) {
   CUDA_OK(cudaStreamDestroy(s));
 }
 
+// A bucket whose padded work list the sm90a walk splits: on a GPU of 132 SMs one sequence of
+// up to 600 new tokens pads to 6 query tiles x 32 heads = 192 items, the 60 past one round
+// split in two (prefill_sm90.hpp, plan_split). Its steps' own items reach into the split ones
+// (600-row chunks over 5 and 6 tiles, a 513-row one over 5: the walk covers the whole padded
+// list, empty split units included) or end before them (a 300-row chunk, decode rows: the
+// walk ends with them); each replays bitwise as its eager launch and within rounding of a
+// one-step batch. On other GPUs the same steps run, split or not.
+void run_check_split() {
+  std::printf("-- bucket of 1 sequence, max_query_len = 600 (a split padded work list on 132 SMs)\n");
+  const int layers = 2;
+  const int64_t max_tokens = 600;
+  bspa_pool *pool = make_pool(layers, 256);
+  bspa_layout *layout = phi3_layout();
+  bspa_batch_options bo;
+  bspa_batch_options_init(&bo);
+  bo.max_seqs = 1, bo.max_tokens = max_tokens, bo.max_query_len = 600, bo.max_seq_tokens = 4096;
+  bo.fixed_launch_shape = 1;
+  bspa_batch *batch = nullptr;
+  BSPA_OK_OR_DIE(bspa_batch_create_reusable(&batch, pool, &bo));
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  StepTensors t(max_tokens);
+  std::vector<bspa_seq *> seqs(1, nullptr);
+  BSPA_OK_OR_DIE(bspa_seq_create(&seqs[0], pool, nullptr));
+  cudaGraphExec_t exec = nullptr;
+  double max_err = 0;
+  const int chunks[] = {600, 600, 300, 1, 1, 3, 1, 513};  // at contexts 0, 600, 1200, 1500, ..., 1506
+  for (int step = 1; step <= static_cast<int>(sizeof(chunks) / sizeof(chunks[0])); ++step) {
+    append_unique(seqs[0], chunks[step - 1]);
+    const std::vector<int32_t> ql(1, chunks[step - 1]);
+    t.fill(ql[0], 2000 + step);
+    BSPA_OK_OR_DIE(bspa_batch_plan(batch, seqs.data(), ql.data(), 1, s));
+    if (step == 1) {
+      launch_layers(pool, batch, layers, layout, t, s);
+      CUDA_OK(cudaStreamSynchronize(s));
+      cudaGraph_t g;
+      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      launch_layers(pool, batch, layers, layout, t, s);
+      CUDA_OK(cudaStreamEndCapture(s, &g));
+      CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+      CUDA_OK(cudaGraphDestroy(g));
+    }
+    const bool same = replay_matches(pool, batch, exec, layers, layout, t, seqs, ql, ql[0], step, s, max_err);
+    BSPA_OK_OR_DIE(bspa_seq_commit(seqs[0], info_of(seqs[0]).tokens));
+    std::printf("step %2d: %4d rows: replay == eager %s, vs one-step batch max |diff| %.3g\n", step, ql[0],
+                same ? "yes" : "NO", max_err);
+  }
+  BSPA_OK_OR_DIE(bspa_pool_check(pool));
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  bspa_batch_destroy(batch);
+  bspa_seq_destroy(seqs[0]);
+  bspa_layout_destroy(layout);
+  bspa_pool_destroy(pool);
+  CUDA_OK(cudaStreamDestroy(s));
+}
+
 int run_check() {
   for (int bound : {0, 1}) run_check_bound(bound);
   run_check_bound(1, 64);
+  run_check_split();
   std::printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;
 }

@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
-# Session 24's call A (~8 min; carry [".device/s23"]; an H200 asked for, whatever card comes).
-#   gs  a5c5204 (.device/s23/gs.so.3.xz): main's kernels (main since adds host-only review
-#       mends and comments)
-#   ee  wip/s23-early-exit (.device/s23/ee.so.3.xz): CTAs of a fixed-shape prefill grid
-#       without a unit leave before their ring's set-up
-# Checks of ee (bench/device_call.sh's `checks`). Timings: bench_step gs / ee alternating,
-# two rounds (issue 19's launch rows; the 32-layer decode step eager and as a graph);
-# bench_decode e4m3 and bf16 (pages 64, 16) on gs, one round each (issue 20's ratios, issue
-# 19's mixed rows).
-# Prediction: ee's graph step -1..-3 us a layer against gs (3528 us on session 23's H100),
-# every other row within spread.
+# Session 24's call A (~8 min; carry [".device/s24"]; an H200 asked for, whatever card comes).
+# Libraries (git-ignored, bench/results/session24/README.md says how to rebuild them) and the
+# programs of 0d5cab9 + bench_step's new split bucket (bin/):
+#   main  0d5cab9 (kernels of cc7bf00, session 23's last code)
+#   ee    main + the early exit (wip/s24-ee, 33d9071 = session 23's aa9ea8a): CTAs of a
+#         fixed-shape prefill grid without a unit leave before their ring's set-up
+# Checks of ee (bench/device_call.sh's `checks`) and main's step check (its new bucket: a
+# padded work list the sm90a walk splits, live items inside the split). Timings: bench_step
+# main / ee alternating, two rounds (issue 19's launch rows; the 32-layer decode step eager
+# and as a graph); bench_decode e4m3 and bf16 (pages 64, 16) on main, one round each
+# (issue 20's ratios, issue 19's mixed rows).
+# Prediction: ee's graph step -1..-3 us a layer against main (3528 us on session 23's
+# H100), every other row within spread.
 set -uo pipefail
-source bench/device_call.sh /tmp/res24a .device/s23
+source bench/device_call.sh /tmp/res24a .device/s24
 R=$DC_RESULTS B=$DC_BIN
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
-unpack_lib gs; unpack_lib ee
+unpack_lib main; unpack_lib ee
+LD_LIBRARY_PATH=/tmp/libmain timeout 120 $B/bench/bench_step --check > $R/step_check_main.log 2>&1
+echo "step --check (main) rc=$? $(tail -1 $R/step_check_main.log)"; grep -E "^--|FAIL" $R/step_check_main.log | head -8
 checks ee
 save
-for round in 1 2; do for lib in gs ee; do
+for round in 1 2; do for lib in main ee; do
   t "bench_step $lib $round"; LD_LIBRARY_PATH=/tmp/lib$lib timeout 150 $B/bench/bench_step --reps 200 --json $R/step_${lib}_$round.json --commit $lib > $R/step_${lib}_$round.log 2>&1; echo "rc=$?"
 done; done
 save
 for kv in fp8 bf16; do
-  t "decode $kv (gs)"; LD_LIBRARY_PATH=/tmp/libgs timeout 150 $B/bench/bench_decode --pages 64,16 --kv $kv --json $R/decode_$kv.json --commit a5c5204 > $R/decode_$kv.log 2>&1; echo "rc=$?"
+  t "decode $kv (main)"; LD_LIBRARY_PATH=/tmp/libmain timeout 150 $B/bench/bench_decode --pages 64,16 --kv $kv --json $R/decode_$kv.json --commit 0d5cab9 > $R/decode_$kv.log 2>&1; echo "rc=$?"
 done
 save
 t done
