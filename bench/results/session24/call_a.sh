@@ -17,17 +17,21 @@ source bench/device_call.sh /tmp/res24a .device/s24
 R=$DC_RESULTS B=$DC_BIN
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $R/gpu.txt
 unpack_lib main; unpack_lib ee
+# Most wanted first (a call cut short by the device time left keeps what it saved).
 LD_LIBRARY_PATH=/tmp/libmain timeout 120 $B/bench/bench_step --check > $R/step_check_main.log 2>&1
 echo "step --check (main) rc=$? $(tail -1 $R/step_check_main.log)"; grep -E "^--|FAIL" $R/step_check_main.log | head -8
-checks ee
-save
-for round in 1 2; do for lib in main ee; do
-  t "bench_step $lib $round"; LD_LIBRARY_PATH=/tmp/lib$lib timeout 150 $B/bench/bench_step --reps 200 --json $R/step_${lib}_$round.json --commit $lib > $R/step_${lib}_$round.log 2>&1; echo "rc=$?"
-done; done
+step() { t "bench_step $1 $2"; LD_LIBRARY_PATH=/tmp/lib$1 timeout 150 $B/bench/bench_step --reps 200 --json $R/step_$1_$2.json --commit $1 > $R/step_$1_$2.log 2>&1; echo "rc=$?"; }
+step main 1
 save
 for kv in fp8 bf16; do
   t "decode $kv (main)"; LD_LIBRARY_PATH=/tmp/libmain timeout 150 $B/bench/bench_decode --pages 64,16 --kv $kv --json $R/decode_$kv.json --commit 0d5cab9 > $R/decode_$kv.log 2>&1; echo "rc=$?"
 done
+save
+step ee 1
+save
+checks ee
+save
+step main 2; step ee 2
 save
 t done
 echo "== bench_step"; for f in $R/step_*_?.log; do echo "-- $f"; grep -E "sm90a prefill's shape after 2.5 ms of GPU|one 32k prefill\)  |decode rows\)  |batch_plan \(reusable\)  |allocations|eager: plan|graph: plan" $f; done
