@@ -1,7 +1,8 @@
 // Does a GPU run mma.sync's e4m3 form on its tensor cores, or does ptxas emulate it? A
 // compile-only probe for issue 20 (bench/NOTES.md, "FP8 KV (CUDA)", "Session 24"): the
 // session-17 design took mma.sync m16n8k32 e4m3 for the decode kernel's "cheaper first
-// target", which pays only where the instruction is native.
+// target", which pays only where the instruction is native; sessions 19 and 24 each built
+// it into the decode kernel before reading the SASS.
 //
 // Build for each architecture and read the SASS (no GPU needed):
 //   for a in sm_89 sm_90a sm_100a sm_120a; do
