@@ -165,6 +165,25 @@ void expect(bool ok, const char *what, int step) {
   }
 }
 
+// Step 1 of a bucket, after its plan: one eager launch (as a runtime warms up), then every
+// layer captured into a graph; `while_capturing` runs after the captured launches, before
+// the capture ends.
+template <class F>
+cudaGraphExec_t capture_layers(bspa_pool *pool, const bspa_batch *batch, int layers, const bspa_layout *layout,
+                               StepTensors &t, cudaStream_t s, F &&while_capturing) {
+  launch_layers(pool, batch, layers, layout, t, s);
+  CUDA_OK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  launch_layers(pool, batch, layers, layout, t, s);
+  while_capturing();
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+  CUDA_OK(cudaGraphDestroy(g));
+  return exec;
+}
+
 // One step of a captured bucket, after its plan: replays `exec` (captured from `batch`'s
 // launches), launches the same plan eagerly, and expects the two bitwise equal (outputs and
 // lse) and within bf16 rounding of a one-step batch of the same step (its own launch
@@ -297,18 +316,11 @@ void run_check_bound(int decode_bound, int max_query_len = 300) {
     t.fill(total, 1000 + step);
     BSPA_OK_OR_DIE(bspa_batch_plan(batch, seqs.data(), ql.data(), n, s));
     if (step == 1) {
-      // One eager launch first (as a runtime warms up), then capture every layer.
-      launch_layers(pool, batch, layers, layout, t, s);
-      CUDA_OK(cudaStreamSynchronize(s));
-      cudaGraph_t g;
-      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      launch_layers(pool, batch, layers, layout, t, s);
-      // Planning while capturing is refused and keeps the plan.
-      const bspa_status st = bspa_batch_plan(batch, seqs.data(), ql.data(), n, s);
-      expect(st == BSPA_ERR_INVALID_STATE, "bspa_batch_plan while capturing is not BSPA_ERR_INVALID_STATE", step);
-      CUDA_OK(cudaStreamEndCapture(s, &g));
-      CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
-      CUDA_OK(cudaGraphDestroy(g));
+      exec = capture_layers(pool, batch, layers, layout, t, s, [&] {
+        // Planning while capturing is refused and keeps the plan.
+        const bspa_status st = bspa_batch_plan(batch, seqs.data(), ql.data(), n, s);
+        expect(st == BSPA_ERR_INVALID_STATE, "bspa_batch_plan while capturing is not BSPA_ERR_INVALID_STATE", step);
+      });
       allocs_after_capture = allocations_now();
     }
     if (step == 5) {
@@ -399,7 +411,7 @@ void run_check_split() {
   bspa_layout *layout = phi3_layout();
   bspa_batch_options bo;
   bspa_batch_options_init(&bo);
-  bo.max_seqs = 1, bo.max_tokens = max_tokens, bo.max_query_len = 600, bo.max_seq_tokens = 4096;
+  bo.max_seqs = 1, bo.max_tokens = max_tokens, bo.max_query_len = max_tokens, bo.max_seq_tokens = 4096;
   bo.fixed_launch_shape = 1;
   bspa_batch *batch = nullptr;
   BSPA_OK_OR_DIE(bspa_batch_create_reusable(&batch, pool, &bo));
@@ -416,16 +428,7 @@ void run_check_split() {
     const std::vector<int32_t> ql(1, chunks[step - 1]);
     t.fill(ql[0], 2000 + step);
     BSPA_OK_OR_DIE(bspa_batch_plan(batch, seqs.data(), ql.data(), 1, s));
-    if (step == 1) {
-      launch_layers(pool, batch, layers, layout, t, s);
-      CUDA_OK(cudaStreamSynchronize(s));
-      cudaGraph_t g;
-      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      launch_layers(pool, batch, layers, layout, t, s);
-      CUDA_OK(cudaStreamEndCapture(s, &g));
-      CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
-      CUDA_OK(cudaGraphDestroy(g));
-    }
+    if (step == 1) exec = capture_layers(pool, batch, layers, layout, t, s, [] {});
     const bool same = replay_matches(pool, batch, exec, layers, layout, t, seqs, ql, ql[0], step, s, max_err);
     BSPA_OK_OR_DIE(bspa_seq_commit(seqs[0], info_of(seqs[0]).tokens));
     std::printf("step %2d: %4d rows: replay == eager %s, vs one-step batch max |diff| %.3g\n", step, ql[0],

@@ -385,11 +385,11 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // be the decode's counters), and always in a workspace the library owns, whose decode
   // counters must stay where they were zeroed.
   const bool sm90 = device_is_sm90(device.device());
-  decode::Overlap overlap;
-  overlap.previous = sm90 && any_prefill && launch_decode_grid && mixed_overlap_enabled();
   // The diagnostic cap on the prefill grid follows the route, not whether an idle decode
   // grid is left out of this launch: eager and captured launches plan the same split.
   const bool mixed_overlap = sm90 && any_prefill && route_decode && mixed_overlap_enabled();
+  decode::Overlap overlap;
+  overlap.previous = mixed_overlap && launch_decode_grid;
   const bool kept_clear = p.split.data && p.split.kept_clear_counters > 0;
   SplitWorkspace decode_workspace = p.split;
   if (p.split.data && ((any_prefill && route_decode) || kept_clear)) {
