@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 24's call A (~8 min; carry [".device/s24"]; an H200 asked for, whatever card comes).
 # Libraries (git-ignored, bench/results/session24/README.md says how to rebuild them) and the
-# programs of 0d5cab9 + bench_step's new split bucket (bin/):
-#   main  0d5cab9 (kernels of cc7bf00, session 23's last code)
+# programs of 4234f24 (bin/, bench_step with its new split bucket):
+#   main  4234f24 (kernels of cc7bf00, session 23's last code)
 #   ee    main + the early exit (wip/s24-ee, 33d9071 = session 23's aa9ea8a): CTAs of a
 #         fixed-shape prefill grid without a unit leave before their ring's set-up
 # Checks of ee (bench/device_call.sh's `checks`) and main's step check (its new bucket: a
@@ -24,7 +24,7 @@ step() { t "bench_step $1 $2"; LD_LIBRARY_PATH=/tmp/lib$1 timeout 150 $B/bench/b
 step main 1
 save
 for kv in fp8 bf16; do
-  t "decode $kv (main)"; LD_LIBRARY_PATH=/tmp/libmain timeout 150 $B/bench/bench_decode --pages 64,16 --kv $kv --json $R/decode_$kv.json --commit 0d5cab9 > $R/decode_$kv.log 2>&1; echo "rc=$?"
+  t "decode $kv (main)"; LD_LIBRARY_PATH=/tmp/libmain timeout 150 $B/bench/bench_decode --pages 64,16 --kv $kv --json $R/decode_$kv.json --commit 4234f24 > $R/decode_$kv.log 2>&1; echo "rc=$?"
 done
 save
 step ee 1
