@@ -194,21 +194,18 @@ bool replay_matches(bspa_pool *pool, const bspa_batch *batch, cudaGraphExec_t ex
                     const std::vector<int32_t> &ql, int64_t total, int step, cudaStream_t s, double &max_err) {
   const int n = static_cast<int>(seqs.size());
   CUDA_OK(cudaMemsetAsync(t.out, 0xff, t.rows * kHq * kD * 2, s));  // poison: NaN bf16
+  CUDA_OK(cudaMemsetAsync(t.lse, 0xff, t.rows * kHq * 4, s));       // and NaN fp32
   CUDA_OK(cudaGraphLaunch(exec, s));
   CUDA_OK(cudaStreamSynchronize(s));
   const std::vector<uint16_t> replay = t.read_out(total);
   const std::vector<float> replay_lse = t.read_lse();
   CUDA_OK(cudaMemsetAsync(t.out, 0xff, t.rows * kHq * kD * 2, s));
+  CUDA_OK(cudaMemsetAsync(t.lse, 0xff, t.rows * kHq * 4, s));
   launch_layers(pool, batch, layers, layout, t, s);
   CUDA_OK(cudaStreamSynchronize(s));
   const std::vector<uint16_t> eager = t.read_out(total);
   const std::vector<float> eager_lse = t.read_lse();
   expect(replay == eager, "graph replay differs from the eager launch of the same plan", step);
-  bool lse_same = true;
-  for (int h = 0; h < kHq; ++h)
-    for (int64_t r = 0; r < total; ++r)
-      lse_same = lse_same && std::memcmp(&replay_lse[h * t.rows + r], &eager_lse[h * t.rows + r], 4) == 0;
-  expect(lse_same, "graph replay's lse differs from the eager launch's", step);
   // A one-step batch of the same step (its own launch shapes): the same function within rounding.
   {
     bspa_batch *one = nullptr;
@@ -220,6 +217,23 @@ bool replay_matches(bspa_pool *pool, const bspa_batch *batch, cudaGraphExec_t ex
     launch_layers(pool, one, layers, layout, u, s);
     CUDA_OK(cudaStreamSynchronize(s));
     const std::vector<uint16_t> ref = u.read_out(total);
+    const std::vector<float> ref_lse = u.read_lse();
+    // lse: replay == eager bitwise, both written (the poison gone) and within fp32 rounding
+    // of the one-step batch's; the first rows that are not are printed.
+    int64_t differ = 0, off = 0;
+    for (int h = 0; h < kHq; ++h)
+      for (int64_t r = 0; r < total; ++r) {
+        const float a = replay_lse[h * t.rows + r], b = eager_lse[h * t.rows + r], c = ref_lse[h * total + r];
+        const bool same = std::memcmp(&a, &b, 4) == 0, near = std::isfinite(a) && std::fabs(a - c) <= 1e-3f;
+        differ += !same, off += !near;
+        if ((!same || !near) && differ + off <= 4)
+          std::printf("  lse head %d row %lld: replay %.9g, eager %.9g, one-step batch %.9g\n", h,
+                      static_cast<long long>(r), a, b, c);
+      }
+    if (differ + off)
+      std::printf("  lse: %lld differ from eager, %lld from the one-step batch\n", (long long)differ, (long long)off);
+    expect(differ == 0, "graph replay's lse differs from the eager launch's", step);
+    expect(off == 0, "graph replay's lse is unwritten or off the one-step batch's", step);
     bspa_batch_destroy(one);
     double err = 0;
     bool finite = true;

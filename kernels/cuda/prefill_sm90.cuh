@@ -1032,12 +1032,28 @@ __global__ void __launch_bounds__(384, 1)
       last_in = sLastIn[cg] != 0;
       if (last_in) {
         __threadfence();
-        for (int c = 0; c < walk(kWays, grid_split.ways); ++c) {
-          if (c == unit.chunk) continue;
+        // The chunks fold in their own order, 0 first, whichever unit came last: its own
+        // chunk is read back like the others rather than taken from its registers. Folded
+        // from the last one in, the result's last bits depended on which unit that was
+        // (the fold's products contract into fmas unevenly), so a graph replay's lse could
+        // differ in its last bit from an eager launch of the same plan (bench_step --check).
+        {
+          const float4 *first = slot(0);
+          const float4 st = __ldcg(first + NH * 8 * 128);
+          m[0] = st.x, m[1] = st.y, l[0] = st.z, l[1] = st.w;
+#pragma unroll
+          for (int hh = 0; hh < NH; ++hh)
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+              const float4 x = __ldcg(first + (hh * 8 + q) * 128);
+              o[hh][4 * q] = x.x, o[hh][4 * q + 1] = x.y, o[hh][4 * q + 2] = x.z, o[hh][4 * q + 3] = x.w;
+            }
+        }
+        for (int c = 1; c < walk(kWays, grid_split.ways); ++c) {
           const float4 *other = slot(c);
           const float4 st = __ldcg(other + NH * 8 * 128);
           const float ms[2] = {st.x, st.y}, ls[2] = {st.z, st.w};
-          float wa[2], wb[2];  // weights of this unit's and the other's partial sums
+          float wa[2], wb[2];  // weights of the chunks folded so far and of chunk c
 #pragma unroll
           for (int rr = 0; rr < 2; ++rr) {
             const float mm = fmaxf(m[rr], ms[rr]);
