@@ -273,6 +273,10 @@ __global__ void __launch_bounds__(384, 1)
     if (live_entries) {
       const int live = static_cast<int>(work.x) * *live_entries * (p.work_tile_rows / BM);
       if (live <= grid_split.first) units = min(units, live);
+      // A CTA without a unit (the step has fewer items than the grid has CTAs, or none)
+      // leaves before setting up its ring: a captured decode step launches this grid every
+      // layer with no items at all.
+      if (static_cast<int>(blockIdx.x) >= units) return;
     }
   }
   int rounds = (units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
