@@ -719,37 +719,60 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
     BSPA_OK_OR_DIE(bspa_seq_commit(q, sctx));
     append_unique(q, 1);
   }
-  bspa_batch_options_init(&bo);
-  bo.max_seqs = decode_seqs, bo.max_tokens = decode_seqs, bo.max_seq_tokens = 2048, bo.fixed_launch_shape = 1;
-  BSPA_OK_OR_DIE(bspa_batch_create_reusable(&fixed, pool, &bo));
-  StepTensors ts(decode_seqs);
-  ts.fill(decode_seqs, 3);
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, s));
-  launch_layers(pool, fixed, layers, layout, ts, s);
-  cudaGraph_t g;
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  launch_layers(pool, fixed, layers, layout, ts, s);
-  CUDA_OK(cudaStreamEndCapture(s, &g));
-  CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
-  auto step_time = [&](bool graph) {
-    return host_time(reps, [&] {
-      BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, s));
-      if (graph)
-        CUDA_OK(cudaGraphLaunch(exec, s));
-      else
-        launch_layers(pool, fixed, layers, layout, ts, s);
-      CUDA_OK(cudaStreamSynchronize(s));
-    });
-  };
+  // Two buckets of the same step: one that may also hold prefill rows (max_query_len =
+  // max_tokens, so its capture holds the prefill grid too, idle in a decode step) and one of
+  // decode rows only (max_query_len 1, at most the decode bound: its capture holds the decode
+  // grid alone), the runtime pattern for decode graphs.
   std::printf("\n%-44s %9s %9s\n", "32-layer decode step, 64 x 1k (plan + run)", "median us", "p90 us");
-  add("eager: plan + 32 x (kv_write + prefill)", step_time(false));
-  add("graph: plan + cudaGraphLaunch", step_time(true));
-  CUDA_OK(cudaGraphExecDestroy(exec));
-  CUDA_OK(cudaGraphDestroy(g));
-  bspa_batch_destroy(fixed);
+  for (const int bucket_query_len : {0, 1}) {
+    bspa_batch_options_init(&bo);
+    bo.max_seqs = decode_seqs, bo.max_tokens = decode_seqs, bo.max_seq_tokens = 2048, bo.fixed_launch_shape = 1;
+    bo.max_query_len = bucket_query_len;
+    BSPA_OK_OR_DIE(bspa_batch_create_reusable(&fixed, pool, &bo));
+    StepTensors ts(decode_seqs);
+    ts.fill(decode_seqs, 3);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, s));
+    launch_layers(pool, fixed, layers, layout, ts, s);
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    launch_layers(pool, fixed, layers, layout, ts, s);
+    CUDA_OK(cudaStreamEndCapture(s, &g));
+    CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+    auto step_time = [&](bool graph) {
+      return host_time(reps, [&] {
+        BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, s));
+        if (graph)
+          CUDA_OK(cudaGraphLaunch(exec, s));
+        else
+          launch_layers(pool, fixed, layers, layout, ts, s);
+        CUDA_OK(cudaStreamSynchronize(s));
+      });
+    };
+    // The host's part of a replayed step: the plan alone, and the graph's launch alone after a
+    // plan (the GPU idle before each).
+    auto plan_only = [&] { BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, s)); };
+    const Stat plan_host = host_time(reps, plan_only);
+    const Stat launch_host = host_time(
+        reps, [&] { CUDA_OK(cudaGraphLaunch(exec, s)); }, plan_only);
+    if (bucket_query_len == 0) {
+      add("eager: plan + 32 x (kv_write + prefill)", step_time(false));
+      add("graph: plan + cudaGraphLaunch", step_time(true));
+      add("  its bspa_batch_plan alone (host)", plan_host);
+      add("  its cudaGraphLaunch alone (host)", launch_host);
+    } else {
+      add("eager, decode-only bucket (max_query_len 1)", step_time(false));
+      add("graph, decode-only bucket (max_query_len 1)", step_time(true));
+      add("  its bspa_batch_plan alone (host)", plan_host);
+      add("  its cudaGraphLaunch alone (host)", launch_host);
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(g));
+    CUDA_OK(cudaStreamDestroy(s));
+    bspa_batch_destroy(fixed);
+  }
   for (auto &q : seqs) bspa_seq_destroy(q);
   bspa_layout_destroy(layout);
   bspa_pool_destroy(pool);

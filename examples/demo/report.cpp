@@ -41,10 +41,12 @@ std::string hex64(uint64_t x) {
   return buf;
 }
 
-// "1, 2, 4 .. 37": the buckets' max_tokens.
-std::string bucket_list(const RunnerStats &s) {
+// "1, 2, 4 .. 37": the max_tokens of the buckets that may hold prompt chunks (decode_only
+// false) or of those of decode rows only.
+std::string bucket_list(const RunnerStats &s, bool decode_only) {
   std::string out;
-  for (size_t i = 0; i < s.bucket_rows.size(); ++i) out += (i ? ", " : "") + std::to_string(s.bucket_rows[i]);
+  for (size_t i = 0; i < s.bucket_rows.size(); ++i)
+    if (s.bucket_decode_only[i] == decode_only) out += (out.empty() ? "" : ", ") + std::to_string(s.bucket_rows[i]);
   return out;
 }
 
@@ -91,9 +93,9 @@ void print_summary(const Report &r, bool attention_skipped) {
       std::printf("launches            plan: one reusable batch re-planned every step (bspa_batch_plan), eager\n");
     else
       std::printf(
-          "launches            %s: %lld fixed-shape reusable batches (max_tokens %s), %s;\n"
+          "launches            %s: %lld fixed-shape reusable batches (max_tokens %s; decode rows only %s), %s;\n"
           "                    %lld steps no bucket held, launched through a one-step batch\n",
-          e.launch.c_str(), ll(rs.buckets), bucket_list(rs).c_str(),
+          e.launch.c_str(), ll(rs.buckets), bucket_list(rs, false).c_str(), bucket_list(rs, true).c_str(),
           e.launch == "graphs" ? "a CUDA graph per bucket" : "eager", ll(rs.eager_fallbacks));
     if (e.launch == "graphs")
       std::printf(
@@ -203,7 +205,9 @@ bool write_json(const Report &r, const std::string &path) {
     if (e.launch == "fixed" || e.launch == "graphs") {
       Json buckets = Json::array();
       for (size_t i = 0; i < e.runner.bucket_rows.size(); ++i)
-        buckets.push_back({{"max_tokens", e.runner.bucket_rows[i]}, {"steps", e.runner.bucket_steps[i]}});
+        buckets.push_back({{"max_tokens", e.runner.bucket_rows[i]},
+                           {"decode_only", static_cast<bool>(e.runner.bucket_decode_only[i])},
+                           {"steps", e.runner.bucket_steps[i]}});
       j["engine"]["buckets"] = buckets;
       j["engine"]["eager_fallback_steps"] = e.runner.eager_fallbacks;
     }

@@ -140,12 +140,15 @@ struct Reusable {
   bool holds = false;
 };
 
-BatchPtr create_reusable(bspa_pool *pool, int32_t max_seqs, int64_t max_tokens, int64_t max_seq_tokens, bool fixed) {
+// max_query_len 0: max_tokens (the batch may hold prompt chunks).
+BatchPtr create_reusable(bspa_pool *pool, int32_t max_seqs, int64_t max_tokens, int64_t max_seq_tokens, bool fixed,
+                         int32_t max_query_len = 0) {
   bspa_batch_options bo;
   DEMO_OK(bspa_batch_options_init(&bo));
   bo.max_seqs = max_seqs;
   bo.max_tokens = max_tokens;
   bo.max_seq_tokens = max_seq_tokens;
+  bo.max_query_len = max_query_len;
   bo.fixed_launch_shape = fixed ? 1 : 0;
   // The engine's decode rows are one token each (engine.cpp): a fixed-shape bucket that also
   // holds prompt chunks would otherwise size the CUDA decode tile for 8 new tokens.
@@ -219,16 +222,24 @@ class BucketRunner final : public StepRunner {
 #endif
     if (graphs_ && !setup.device.cuda())
       throw std::logic_error("--graphs needs the CUDA device (refused earlier on a CPU run)");
-    // max_tokens 1, 2, 4, ... below the budget, then the budget itself.
-    for (int64_t rows = 1;; rows *= 2) {
-      const int64_t bucket_rows = std::min(rows, o.max_tokens);
-      Bucket b;
-      b.rows = bucket_rows;
-      b.max_seqs = static_cast<int32_t>(std::min<int64_t>(o.max_seqs, bucket_rows));
-      b.batch.batch = create_reusable(pool, b.max_seqs, bucket_rows, o.max_seq_tokens, true);
-      buckets_.push_back(std::move(b));
-      stats_.bucket_rows.push_back(bucket_rows);
-      if (bucket_rows == o.max_tokens) break;
+    // max_tokens 1, 2, 4, ... below the budget, then the budget itself; then the same sizes
+    // up to the sequence limit for steps of decode rows only (max_query_len 1: on CUDA their
+    // launches, and so their graphs, hold the decode kernel alone, where a mixed bucket's
+    // replay of a decode step also launches a prefill grid that finds no work).
+    for (const bool decode_only : {false, true}) {
+      const int64_t limit = decode_only ? std::min<int64_t>(o.max_seqs, o.max_tokens) : o.max_tokens;
+      for (int64_t rows = 1;; rows *= 2) {
+        const int64_t bucket_rows = std::min(rows, limit);
+        Bucket b;
+        b.rows = bucket_rows;
+        b.max_seqs = static_cast<int32_t>(std::min<int64_t>(o.max_seqs, bucket_rows));
+        b.decode_only = decode_only;
+        b.batch.batch = create_reusable(pool, b.max_seqs, bucket_rows, o.max_seq_tokens, true, decode_only ? 1 : 0);
+        buckets_.push_back(std::move(b));
+        stats_.bucket_rows.push_back(bucket_rows);
+        stats_.bucket_decode_only.push_back(decode_only);
+        if (bucket_rows == limit) break;
+      }
     }
     stats_.buckets = static_cast<int64_t>(buckets_.size());
     stats_.bucket_steps.assign(buckets_.size(), 0);
@@ -252,13 +263,23 @@ class BucketRunner final : public StepRunner {
     replayed_ = false;
     const double t0 = now_s();
     int64_t total = 0;
-    for (int32_t i = 0; i < n; ++i) total += query_lens[i];
+    bool decode_step = n > 0;  // every sequence a decode row (one new token)
+    for (int32_t i = 0; i < n; ++i) {
+      total += query_lens[i];
+      decode_step = decode_step && query_lens[i] == 1;
+    }
+    // The smallest bucket that holds the step: of decode rows only for such a step (a mixed
+    // one if none does), else a mixed one.
     current_ = nullptr;
-    for (Bucket &b : buckets_)
-      if (b.rows >= total && b.max_seqs >= n) {
-        current_ = &b;
-        break;
-      }
+    for (const bool decode_only : {true, false}) {
+      if (decode_only && !decode_step) continue;
+      for (Bucket &b : buckets_)
+        if (b.decode_only == decode_only && b.rows >= total && b.max_seqs >= n) {
+          current_ = &b;
+          break;
+        }
+      if (current_) break;
+    }
     if (current_) {
       const bspa_status st = bspa_batch_plan(current_->batch.batch.get(), seqs, query_lens, n, stream_);
       if (st == BSPA_ERR_OUT_OF_RANGE) {
@@ -346,6 +367,7 @@ class BucketRunner final : public StepRunner {
   struct Bucket {
     int64_t rows = 0;  // max_tokens: the launches' tensor rows
     int32_t max_seqs = 0;
+    bool decode_only = false;  // max_query_len 1
     Reusable batch;
 #ifdef BSPA_HAVE_CUDA
     cudaGraphExec_t exec = nullptr;

@@ -9,8 +9,11 @@
 //   --max-seqs sequences, --step-tokens tokens, the workload's longest sequence) re-planned
 //   every step with bspa_batch_plan; eager launches sized by each step.
 // - fixed: reusable batches with fixed_launch_shape = 1, one per bucket of step sizes
-//   (max_tokens 1, 2, 4, ... up to --step-tokens; max_seqs min(--max-seqs, max_tokens)). A
-//   step is planned into the smallest bucket that holds it; the tensors then have exactly the
+//   (max_tokens 1, 2, 4, ... up to --step-tokens; max_seqs min(--max-seqs, max_tokens)),
+//   and as many again for steps of decode rows only (max_query_len 1, up to --max-seqs rows:
+//   on CUDA their launches hold no prefill grid, bspa.h under fixed_launch_shape). A
+//   step is planned into the smallest bucket that holds it (of decode rows only for a step
+//   of one-token rows, where one does); the tensors then have exactly the
 //   bucket's max_tokens rows (the StepBuffers' views at the same addresses, the step's rows
 //   first; the rows past them are don't-care inputs the launches neither read nor write).
 //   Eager launches on the runner's stream.
@@ -88,12 +91,13 @@ struct StepCallTimes {
 
 // What the runner did over the run (the summary's launch lines).
 struct RunnerStats {
-  int64_t buckets = 0;                // fixed: reusable batches, one per bucket of step sizes
-  int64_t graph_captures = 0;         // --graphs: graphs captured (at most one per bucket)
-  int64_t graph_replays = 0;          // steps launched by cudaGraphLaunch
-  int64_t eager_fallbacks = 0;        // fixed: steps no bucket held, launched through a one-step batch
-  std::vector<int64_t> bucket_steps;  // fixed: steps planned into each bucket
-  std::vector<int64_t> bucket_rows;   // fixed: each bucket's max_tokens
+  int64_t buckets = 0;                   // fixed: reusable batches, one per bucket of step sizes
+  int64_t graph_captures = 0;            // --graphs: graphs captured (at most one per bucket)
+  int64_t graph_replays = 0;             // steps launched by cudaGraphLaunch
+  int64_t eager_fallbacks = 0;           // fixed: steps no bucket held, launched through a one-step batch
+  std::vector<int64_t> bucket_steps;     // fixed: steps planned into each bucket
+  std::vector<int64_t> bucket_rows;      // fixed: each bucket's max_tokens
+  std::vector<bool> bucket_decode_only;  // fixed: each bucket holds decode rows only (max_query_len 1)
 };
 
 enum class LaunchMode { Batch, Plan, Fixed };
