@@ -765,8 +765,8 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
     } else {
       add("eager, decode-only bucket (max_query_len 1)", step_time(false));
       add("graph, decode-only bucket (max_query_len 1)", step_time(true));
-      add("  its bspa_batch_plan alone (host)", plan_host);
-      add("  its cudaGraphLaunch alone (host)", launch_host);
+      add("  decode-only bspa_batch_plan alone (host)", plan_host);
+      add("  decode-only cudaGraphLaunch alone (host)", launch_host);
     }
     CUDA_OK(cudaGraphExecDestroy(exec));
     CUDA_OK(cudaGraphDestroy(g));
