@@ -22,7 +22,8 @@
 // Build (sm_90a), run on the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o probe_wgmma_e4m3_loop bench/probes/wgmma_e4m3_decode_loop.cu
 //   ./probe_wgmma_e4m3_loop
-// Not part of the library or of CI.
+// Not part of the library; the CUDA build compiles it (bench/CMakeLists.txt) so that it keeps
+// compiling, and nothing runs it but a person on the GPU machine.
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 

@@ -25,7 +25,8 @@
 // Build (sm_90a), run on the GPU machine:
 //   nvcc -O2 -std=c++17 -arch=sm_90a -o probe_wgmma_e4m3_decode bench/probes/wgmma_e4m3_decode_tile.cu
 //   ./probe_wgmma_e4m3_decode
-// Not part of the library or of CI: a question asked of the hardware, kept so that the
+// Not part of the library; the CUDA build compiles it (bench/CMakeLists.txt) so that it keeps
+// compiling, and nothing runs it but a person on the GPU machine: a question asked of the hardware, kept so that the
 // answer can be checked again.
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>

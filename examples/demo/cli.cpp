@@ -86,8 +86,8 @@ void define(CLI::App &app, Options &o, std::string &user_tokens, std::string &ge
                                 "how a step's launches are issued: batch = a one-step batch per step "
                                 "(bspa_batch_create/destroy); plan = one reusable batch re-planned every step "
                                 "(bspa_batch_plan); fixed = fixed-shape reusable batches, one per bucket of step sizes "
-                                "(max_tokens 1, 2, 4, ... up to --step-tokens, and as many again for steps of "
-                                "decode rows only); all eager")
+                                "(max_tokens 1, 2, 4, ... up to --step-tokens, and the same sizes up to --max-seqs for "
+                                "steps of decode rows only); all eager")
                      ->check(CLI::IsMember({"batch", "plan", "fixed"}))
                      ->group(g);
   app.add_flag("--graphs", o.graphs,

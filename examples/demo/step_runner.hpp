@@ -10,8 +10,9 @@
 //   every step with bspa_batch_plan; eager launches sized by each step.
 // - fixed: reusable batches with fixed_launch_shape = 1, one per bucket of step sizes
 //   (max_tokens 1, 2, 4, ... up to --step-tokens; max_seqs min(--max-seqs, max_tokens)),
-//   and as many again for steps of decode rows only (max_query_len 1, up to --max-seqs rows:
-//   on CUDA their launches hold no prefill grid, bspa.h under fixed_launch_shape). A
+//   and the same sizes up to min(--max-seqs, --step-tokens) for steps of decode rows only
+//   (max_query_len 1: on CUDA their launches hold no prefill grid, bspa.h under
+//   fixed_launch_shape). A
 //   step is planned into the smallest bucket that holds it (of decode rows only for a step
 //   of one-token rows, where one does); the tensors then have exactly the
 //   bucket's max_tokens rows (the StepBuffers' views at the same addresses, the step's rows

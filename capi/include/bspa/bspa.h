@@ -653,11 +653,12 @@ typedef struct bspa_batch_options {
    * they leave out a kernel with none of the step's rows (the prefill kernel of a step of
    * decode rows only, the decode kernel of one without them), so an eager step costs what a
    * one-step batch's does, while a capture holds every kernel the limits may route rows to:
-   * both, unless max_query_len is at most the decode bound (max_decode_query_len below;
-   * 1 for plain decode), whose capture holds the decode kernel alone. So capture the
-   * decode steps in buckets of decode rows only: a mixed bucket's replay of a decode step
-   * also launches the prefill kernel, which finds no work (bench/bench_step, the 32-layer
-   * step's rows). */
+   * both, unless max_query_len is at most the launch's decode bound (8 on CUDA, lowered by
+   * BSPA_CUDA_DECODE, the GQA group, the device's shared memory and max_decode_query_len
+   * below; 0 where the decode kernel is off), whose capture then holds the decode kernel
+   * alone. So capture plain decode steps in buckets of decode rows only (max_query_len 1):
+   * a mixed bucket's replay of a decode step also launches the prefill kernel, which finds
+   * no work (bench/bench_step, the 32-layer step's rows). */
   int32_t fixed_launch_shape;
   /* Since version 2, in what was tail padding (the struct keeps its size); optional (0,
    * the default: no bound of the caller's): the longest query among the sequences the
