@@ -739,17 +739,12 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
     ts.fill(decode_seqs, 3);
     cudaStream_t s;
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, s));
-    launch_layers(pool, fixed, layers, layout, ts, s);
-    cudaGraph_t g;
-    cudaGraphExec_t exec;
-    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    launch_layers(pool, fixed, layers, layout, ts, s);
-    CUDA_OK(cudaStreamEndCapture(s, &g));
-    CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+    auto plan = [&] { BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, s)); };
+    plan();
+    const cudaGraphExec_t exec = capture_layers(pool, fixed, layers, layout, ts, s, [] {});
     auto step_time = [&](bool graph) {
       return host_time(reps, [&] {
-        BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, s));
+        plan();
         if (graph)
           CUDA_OK(cudaGraphLaunch(exec, s));
         else
@@ -759,10 +754,9 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
     };
     // The host's part of a replayed step: the plan alone, and the graph's launch alone after a
     // plan (the GPU idle before each).
-    auto plan_only = [&] { BSPA_OK_OR_DIE(bspa_batch_plan(fixed, seqs.data(), ql.data(), decode_seqs, s)); };
-    const Stat plan_host = host_time(reps, plan_only);
+    const Stat plan_host = host_time(reps, plan);
     const Stat launch_host = host_time(
-        reps, [&] { CUDA_OK(cudaGraphLaunch(exec, s)); }, plan_only);
+        reps, [&] { CUDA_OK(cudaGraphLaunch(exec, s)); }, plan);
     if (bucket_query_len == 0) {
       add("eager: plan + 32 x (kv_write + prefill)", step_time(false));
       add("graph: plan + cudaGraphLaunch", step_time(true));
@@ -775,7 +769,6 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
       add("decode-only bucket: cudaGraphLaunch alone (host)", launch_host);
     }
     CUDA_OK(cudaGraphExecDestroy(exec));
-    CUDA_OK(cudaGraphDestroy(g));
     CUDA_OK(cudaStreamDestroy(s));
     bspa_batch_destroy(fixed);
   }

@@ -17,8 +17,8 @@
 // 2^8 and 2^-j in one instruction (whether products are aligned to the largest before
 // they are summed).
 //
-// Build (sm_90a), run on the GPU machine:
-//   nvcc -O2 -std=c++17 -arch=sm_90a -o probe_fp8_mma bench/probes/fp8_mma_accumulation.cu
+// Build (sm_90a, from the repository root), run on the GPU machine:
+//   nvcc -O2 -std=c++17 -arch=sm_90a -I. -o probe_fp8_mma bench/probes/fp8_mma_accumulation.cu
 //   ./probe_fp8_mma
 // Not part of the library or of CI: a question asked of the hardware once, kept so that the
 // answer can be checked on a new GPU.
@@ -29,6 +29,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+
+#include "bench/probes/e4m3_probe_common.cuh"
 
 namespace {
 
@@ -134,15 +136,6 @@ __global__ void probe(Kind kind, const Operands *in, float *out, int n) {
 #endif
 }
 
-#define CHECK(x)                                                                                \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s: %s (%s:%d)\n", #x, cudaGetErrorString(e_), __FILE__, __LINE__); \
-      return 1;                                                                                 \
-    }                                                                                           \
-  } while (0)
-
 }  // namespace
 
 int main() {
@@ -163,23 +156,23 @@ int main() {
   }
   int dev = 0;
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, dev));
+  PROBE_CUDA_OK(cudaGetDeviceProperties(&prop, dev));
   std::printf("%s (sm_%d%d); D[0][0] - c against the exact sum (B all ones)\n", prop.name, prop.major, prop.minor);
   std::printf("%-28s %12s", "case", "exact");
   for (const char *k : kKindNames) std::printf(" %12s", k);
   std::printf("\n");
   Operands *d_in;
   float *d_out;
-  CHECK(cudaMalloc(&d_in, sizeof(Operands) * n));
-  CHECK(cudaMalloc(&d_out, sizeof(float) * 2 * n));
+  PROBE_CUDA_OK(cudaMalloc(&d_in, sizeof(Operands) * n));
+  PROBE_CUDA_OK(cudaMalloc(&d_out, sizeof(float) * 2 * n));
   float results[4][128];
   for (int k = 0; k < 4; ++k) {
     Operands host[64];
     for (int t = 0; t < n; ++t) host[t] = operands(static_cast<Kind>(k), cases[t]);
-    CHECK(cudaMemcpy(d_in, host, sizeof(Operands) * n, cudaMemcpyHostToDevice));
+    PROBE_CUDA_OK(cudaMemcpy(d_in, host, sizeof(Operands) * n, cudaMemcpyHostToDevice));
     probe<<<1, 128>>>(static_cast<Kind>(k), d_in, d_out, n);
-    CHECK(cudaGetLastError());
-    CHECK(cudaMemcpy(results[k], d_out, sizeof(float) * 2 * n, cudaMemcpyDeviceToHost));
+    PROBE_CUDA_OK(cudaGetLastError());
+    PROBE_CUDA_OK(cudaMemcpy(results[k], d_out, sizeof(float) * 2 * n, cudaMemcpyDeviceToHost));
   }
   int layout_errors = 0;
   for (int t = 0; t < n; ++t) {

@@ -19,14 +19,11 @@
 // library's batch-1 e4m3 decode in the same call (bench_decode 1 x 32767 dense, 64-token
 // pages): ~0.029 ms on an H200, ~0.034 ms on an H100 (session 21).
 //
-// Build (sm_90a), run on the GPU machine:
-//   nvcc -O3 -std=c++17 -arch=sm_90a -o probe_wgmma_e4m3_loop bench/probes/wgmma_e4m3_decode_loop.cu
+// Build (sm_90a, from the repository root), run on the GPU machine:
+//   nvcc -O3 -std=c++17 -arch=sm_90a -I. -o probe_wgmma_e4m3_loop bench/probes/wgmma_e4m3_decode_loop.cu
 //   ./probe_wgmma_e4m3_loop
 // Not part of the library; the CUDA build compiles it (bench/CMakeLists.txt) so that it keeps
 // compiling, and nothing runs it but a person on the GPU machine.
-#include <cuda_fp8.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -35,70 +32,15 @@
 #include <random>
 #include <vector>
 
+#include "bench/probes/e4m3_probe_common.cuh"
+
 namespace {
+
+using namespace e4m3_probe;
 
 constexpr int kD = 128, kTileKeys = 64, kHeads = 8, kRows = 4, kN = 2 * kRows, kStages = 4;
 constexpr int kKeys = 32768;
 constexpr int kStageBytes = 2 * kTileKeys * 128;  // K then V, 8 KB each
-
-__host__ __device__ inline int swz(int row, int byte) {
-  return row * 128 + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15));
-}
-// The key a logical K index of a k32 step holds in V^T's fragments (the tile probe's).
-__host__ __device__ inline int logical_of_key(int key) {
-  const int h = key >> 4, kk = key & 15;
-  const int t = (kk & 7) >> 1, j = (kk & 1) + (kk >= 8 ? 2 : 0);
-  return 16 * h + 4 * t + j;
-}
-
-__device__ inline uint32_t saddr(const void *p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ inline uint64_t desc128(uint32_t a) {
-  return static_cast<uint64_t>((a & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
-}
-__device__ inline void wgmma_ss_n8(float (&d)[4], uint64_t a, uint64_t b, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "l"(a), "l"(b), "r"(acc));
-}
-__device__ inline void wgmma_rs_n8(float (&d)[4], const uint32_t (&a)[4], uint64_t b, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
-}
-__device__ inline void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wg_commit_wait() {
-  asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-template <int N>
-__device__ inline void keep(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-__device__ inline void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ inline void wg_barrier(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
-__device__ inline void cp16(uint32_t dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ inline void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ inline void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
-__device__ inline float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Shared memory of one CTA (1024-aligned): Q^T [kN][128], then per warpgroup its P^T
 // [kN][128], its ring, and its max-exchange slots.
@@ -125,7 +67,7 @@ __global__ void __launch_bounds__(WG * 128)
   float *red = reinterpret_cast<float *>(sm + L::kRed) + wg * 2 * 4 * kRows;  // [2 (max, sum)][warp][row]
   if (tid < kN * 8) {
     const int row = tid >> 3, c = tid & 7;
-    *reinterpret_cast<uint4 *>(sQ + swz(row, 16 * c)) =
+    *reinterpret_cast<uint4 *>(sQ + swz128(row, 16 * c)) =
         *reinterpret_cast<const uint4 *>(q_op + (head * kN + row) * kD + 16 * c);
   }
   // This CTA's tiles, and this warpgroup's: tiles wg, wg + WG, ... of them.
@@ -135,53 +77,51 @@ __global__ void __launch_bounds__(WG * 128)
   const uint8_t *kh = k + static_cast<int64_t>(head) * keys * kD, *vh = v + static_cast<int64_t>(head) * keys * kD;
   auto load = [&](int i) {  // this warpgroup's i-th tile into stage i % kStages
     const int key0 = (t0 + wg + WG * i) * kTileKeys;
-    const uint32_t st = saddr(ring + (i % kStages) * kStageBytes);
+    const uint32_t st = smem_addr(ring + (i % kStages) * kStageBytes);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int idx = wtid + 128 * j, row = idx >> 3, c = idx & 7;
       const int64_t src = static_cast<int64_t>(key0 + row) * kD + 16 * c;
-      cp16(st + swz(row, 16 * c), kh + src);
-      cp16(st + 8192 + swz(row, 16 * c), vh + src);
+      cp_async_16(st + swz128(row, 16 * c), kh + src);
+      cp_async_16(st + 8192 + swz128(row, 16 * c), vh + src);
     }
   };
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < mine) load(i);
-    cp_commit();
+    cp_async_commit();
   }
-  proxy_fence();
+  fence_proxy_async();
   __syncthreads();  // Q
   const float scale_log2 = q_unscale[head] * k_scale * 1.4426950408889634f * 0.08838834764831845f;
-  const uint64_t qdesc = desc128(saddr(sQ)), pdesc = desc128(saddr(sP));
+  const uint64_t qdesc = desc(smem_addr(sQ)), pdesc = desc(smem_addr(sP));
   // V^T ldmatrix addresses of this lane: key 32 st + lane, chunk 4 mb + warp.
   uint32_t v_lane[2][2];
 #pragma unroll
   for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
-    for (int st = 0; st < 2; ++st) v_lane[mb][st] = 8192 + swz(32 * st + lane, 16 * (4 * mb + warp));
+    for (int st = 0; st < 2; ++st) v_lane[mb][st] = 8192 + swz128(32 * st + lane, 16 * (4 * mb + warp));
   // P^T byte offsets of this thread's two keys (16 warp + g, + 8), rows 2t (hi) and 2t + 1 (lo).
   const int key_a = 16 * warp + g, key_b = key_a + 8;
-  const int col_a = 32 * (key_a >> 5) + logical_of_key(key_a & 31),
-            col_b = 32 * (key_b >> 5) + logical_of_key(key_b & 31);
-  const int p_hi_a = swz(2 * t, col_a), p_lo_a = swz(2 * t + 1, col_a);
-  const int p_hi_b = swz(2 * t, col_b), p_lo_b = swz(2 * t + 1, col_b);
+  const int col_a = logical_key_column(key_a), col_b = logical_key_column(key_b);
+  const int p_hi_a = swz128(2 * t, col_a), p_lo_a = swz128(2 * t + 1, col_a);
+  const int p_hi_b = swz128(2 * t, col_b), p_lo_b = swz128(2 * t + 1, col_b);
 
   float m = -INFINITY, l = 0.f, acc[2][2] = {};  // row t; acc[mb][e]: d 16 (4 mb + warp) + 2g + e
   for (int i = 0; i < mine; ++i) {
-    cp_wait<kStages - 2>();
-    proxy_fence();
-    wg_barrier(1 + wg);  // tile i landed; every warp is done with the stage refilled below
+    cp_async_wait<kStages - 2>();
+    fence_proxy_async();
+    named_barrier(1 + wg, 128);  // tile i landed; every warp is done with the stage refilled below
     if (i + kStages - 1 < mine) load(i + kStages - 1);
-    cp_commit();
-    const uint32_t st = saddr(ring + (i % kStages) * kStageBytes);
+    cp_async_commit();
+    const uint32_t st = smem_addr(ring + (i % kStages) * kStageBytes);
     // S^T (64 keys x [hi0 lo0 hi1 lo1 ...]): thread keys key_a (s[0] hi, s[1] lo) and key_b (s[2], s[3]), row t.
     float s[4] = {0.f, 0.f, 0.f, 0.f};
-    const uint64_t kdesc = desc128(st);
-    wg_fence();
+    const uint64_t kdesc = desc(st);
+    wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 32; ++kk) wgmma_ss_n8(s, kdesc + 2 * kk, qdesc + 2 * kk, kk > 0);
-    wg_commit_wait();
-    keep(s);
+    for (int kk = 0; kk < kD / 32; ++kk) mma_ss(s, kdesc + 2 * kk, qdesc + 2 * kk, kk > 0);
+    commit_wait(s);
     const float xa = (s[0] + s[1]) * scale_log2, xb = (s[2] + s[3]) * scale_log2;
     float mx = fmaxf(xa, xb);
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
@@ -189,42 +129,37 @@ __global__ void __launch_bounds__(WG * 128)
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
     float *slot = red + (i & 1) * 4 * kRows;  // alternate slots: a fast warp's next write waits one tile
     if (g == 0) slot[warp * kRows + t] = mx;
-    wg_barrier(1 + wg);
+    named_barrier(1 + wg, 128);
     mx = fmaxf(fmaxf(slot[t], slot[kRows + t]), fmaxf(slot[2 * kRows + t], slot[3 * kRows + t]));
     const float m_new = fmaxf(m, mx);
-    const float alpha = ex2(m - m_new);
+    const float alpha = fast_exp2(m - m_new);
     m = m_new;
-    const float pa = ex2(xa - m_new), pb = ex2(xb - m_new);
+    const float pa = fast_exp2(xa - m_new), pb = fast_exp2(xb - m_new);
     l = l * alpha + pa + pb;
     {
-      const float a256 = pa * 256.f, b256 = pb * 256.f;
-      const __nv_fp8_e4m3 ha(a256), hb(b256);
-      const __nv_fp8_e4m3 la(a256 - static_cast<float>(ha)), lb(b256 - static_cast<float>(hb));
-      sP[p_hi_a] = ha.__x, sP[p_lo_a] = la.__x, sP[p_hi_b] = hb.__x, sP[p_lo_b] = lb.__x;
+      split_e4m3(pa * 256.f, sP[p_hi_a], sP[p_lo_a]);
+      split_e4m3(pb * 256.f, sP[p_hi_b], sP[p_lo_b]);
     }
     uint32_t a[2][2][4];
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks) {
-        uint32_t r[4];
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(st + v_lane[mb][ks]));
-        a[mb][ks][0] = prmt(r[0], r[1], 0x6420), a[mb][ks][1] = prmt(r[0], r[1], 0x7531);
-        a[mb][ks][2] = prmt(r[2], r[3], 0x6420), a[mb][ks][3] = prmt(r[2], r[3], 0x7531);
+        v_fragment(st + v_lane[mb][ks], a[mb][ks]);
+        fence_regs(a[mb][ks]);  // complete before the fence (a permute past it serialises the wgmma)
       }
-    proxy_fence();
-    wg_barrier(1 + wg);  // P^T written
+    fence_proxy_async();
+    named_barrier(1 + wg, 128);  // P^T written
     float pv[2][4] = {};
-    wg_fence();
+    wgmma_fence();
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
-      for (int ks = 0; ks < 2; ++ks) wgmma_rs_n8(pv[mb], a[mb][ks], pdesc + 2 * ks, ks > 0);
-    wg_commit_wait();
-    keep(pv[0]);
-    keep(pv[1]);
+      for (int ks = 0; ks < 2; ++ks) mma_rs(pv[mb], a[mb][ks], pdesc + 2 * ks, ks > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(pv[0]);
+    fence_regs(pv[1]);
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
       acc[mb][0] = fmaf(acc[mb][0], alpha, pv[mb][0] + pv[mb][1]);
@@ -236,9 +171,9 @@ __global__ void __launch_bounds__(WG * 128)
   l += __shfl_xor_sync(0xffffffffu, l, 8);
   l += __shfl_xor_sync(0xffffffffu, l, 16);
   float *sums = red + 2 * 4 * kRows - 4 * kRows;  // reuse: after the loop's last barrier, slot 1 ...
-  wg_barrier(1 + wg);
+  named_barrier(1 + wg, 128);
   if (g == 0) sums[warp * kRows + t] = l;
-  wg_barrier(1 + wg);
+  named_barrier(1 + wg, 128);
   const int64_t unit = (static_cast<int64_t>(head) * splits + split) * WG + wg;
   if (wtid < kRows)
     ml[unit * kRows + wtid] =
@@ -253,22 +188,6 @@ __global__ void __launch_bounds__(WG * 128)
   if (threadIdx.x == 0) __trap();
 #endif
 }
-
-#define CHECK(x)                                                                               \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                            \
-    }                                                                                          \
-  } while (0)
-
-float e4m3_value(uint8_t code) {
-  __nv_fp8_e4m3 x;
-  x.__x = code;
-  return static_cast<float>(x);
-}
-uint8_t e4m3_code(float v) { return __nv_fp8_e4m3(v).__x; }
 
 struct Run {
   int wg, splits;
@@ -294,10 +213,8 @@ int main() {
     q_unscale[h] = 1.f / shift;
     for (int r = 0; r < kRows; ++r)
       for (int d = 0; d < kD; ++d) {
-        const float x = q[(h * kRows + r) * kD + d] * shift;
-        const uint8_t hi = e4m3_code(x);
-        q_op[(h * kN + 2 * r) * kD + d] = hi;
-        q_op[(h * kN + 2 * r + 1) * kD + d] = e4m3_code(x - e4m3_value(hi));
+        split_e4m3(q[(h * kRows + r) * kD + d] * shift, q_op[(h * kN + 2 * r) * kD + d],
+                   q_op[(h * kN + 2 * r + 1) * kD + d]);
       }
   }
   // Two copies of K / V, alternated between launches (the L2 holds less than one).
@@ -306,19 +223,19 @@ int main() {
   float2 *dml;
   const int max_units = kHeads * 64 * 2;
   for (int c = 0; c < 2; ++c) {
-    CHECK(cudaMalloc(&dk[c], kv_bytes));
-    CHECK(cudaMalloc(&dv[c], kv_bytes));
-    CHECK(cudaMemcpy(dk[c], k.data(), kv_bytes, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(dv[c], v.data(), kv_bytes, cudaMemcpyHostToDevice));
+    PROBE_CUDA_OK(cudaMalloc(&dk[c], kv_bytes));
+    PROBE_CUDA_OK(cudaMalloc(&dv[c], kv_bytes));
+    PROBE_CUDA_OK(cudaMemcpy(dk[c], k.data(), kv_bytes, cudaMemcpyHostToDevice));
+    PROBE_CUDA_OK(cudaMemcpy(dv[c], v.data(), kv_bytes, cudaMemcpyHostToDevice));
   }
-  CHECK(cudaMalloc(&dq, q_op.size()));
-  CHECK(cudaMalloc(&dqs, sizeof(float) * kHeads));
-  CHECK(cudaMalloc(&dout, sizeof(float) * max_units * kRows * kD));
-  CHECK(cudaMalloc(&dml, sizeof(float2) * max_units * kRows));
-  CHECK(cudaMemcpy(dq, q_op.data(), q_op.size(), cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(dqs, q_unscale.data(), sizeof(float) * kHeads, cudaMemcpyHostToDevice));
-  CHECK(cudaFuncSetAttribute(loop<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<1>::kBytes));
-  CHECK(cudaFuncSetAttribute(loop<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<2>::kBytes));
+  PROBE_CUDA_OK(cudaMalloc(&dq, q_op.size()));
+  PROBE_CUDA_OK(cudaMalloc(&dqs, sizeof(float) * kHeads));
+  PROBE_CUDA_OK(cudaMalloc(&dout, sizeof(float) * max_units * kRows * kD));
+  PROBE_CUDA_OK(cudaMalloc(&dml, sizeof(float2) * max_units * kRows));
+  PROBE_CUDA_OK(cudaMemcpy(dq, q_op.data(), q_op.size(), cudaMemcpyHostToDevice));
+  PROBE_CUDA_OK(cudaMemcpy(dqs, q_unscale.data(), sizeof(float) * kHeads, cudaMemcpyHostToDevice));
+  PROBE_CUDA_OK(cudaFuncSetAttribute(loop<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<1>::kBytes));
+  PROBE_CUDA_OK(cudaFuncSetAttribute(loop<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<2>::kBytes));
 
   // float64 reference of every head's 4 rows over all keys (dequantized K / V, q unsplit).
   std::vector<double> want(kHeads * kRows * kD);
@@ -347,8 +264,8 @@ int main() {
 
   const Run runs[] = {{1, 16}, {2, 16}, {1, 32}, {2, 8}, {1, 64}};
   cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
+  PROBE_CUDA_OK(cudaEventCreate(&e0));
+  PROBE_CUDA_OK(cudaEventCreate(&e1));
   bool ok = true;
   std::printf("%-26s %10s %10s %12s %10s\n", "grid", "median us", "GB/s", "rel L2", "check");
   for (const Run &run : runs) {
@@ -360,14 +277,14 @@ int main() {
       else
         loop<2><<<grid, 256, Layout<2>::kBytes>>>(dk[c], dv[c], dq, dqs, k_scale, kKeys, dout, dml);
     };
-    CHECK(cudaMemset(dout, 0xFF, sizeof(float) * max_units * kRows * kD));
+    PROBE_CUDA_OK(cudaMemset(dout, 0xFF, sizeof(float) * max_units * kRows * kD));
     launch(0);
-    CHECK(cudaGetLastError());
-    CHECK(cudaDeviceSynchronize());
+    PROBE_CUDA_OK(cudaGetLastError());
+    PROBE_CUDA_OK(cudaDeviceSynchronize());
     std::vector<float> o(units * kRows * kD);
     std::vector<float2> ml(units * kRows);
-    CHECK(cudaMemcpy(o.data(), dout, sizeof(float) * o.size(), cudaMemcpyDeviceToHost));
-    CHECK(cudaMemcpy(ml.data(), dml, sizeof(float2) * ml.size(), cudaMemcpyDeviceToHost));
+    PROBE_CUDA_OK(cudaMemcpy(o.data(), dout, sizeof(float) * o.size(), cudaMemcpyDeviceToHost));
+    PROBE_CUDA_OK(cudaMemcpy(ml.data(), dml, sizeof(float2) * ml.size(), cudaMemcpyDeviceToHost));
     double num = 0, den = 0;
     const int per_head = run.splits * run.wg;
     for (int h = 0; h < kHeads; ++h)
@@ -392,12 +309,12 @@ int main() {
     ok &= pass;
     std::vector<float> times;
     for (int i = 0; i < 120; ++i) {
-      CHECK(cudaEventRecord(e0));
+      PROBE_CUDA_OK(cudaEventRecord(e0));
       launch(i & 1);
-      CHECK(cudaEventRecord(e1));
-      CHECK(cudaEventSynchronize(e1));
+      PROBE_CUDA_OK(cudaEventRecord(e1));
+      PROBE_CUDA_OK(cudaEventSynchronize(e1));
       float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      PROBE_CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
       if (i >= 20) times.push_back(ms * 1000.f);
     }
     std::sort(times.begin(), times.end());

@@ -22,15 +22,12 @@
 // unsplit (issue 20's contract: rel L2 <= 1e-2; the session-17 study expects ~6e-4).
 // Prints each case's max abs error and rel L2 and PASS / FAIL.
 //
-// Build (sm_90a), run on the GPU machine:
-//   nvcc -O2 -std=c++17 -arch=sm_90a -o probe_wgmma_e4m3_decode bench/probes/wgmma_e4m3_decode_tile.cu
+// Build (sm_90a, from the repository root), run on the GPU machine:
+//   nvcc -O2 -std=c++17 -arch=sm_90a -I. -o probe_wgmma_e4m3_decode bench/probes/wgmma_e4m3_decode_tile.cu
 //   ./probe_wgmma_e4m3_decode
 // Not part of the library; the CUDA build compiles it (bench/CMakeLists.txt) so that it keeps
 // compiling, and nothing runs it but a person on the GPU machine: a question asked of the hardware, kept so that the
 // answer can be checked again.
-#include <cuda_fp8.h>
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -38,30 +35,16 @@
 #include <random>
 #include <vector>
 
+#include "bench/probes/e4m3_probe_common.cuh"
+
 namespace {
+
+using namespace e4m3_probe;
 
 constexpr int kD = 128;        // head dim: one 128-byte swizzle row an e4m3 key
 constexpr int kKeys = 64;      // keys a tile (wgmma M of S^T)
 constexpr int kRows = 8;       // query rows (a GQA group x new tokens)
 constexpr int kN = 2 * kRows;  // B's rows: hi then lo
-
-// Byte offset of (row, byte) in a tile of 128-byte rows under the 128-byte swizzle
-// (16-byte chunk c of row r at chunk c ^ (r & 7)); the tile base is 1024-byte aligned.
-__host__ __device__ inline int swz(int row, int byte) {
-  return row * 128 + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15));
-}
-
-// Logical key k (0..31 of a k32 step, the wgmma A/B K index) -> the key it holds, for the
-// V^T fragments built below: within each 16, k = 4t + j holds 2t + j (j < 2) or 8 + 2t + j - 2.
-__host__ __device__ inline int key_of_logical(int k) {
-  const int h = k >> 4, kk = k & 15, t = kk >> 2, j = kk & 3;
-  return 16 * h + (j < 2 ? 2 * t + j : 8 + 2 * t + (j - 2));
-}
-__host__ __device__ inline int logical_of_key(int key) {
-  const int h = key >> 4, kk = key & 15;
-  const int t = (kk & 7) >> 1, j = (kk & 1) + (kk >= 8 ? 2 : 0);
-  return 16 * h + 4 * t + j;
-}
 
 struct Smem {
   alignas(1024) uint8_t k[kKeys * 128];
@@ -72,62 +55,11 @@ struct Smem {
   float col_sum[4][kN];
 };
 
-__device__ inline uint64_t desc128(const void *p) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  // K-major, 128-byte swizzle, SBO 1024 (8-row groups), LBO unused (16).
-  return static_cast<uint64_t>((a & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
-}
-
-__device__ inline void wgmma_ss_e4m3_n16(float (&d)[8], uint64_t a, uint64_t b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-__device__ inline void wgmma_rs_e4m3_n16(float (&d)[8], const uint32_t (&a)[4], uint64_t b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, "
-      "1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-}
-__device__ inline void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wg_commit_wait() {
-  asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-template <int N>
-__device__ inline void keep(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-__device__ inline void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-__device__ inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
-
 // V^T's A fragments for this warp's 16 rows of M-block mb (d 64 mb + 16 warp .. +15, one
-// 16-byte chunk of every key) and k32 step s (keys 32 s .. 32 s + 31): one ldmatrix.x4.trans
-// (lanes 8i..8i+7 address keys 32 s + 8 i .. + 7 of the chunk), then two permutes a pair.
-// Row g of the fragment is d 2g of the chunk, row g + 8 is d 2g + 1.
-__device__ inline void v_fragment(const uint8_t *v, int mb, int s, uint32_t (&a)[4]) {
+// 16-byte chunk of every key) and k32 step s (keys 32 s .. 32 s + 31).
+__device__ inline void v_fragment_of(const uint8_t *v, int mb, int s, uint32_t (&a)[4]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int chunk = 4 * mb + warp, key = 32 * s + lane;
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(v + swz(key, 16 * chunk)));
-  uint32_t r[4];
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-  // r[i]: keys 8i + 2t and 8i + 2t + 1 (low, high half), each d 2g and 2g + 1 (low, high byte).
-  a[0] = prmt(r[0], r[1], 0x6420);  // d 2g:     keys 2t, 2t+1, 8+2t, 9+2t
-  a[1] = prmt(r[0], r[1], 0x7531);  // d 2g + 1
-  a[2] = prmt(r[2], r[3], 0x6420);  // keys 16 + ...
-  a[3] = prmt(r[2], r[3], 0x7531);
+  v_fragment(smem_addr(v + swz128(32 * s + lane, 16 * (4 * mb + warp))), a);
 }
 
 enum Mode { kScoresOnly = 0, kPvOnly = 1, kWholeTile = 2 };
@@ -145,30 +77,29 @@ __global__ void tile(int mode, const uint8_t *in_k, const uint8_t *in_v, const u
   // The ring as cp.async would land it: row = key, 16-byte chunks swizzled.
   for (int i = tid; i < kKeys * 8; i += 128) {
     const int row = i >> 3, c = i & 7;
-    *reinterpret_cast<uint4 *>(sm.k + swz(row, 16 * c)) = *reinterpret_cast<const uint4 *>(in_k + row * kD + 16 * c);
-    *reinterpret_cast<uint4 *>(sm.v + swz(row, 16 * c)) = *reinterpret_cast<const uint4 *>(in_v + row * kD + 16 * c);
+    *reinterpret_cast<uint4 *>(sm.k + swz128(row, 16 * c)) = *reinterpret_cast<const uint4 *>(in_k + row * kD + 16 * c);
+    *reinterpret_cast<uint4 *>(sm.v + swz128(row, 16 * c)) = *reinterpret_cast<const uint4 *>(in_v + row * kD + 16 * c);
   }
   for (int i = tid; i < kN * 8; i += 128) {
     const int row = i >> 3, c = i & 7;
-    *reinterpret_cast<uint4 *>(sm.q + swz(row, 16 * c)) = *reinterpret_cast<const uint4 *>(in_q + row * kD + 16 * c);
+    *reinterpret_cast<uint4 *>(sm.q + swz128(row, 16 * c)) = *reinterpret_cast<const uint4 *>(in_q + row * kD + 16 * c);
   }
   if (mode == kPvOnly)
     for (int i = tid; i < kN * kKeys; i += 128) {
-      const int c = i / kKeys, k = i % kKeys;  // P^T logical column k holds key 32 (k / 32) + key_of_logical(k % 32)
-      sm.p[swz(c, k)] = in_p[c * kKeys + 32 * (k >> 5) + key_of_logical(k & 31)];
+      const int c = i / kKeys, k = i % kKeys;  // P^T logical column k holds key 32 (k / 32) + key_of_column(k % 32)
+      sm.p[swz128(c, k)] = in_p[c * kKeys + key_of_column(k)];
     }
-  proxy_fence();
+  fence_proxy_async();
   __syncthreads();
 
   // S^T: warp w's accumulator rows are keys 16 w + g (+8), columns 2t, 2t+1 (+8: the lo rows).
   float s[8] = {};
   if (mode != kPvOnly) {
-    const uint64_t ka = desc128(sm.k), qb = desc128(sm.q);
-    wg_fence();
+    const uint64_t ka = desc(smem_addr(sm.k)), qb = desc(smem_addr(sm.q));
+    wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 32; ++kk) wgmma_ss_e4m3_n16(s, ka + 2 * kk, qb + 2 * kk, kk > 0);  // +32 bytes a step
-    wg_commit_wait();
-    keep(s);
+    for (int kk = 0; kk < kD / 32; ++kk) mma_ss(s, ka + 2 * kk, qb + 2 * kk, kk > 0);  // +32 bytes a step
+    commit_wait(s);
   }
   if (mode == kScoresOnly) {
 #pragma unroll
@@ -206,31 +137,32 @@ __global__ void tile(int mode, const uint8_t *in_k, const uint8_t *in_v, const u
     for (int i = 0; i < 4; ++i) {
       const int key = 16 * warp + g + 8 * (i >> 1), row = 2 * t + (i & 1);
       const float v = p[i] * 256.f;
-      const __nv_fp8_e4m3 hi(v);
-      const __nv_fp8_e4m3 lo(v - static_cast<float>(hi));
-      const int col = 32 * (key >> 5) + logical_of_key(key & 31);
-      sm.p[swz(row, col)] = hi.__x;
-      sm.p[swz(kRows + row, col)] = lo.__x;
+      const int col = logical_key_column(key);
+      split_e4m3(v, sm.p[swz128(row, col)], sm.p[swz128(kRows + row, col)]);
     }
-    proxy_fence();
+    fence_proxy_async();
     __syncthreads();
   }
   // O^T, two M-blocks of 64 d: thread rows d = 16 (4 mb + w) + 2g (+1), columns 2t, 2t+1 (+8 lo).
   float o[2][8] = {};
-  const uint64_t pb = desc128(sm.p);
+  const uint64_t pb = desc(smem_addr(sm.p));
   uint32_t a[2][2][4];
 #pragma unroll
   for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
-    for (int st = 0; st < 2; ++st) v_fragment(sm.v, mb, st, a[mb][st]);
-  wg_fence();
+    for (int st = 0; st < 2; ++st) {
+      v_fragment_of(sm.v, mb, st, a[mb][st]);
+      fence_regs(a[mb][st]);  // complete before the fence (a permute past it serialises the wgmma)
+    }
+  wgmma_fence();
 #pragma unroll
   for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
-    for (int st = 0; st < 2; ++st) wgmma_rs_e4m3_n16(o[mb], a[mb][st], pb + 2 * st, st > 0);
-  wg_commit_wait();
-  keep(o[0]);
-  keep(o[1]);
+    for (int st = 0; st < 2; ++st) mma_rs(o[mb], a[mb][st], pb + 2 * st, st > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_regs(o[0]);
+  fence_regs(o[1]);
   float norm0 = 1.f, norm1 = 1.f;
   if (mode == kWholeTile) {
     const float l0 = sm.col_sum[0][2 * t] + sm.col_sum[1][2 * t] + sm.col_sum[2][2 * t] + sm.col_sum[3][2 * t];
@@ -251,22 +183,6 @@ __global__ void tile(int mode, const uint8_t *in_k, const uint8_t *in_v, const u
   if (threadIdx.x == 0) __trap();
 #endif
 }
-
-#define CHECK(x)                                                                               \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                            \
-    }                                                                                          \
-  } while (0)
-
-float e4m3_value(uint8_t code) {
-  __nv_fp8_e4m3 x;
-  x.__x = code;
-  return static_cast<float>(x);
-}
-uint8_t e4m3_code(float v) { return __nv_fp8_e4m3(v).__x; }
 
 struct Error {
   double max_abs = 0, num = 0, den = 0;
@@ -306,36 +222,33 @@ int main() {
   }
   for (int r = 0; r < kRows; ++r)
     for (int d = 0; d < kD; ++d) {
-      const float x = q[r * kD + d] * q_shift;
-      const uint8_t hi = e4m3_code(x);
-      q_op[r * kD + d] = hi;
-      q_op[(kRows + r) * kD + d] = e4m3_code(x - e4m3_value(hi));
+      split_e4m3(q[r * kD + d] * q_shift, q_op[r * kD + d], q_op[(kRows + r) * kD + d]);
     }
   for (auto &b : p_op) b = e4m3_code(std::fabs(normal(rng)) * 64.f);
 
   uint8_t *dk, *dv, *dq, *dp;
   float *ds, *dout;
-  CHECK(cudaMalloc(&dk, k.size()));
-  CHECK(cudaMalloc(&dv, v.size()));
-  CHECK(cudaMalloc(&dq, q_op.size()));
-  CHECK(cudaMalloc(&dp, p_op.size()));
-  CHECK(cudaMalloc(&ds, sizeof(float) * kKeys * kN));
-  CHECK(cudaMalloc(&dout, sizeof(float) * kRows * kD));
-  CHECK(cudaMemcpy(dk, k.data(), k.size(), cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(dv, v.data(), v.size(), cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(dq, q_op.data(), q_op.size(), cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(dp, p_op.data(), p_op.size(), cudaMemcpyHostToDevice));
+  PROBE_CUDA_OK(cudaMalloc(&dk, k.size()));
+  PROBE_CUDA_OK(cudaMalloc(&dv, v.size()));
+  PROBE_CUDA_OK(cudaMalloc(&dq, q_op.size()));
+  PROBE_CUDA_OK(cudaMalloc(&dp, p_op.size()));
+  PROBE_CUDA_OK(cudaMalloc(&ds, sizeof(float) * kKeys * kN));
+  PROBE_CUDA_OK(cudaMalloc(&dout, sizeof(float) * kRows * kD));
+  PROBE_CUDA_OK(cudaMemcpy(dk, k.data(), k.size(), cudaMemcpyHostToDevice));
+  PROBE_CUDA_OK(cudaMemcpy(dv, v.data(), v.size(), cudaMemcpyHostToDevice));
+  PROBE_CUDA_OK(cudaMemcpy(dq, q_op.data(), q_op.size(), cudaMemcpyHostToDevice));
+  PROBE_CUDA_OK(cudaMemcpy(dp, p_op.data(), p_op.size(), cudaMemcpyHostToDevice));
   const int smem = sizeof(Smem) + 1024;
-  CHECK(cudaFuncSetAttribute(tile, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  PROBE_CUDA_OK(cudaFuncSetAttribute(tile, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   std::vector<float> s(kKeys * kN), out(kRows * kD);
   auto run = [&](int mode) {
-    CHECK(cudaMemset(ds, 0xFF, sizeof(float) * kKeys * kN));  // poisoned: NaN where nothing is written
-    CHECK(cudaMemset(dout, 0xFF, sizeof(float) * kRows * kD));
+    PROBE_CUDA_OK(cudaMemset(ds, 0xFF, sizeof(float) * kKeys * kN));  // poisoned: NaN where nothing is written
+    PROBE_CUDA_OK(cudaMemset(dout, 0xFF, sizeof(float) * kRows * kD));
     tile<<<1, 128, smem>>>(mode, dk, dv, dq, dp, 1.f / q_shift, k_scale, v_scale, ds, dout);
-    CHECK(cudaGetLastError());
-    CHECK(cudaDeviceSynchronize());
-    CHECK(cudaMemcpy(s.data(), ds, sizeof(float) * s.size(), cudaMemcpyDeviceToHost));
-    CHECK(cudaMemcpy(out.data(), dout, sizeof(float) * out.size(), cudaMemcpyDeviceToHost));
+    PROBE_CUDA_OK(cudaGetLastError());
+    PROBE_CUDA_OK(cudaDeviceSynchronize());
+    PROBE_CUDA_OK(cudaMemcpy(s.data(), ds, sizeof(float) * s.size(), cudaMemcpyDeviceToHost));
+    PROBE_CUDA_OK(cudaMemcpy(out.data(), dout, sizeof(float) * out.size(), cudaMemcpyDeviceToHost));
   };
   bool ok = true;
 
