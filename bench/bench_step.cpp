@@ -473,13 +473,16 @@ struct Stat {
   double median, p90;
 };
 // Host microseconds of `call`, the GPU idle before each one (`before` runs first, untimed:
-// the conditions the call meets, e.g. a wait of some milliseconds for earlier work).
-template <class F, class B>
-Stat host_time(int reps, F &&call, B &&before) {
+// the conditions the call meets, e.g. a wait of some milliseconds for earlier work;
+// `settle` runs after the synchronisation, untimed: e.g. another call that pays whatever
+// the first one after a wait pays).
+template <class F, class B, class S>
+Stat host_time(int reps, F &&call, B &&before, S &&settle) {
   std::vector<double> us;
   for (int i = 0; i < reps + 3; ++i) {
     before();
     CUDA_OK(cudaDeviceSynchronize());
+    settle();
     const auto t0 = Clock::now();
     call();
     const double x = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
@@ -487,6 +490,10 @@ Stat host_time(int reps, F &&call, B &&before) {
   }
   std::sort(us.begin(), us.end());
   return {us[us.size() / 2], us[us.size() * 9 / 10]};
+}
+template <class F, class B>
+Stat host_time(int reps, F &&call, B &&before) {
+  return host_time(reps, std::forward<F>(call), std::forward<B>(before), [] {});
 }
 template <class F>
 Stat host_time(int reps, F &&call) {
@@ -579,9 +586,11 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
     char bytes[512];
   } param{};
   void *param_args[] = {&param};
-  add("floor: empty kernel launch", host_time(reps, [&] {
-        CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(empty), dim3(1), dim3(32), nullptr, 0, nullptr));
-      }));
+  auto launch_empty = [&] {
+    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(empty), dim3(1), dim3(32), nullptr, 0, nullptr));
+  };
+  add("floor: empty kernel launch", host_time(reps, launch_empty));
+  add("floor: empty kernel launch after 2.5 ms of GPU work", host_time(reps, launch_empty, gpu_busy_first));
   add("floor: empty kernel launch, 512-byte parameter", host_time(reps, [&] {
         CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void *>(empty512), dim3(1), dim3(32), param_args, 0, nullptr));
       }));
@@ -648,6 +657,10 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
   auto decode_rows = [&] { prefill(pool, reuse, 0, layout, t, false, nullptr); };
   add("bspa_prefill (reusable, decode rows)", host_time(reps, decode_rows));
   add("bspa_prefill (reusable, decode rows) after 2.5 ms of GPU work", host_time(reps, decode_rows, gpu_busy_first));
+  // The same with an empty kernel launched (untimed) between the wait and the call: what
+  // is left of the row above once something else has paid for the first launch after a wait.
+  add("bspa_prefill (reusable, decode rows) after 2.5 ms of GPU work, an empty kernel first",
+      host_time(reps, decode_rows, gpu_busy_first, launch_empty));
   add("bspa_prefill (fixed shapes, decode rows)",
       host_time(reps, [&] { prefill(pool, fixed, 0, layout, tf, false, nullptr); }));
   // The same launches back to back: what a step of many layers pays per call.
@@ -693,6 +706,8 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
     StepTensors t32(32768);
     auto big_prefill = [&] { prefill(pool, b32, 0, layout, t32, false, nullptr); };
     add("bspa_prefill (one 32k prefill)", host_time(reps, big_prefill));
+    auto nothing = [] {};
+    add("bspa_prefill (one 32k prefill), an empty kernel first", host_time(reps, big_prefill, nothing, launch_empty));
     // The previous 32k prefill ends while the host spins (longer than its ~2.5 ms), so the
     // synchronisation before the call returns at once: no millisecond wait before it.
     add("bspa_prefill (one 32k prefill), the host spinning 3 ms first",
