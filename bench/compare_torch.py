@@ -17,8 +17,11 @@ The mask_mod is the exact token rule (query index relative to the new tokens, ke
 absolute), so partial blocks are right whatever they cover. --selftest checks this
 construction against the token mask with numpy alone (no torch, no GPU).
 
-    python3 bench/compare_torch.py --json out.json [--quick] [--cases NAME,...]
+    python3 bench/compare_torch.py --json out.json [--quick] [--cases NAME,...] [--shape HQ/HKV/D]
     python3 bench/compare_torch.py --selftest
+
+--shape takes bench_prefill's other shapes (e.g. 16/16/64), the softmax scale staying 1/128
+as there; the strided layout's heads follow HQ as bench_prefill's do.
 """
 import argparse
 import datetime
@@ -45,6 +48,18 @@ CASES = [
 QUICK = ("8k C=0", "32k C=0", "32k C=24k", "32768 C=30000 (unaligned)", "128k C=96k", "131072 C=100000 (unaligned)")
 GATE = ((2048, 0), (2048, 1000), (4096, 1536))  # small shapes, all rows checked
 SELFTEST = GATE + ((1000, 0), (3000, 2900), (8192, 6000), (8192, 8000), (5000, 4990), (640, 0))
+
+
+def set_shape(text):
+    """HQ/HKV/D from "HQ/HKV/D" (bench_prefill's --shape): HKV must divide HQ."""
+    global HQ, HKV, D
+    try:
+        hq, hkv, d = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shape {text!r}: want HQ/HKV/D, e.g. 16/16/64")
+    if hq < 1 or hkv < 1 or hq % hkv or d not in (64, 128):
+        raise SystemExit(f"--shape {text!r}: KV heads must divide query heads, head dim 64 or 128")
+    HQ, HKV, D = hq, hkv, d
 
 
 def head_step():
@@ -159,8 +174,9 @@ def reference_rows(q, k, v, S, C, rows, sparse):
     j = torch.arange(S, device=dev)[None, :]
     out = []
     for h0 in range(0, HQ, 8):
-        hs = torch.arange(h0, h0 + 8, device=dev)
-        qq = q[0, h0:h0 + 8][:, r].float()
+        h1 = min(h0 + 8, HQ)  # heads a chunk (28 query heads: the last chunk holds 4)
+        hs = torch.arange(h0, h1, device=dev)
+        qq = q[0, h0:h1][:, r].float()
         kk = k[0, hs // grp].float()
         vv = v[0, hs // grp].float()
         m = (j <= p)[None]
@@ -284,8 +300,11 @@ def main():
     ap.add_argument("--quick", action="store_true", help="only " + ", ".join(QUICK))
     ap.add_argument("--cases", help="comma-separated case names")
     ap.add_argument("--budget", type=float, default=240.0, help="seconds; later cases are skipped past it")
+    ap.add_argument("--shape", default=f"{HQ}/{HKV}/{D}",
+                    help="query heads / KV heads / head dim, as bench_prefill's --shape (default: Phi-3-small)")
     ap.add_argument("--selftest", action="store_true", help="check the block lists with numpy and exit")
     args = ap.parse_args()
+    set_shape(args.shape)
     if args.selftest:
         return selftest()
     import torch
@@ -335,7 +354,7 @@ def main():
             torch.cuda.empty_cache()
         rows.append(row)
         print(json.dumps(row), flush=True)
-    out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+    out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "shape": f"{HQ}/{HKV}/{D}",
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "tolerance_rel_l2": TOL, "gate_rel_l2": gate, "flex_full_blocks_valid": flex_full_ok, "cases": rows}
     with open(args.json, "w") as f:
