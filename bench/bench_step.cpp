@@ -475,7 +475,8 @@ struct Stat {
 // Host microseconds of `call`, the GPU idle before each one (`before` runs first, untimed:
 // the conditions the call meets, e.g. a wait of some milliseconds for earlier work;
 // `settle` runs after the synchronisation, untimed: e.g. another call that pays whatever
-// the first one after a wait pays).
+// the first one after a wait pays; a settle that launches work leaves the GPU busy with it
+// when `call` comes, so those rows no longer time a call to an idle GPU).
 template <class F, class B, class S>
 Stat host_time(int reps, F &&call, B &&before, S &&settle) {
   std::vector<double> us;
@@ -706,6 +707,8 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
     StepTensors t32(32768);
     auto big_prefill = [&] { prefill(pool, b32, 0, layout, t32, false, nullptr); };
     add("bspa_prefill (one 32k prefill)", host_time(reps, big_prefill));
+    // The same with an empty kernel launched (untimed) after the wait for the previous 32k
+    // prefill: what is left once something else has paid for the first launch after it.
     auto nothing = [] {};
     add("bspa_prefill (one 32k prefill), an empty kernel first", host_time(reps, big_prefill, nothing, launch_empty));
     // The previous 32k prefill ends while the host spins (longer than its ~2.5 ms), so the
