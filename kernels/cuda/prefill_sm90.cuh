@@ -658,7 +658,21 @@ __global__ void __launch_bounds__(384, 1)
   // ---- consumers ------------------------------------------------------------------------
   regs_alloc<C::kConsumerRegs>();
   const int cg = wg - 1;  // rows 64 * cg .. 64 * cg + 63 of the tile
-  auto load_q = [&] {     // this warpgroup's 64 Q rows -> shared (rows past the sequence are zero)
+  // D 64: the two consumers take turns issuing their GEMMs (FlashAttention-3's ping-pong,
+  // hardware barriers 4 and 5), so that one's softmax, twice the share of a step at D 64
+  // that it is at D 128, runs under the other's GEMMs. Both consumers run the same steps
+  // (the item's, from the same stages), so their turns pair up; consumer 1 gives consumer
+  // 0 the first turn.
+  constexpr bool kPingPong = D == 64;
+  auto gemm_turn_begin = [&] {
+    if constexpr (kPingPong) named_barrier(4 + cg, 256);
+  };
+  auto gemm_turn_end = [&] {
+    if constexpr (kPingPong) named_barrier_arrive(4 + (cg ^ 1), 256);
+  };
+  if constexpr (kPingPong)
+    if (cg == 1) named_barrier_arrive(4, 256);
+  auto load_q = [&] {  // this warpgroup's 64 Q rows -> shared (rows past the sequence are zero)
     const T *qbase =
         static_cast<const T *>(p.q) + static_cast<int64_t>(qs + t0) * p.q_tok + static_cast<int64_t>(h) * p.q_head;
     const int ctid = tid & 127;
@@ -961,7 +975,9 @@ __global__ void __launch_bounds__(384, 1)
       used = used.advanced(2);
       asm volatile("" : "+r"(used.stage), "+r"(used.phase));
     } else {
+      gemm_turn_begin();
       issue_s(cur.n);
+      gemm_turn_end();
       wgmma_wait<0>();
       fence_s();
       release(empty_k, cur.n);
@@ -979,9 +995,11 @@ __global__ void __launch_bounds__(384, 1)
         if (!last) next = take_step(n_next);
         fence_o();
         fence_p(Pcur);
+        gemm_turn_begin();
         if (!last) issue_s(n_next);
         wait_v(cur.n);
         issue_pv(cur.n, two, Pcur);
+        gemm_turn_end();
         if (!last) {
           wgmma_wait<1>();
           fence_s();

@@ -204,5 +204,10 @@ __device__ __forceinline__ void prefetch_l2(const void *ptr) { asm volatile("pre
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives on hardware barrier `id` without waiting (its other `threads` - 32 x warps wait
+// in named_barrier).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 }  // namespace bspa::kernels::sm90
