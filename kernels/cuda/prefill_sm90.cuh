@@ -34,7 +34,8 @@
 //    N-major). The S of step i+1 and the PV of step i are both in flight while step
 //    i+1's softmax runs (FlashAttention-3's intra-warpgroup overlap); P is double-buffered.
 // No CTA-wide barrier after the set-up: the consumers drift relative to each other, so
-// one's softmax overlaps the other's GEMMs.
+// one's softmax overlaps the other's GEMMs; at D 64 and over e4m3 pages they take turns
+// issuing their GEMMs instead (ping-pong, kPingPong).
 // Split tail (SplitPlan): when the last round would leave SMs idle, its items run as
 // `ways` units each, unit c taking the c-th share of the item's visible key tiles. Every
 // unit stores its unnormalised O, row max and row sum (fp32, in the accumulators' own
@@ -658,12 +659,15 @@ __global__ void __launch_bounds__(384, 1)
   // ---- consumers ------------------------------------------------------------------------
   regs_alloc<C::kConsumerRegs>();
   const int cg = wg - 1;  // rows 64 * cg .. 64 * cg + 63 of the tile
-  // D 64: the two consumers take turns issuing their GEMMs (FlashAttention-3's ping-pong,
-  // hardware barriers 4 and 5), so that one's softmax, twice the share of a step at D 64
-  // that it is at D 128, runs under the other's GEMMs. Both consumers run the same steps
-  // (the item's, from the same stages), so their turns pair up; consumer 1 gives consumer
-  // 0 the first turn.
-  constexpr bool kPingPong = D == 64;
+  // D 64 and e4m3 pages: the two consumers take turns issuing their GEMMs
+  // (FlashAttention-3's ping-pong, hardware barriers 4 and 5), so that one's softmax runs
+  // under the other's GEMMs. At D 64 the softmax is twice the share of a step that it is
+  // at D 128 (dense +4...+20%, sparse +1...+17%); over e4m3 pages at D 128 turns measured
+  // -2...+11% (one round, 21 of 26 rows faster). 16-bit pages at D 128 drift freely
+  // instead: turns cost their long dense cases 1-4% (bench/NOTES.md, session 26). Both
+  // consumers run the same steps (the item's, from the same stages), so their turns pair
+  // up; consumer 1 gives consumer 0 the first turn.
+  constexpr bool kPingPong = D == 64 || kE4m3;
   auto gemm_turn_begin = [&] {
     if constexpr (kPingPong) named_barrier(4 + cg, 256);
   };
