@@ -775,17 +775,17 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
     const Stat plan_host = host_time(reps, plan);
     const Stat launch_host = host_time(
         reps, [&] { CUDA_OK(cudaGraphLaunch(exec, s)); }, plan);
-    if (bucket_query_len == 0) {
-      add("eager: plan + 32 x (kv_write + prefill)", step_time(false));
-      add("graph: plan + cudaGraphLaunch", step_time(true));
-      add("mixed bucket: bspa_batch_plan alone (host)", plan_host);
-      add("mixed bucket: cudaGraphLaunch alone (host)", launch_host);
-    } else {
-      add("eager, decode-only bucket (max_query_len 1)", step_time(false));
-      add("graph, decode-only bucket (max_query_len 1)", step_time(true));
-      add("decode-only bucket: bspa_batch_plan alone (host)", plan_host);
-      add("decode-only bucket: cudaGraphLaunch alone (host)", launch_host);
-    }
+    // Row names as earlier JSON has them: eager, graph, plan alone, graph launch alone.
+    static const char *const kRowNames[2][4] = {
+        {"eager: plan + 32 x (kv_write + prefill)", "graph: plan + cudaGraphLaunch",
+         "mixed bucket: bspa_batch_plan alone (host)", "mixed bucket: cudaGraphLaunch alone (host)"},
+        {"eager, decode-only bucket (max_query_len 1)", "graph, decode-only bucket (max_query_len 1)",
+         "decode-only bucket: bspa_batch_plan alone (host)", "decode-only bucket: cudaGraphLaunch alone (host)"}};
+    const char *const *names = kRowNames[bucket_query_len];
+    add(names[0], step_time(false));
+    add(names[1], step_time(true));
+    add(names[2], plan_host);
+    add(names[3], launch_host);
     CUDA_OK(cudaGraphExecDestroy(exec));
     CUDA_OK(cudaStreamDestroy(s));
     bspa_batch_destroy(fixed);

@@ -14,14 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#define CUDA_OK(call)                                                                             \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                               \
-    }                                                                                             \
-  } while (0)
+#include "cuda_ok.hpp"
 
 #define BSPA_OK_OR_DIE(call)                                                                         \
   do {                                                                                               \

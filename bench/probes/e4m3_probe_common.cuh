@@ -1,9 +1,10 @@
-// What the e4m3 hardware probes (bench/probes/*.cu) share: the CUDA error check, host e4m3
-// conversions, and for the wgmma decode-tile probes the layouts and instruction forms of a
-// tile over e4m3 K/V (bench/NOTES.md, "FP8 KV (CUDA)", "Session 25"). The Hopper wrappers
-// the library's kernels use (fences, wgmma groups, descriptors, cp.async, named barriers)
-// come from kernels/cuda/sm80_primitives.cuh and sm90_primitives.cuh; build the probes with
-// the repository root on the include path (-I. from it).
+// What the e4m3 hardware probes (bench/probes/*.cu) share: host e4m3 conversions, and for
+// the wgmma decode-tile probes the layouts and instruction forms of a tile over e4m3 K/V
+// (bench/NOTES.md, "FP8 KV (CUDA)", "Session 25"). The Hopper wrappers the library's
+// kernels use (fences, wgmma groups, descriptors, cp.async, named barriers) come from
+// kernels/cuda/sm80_primitives.cuh and sm90_primitives.cuh, the CUDA error check (CUDA_OK)
+// from bench/cuda_ok.hpp; build the probes with the repository root on the include path
+// (-I. from it).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -13,16 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "bench/cuda_ok.hpp"
 #include "kernels/cuda/sm90_primitives.cuh"
-
-#define PROBE_CUDA_OK(x)                                                                       \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                            \
-    }                                                                                          \
-  } while (0)
 
 namespace e4m3_probe {
 

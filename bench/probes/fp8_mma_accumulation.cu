@@ -156,23 +156,23 @@ int main() {
   }
   int dev = 0;
   cudaDeviceProp prop{};
-  PROBE_CUDA_OK(cudaGetDeviceProperties(&prop, dev));
+  CUDA_OK(cudaGetDeviceProperties(&prop, dev));
   std::printf("%s (sm_%d%d); D[0][0] - c against the exact sum (B all ones)\n", prop.name, prop.major, prop.minor);
   std::printf("%-28s %12s", "case", "exact");
   for (const char *k : kKindNames) std::printf(" %12s", k);
   std::printf("\n");
   Operands *d_in;
   float *d_out;
-  PROBE_CUDA_OK(cudaMalloc(&d_in, sizeof(Operands) * n));
-  PROBE_CUDA_OK(cudaMalloc(&d_out, sizeof(float) * 2 * n));
+  CUDA_OK(cudaMalloc(&d_in, sizeof(Operands) * n));
+  CUDA_OK(cudaMalloc(&d_out, sizeof(float) * 2 * n));
   float results[4][128];
   for (int k = 0; k < 4; ++k) {
     Operands host[64];
     for (int t = 0; t < n; ++t) host[t] = operands(static_cast<Kind>(k), cases[t]);
-    PROBE_CUDA_OK(cudaMemcpy(d_in, host, sizeof(Operands) * n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_in, host, sizeof(Operands) * n, cudaMemcpyHostToDevice));
     probe<<<1, 128>>>(static_cast<Kind>(k), d_in, d_out, n);
-    PROBE_CUDA_OK(cudaGetLastError());
-    PROBE_CUDA_OK(cudaMemcpy(results[k], d_out, sizeof(float) * 2 * n, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaMemcpy(results[k], d_out, sizeof(float) * 2 * n, cudaMemcpyDeviceToHost));
   }
   int layout_errors = 0;
   for (int t = 0; t < n; ++t) {

@@ -223,19 +223,19 @@ int main() {
   float2 *dml;
   const int max_units = kHeads * 64 * 2;
   for (int c = 0; c < 2; ++c) {
-    PROBE_CUDA_OK(cudaMalloc(&dk[c], kv_bytes));
-    PROBE_CUDA_OK(cudaMalloc(&dv[c], kv_bytes));
-    PROBE_CUDA_OK(cudaMemcpy(dk[c], k.data(), kv_bytes, cudaMemcpyHostToDevice));
-    PROBE_CUDA_OK(cudaMemcpy(dv[c], v.data(), kv_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMalloc(&dk[c], kv_bytes));
+    CUDA_OK(cudaMalloc(&dv[c], kv_bytes));
+    CUDA_OK(cudaMemcpy(dk[c], k.data(), kv_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dv[c], v.data(), kv_bytes, cudaMemcpyHostToDevice));
   }
-  PROBE_CUDA_OK(cudaMalloc(&dq, q_op.size()));
-  PROBE_CUDA_OK(cudaMalloc(&dqs, sizeof(float) * kHeads));
-  PROBE_CUDA_OK(cudaMalloc(&dout, sizeof(float) * max_units * kRows * kD));
-  PROBE_CUDA_OK(cudaMalloc(&dml, sizeof(float2) * max_units * kRows));
-  PROBE_CUDA_OK(cudaMemcpy(dq, q_op.data(), q_op.size(), cudaMemcpyHostToDevice));
-  PROBE_CUDA_OK(cudaMemcpy(dqs, q_unscale.data(), sizeof(float) * kHeads, cudaMemcpyHostToDevice));
-  PROBE_CUDA_OK(cudaFuncSetAttribute(loop<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<1>::kBytes));
-  PROBE_CUDA_OK(cudaFuncSetAttribute(loop<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<2>::kBytes));
+  CUDA_OK(cudaMalloc(&dq, q_op.size()));
+  CUDA_OK(cudaMalloc(&dqs, sizeof(float) * kHeads));
+  CUDA_OK(cudaMalloc(&dout, sizeof(float) * max_units * kRows * kD));
+  CUDA_OK(cudaMalloc(&dml, sizeof(float2) * max_units * kRows));
+  CUDA_OK(cudaMemcpy(dq, q_op.data(), q_op.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dqs, q_unscale.data(), sizeof(float) * kHeads, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaFuncSetAttribute(loop<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<1>::kBytes));
+  CUDA_OK(cudaFuncSetAttribute(loop<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<2>::kBytes));
 
   // float64 reference of every head's 4 rows over all keys (dequantized K / V, q unsplit).
   std::vector<double> want(kHeads * kRows * kD);
@@ -264,8 +264,8 @@ int main() {
 
   const Run runs[] = {{1, 16}, {2, 16}, {1, 32}, {2, 8}, {1, 64}};
   cudaEvent_t e0, e1;
-  PROBE_CUDA_OK(cudaEventCreate(&e0));
-  PROBE_CUDA_OK(cudaEventCreate(&e1));
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
   bool ok = true;
   std::printf("%-26s %10s %10s %12s %10s\n", "grid", "median us", "GB/s", "rel L2", "check");
   for (const Run &run : runs) {
@@ -277,14 +277,14 @@ int main() {
       else
         loop<2><<<grid, 256, Layout<2>::kBytes>>>(dk[c], dv[c], dq, dqs, k_scale, kKeys, dout, dml);
     };
-    PROBE_CUDA_OK(cudaMemset(dout, 0xFF, sizeof(float) * max_units * kRows * kD));
+    CUDA_OK(cudaMemset(dout, 0xFF, sizeof(float) * max_units * kRows * kD));
     launch(0);
-    PROBE_CUDA_OK(cudaGetLastError());
-    PROBE_CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
     std::vector<float> o(units * kRows * kD);
     std::vector<float2> ml(units * kRows);
-    PROBE_CUDA_OK(cudaMemcpy(o.data(), dout, sizeof(float) * o.size(), cudaMemcpyDeviceToHost));
-    PROBE_CUDA_OK(cudaMemcpy(ml.data(), dml, sizeof(float2) * ml.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(o.data(), dout, sizeof(float) * o.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(ml.data(), dml, sizeof(float2) * ml.size(), cudaMemcpyDeviceToHost));
     double num = 0, den = 0;
     const int per_head = run.splits * run.wg;
     for (int h = 0; h < kHeads; ++h)
@@ -309,12 +309,12 @@ int main() {
     ok &= pass;
     std::vector<float> times;
     for (int i = 0; i < 120; ++i) {
-      PROBE_CUDA_OK(cudaEventRecord(e0));
+      CUDA_OK(cudaEventRecord(e0));
       launch(i & 1);
-      PROBE_CUDA_OK(cudaEventRecord(e1));
-      PROBE_CUDA_OK(cudaEventSynchronize(e1));
+      CUDA_OK(cudaEventRecord(e1));
+      CUDA_OK(cudaEventSynchronize(e1));
       float ms = 0;
-      PROBE_CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
       if (i >= 20) times.push_back(ms * 1000.f);
     }
     std::sort(times.begin(), times.end());

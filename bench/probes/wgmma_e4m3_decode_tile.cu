@@ -228,27 +228,27 @@ int main() {
 
   uint8_t *dk, *dv, *dq, *dp;
   float *ds, *dout;
-  PROBE_CUDA_OK(cudaMalloc(&dk, k.size()));
-  PROBE_CUDA_OK(cudaMalloc(&dv, v.size()));
-  PROBE_CUDA_OK(cudaMalloc(&dq, q_op.size()));
-  PROBE_CUDA_OK(cudaMalloc(&dp, p_op.size()));
-  PROBE_CUDA_OK(cudaMalloc(&ds, sizeof(float) * kKeys * kN));
-  PROBE_CUDA_OK(cudaMalloc(&dout, sizeof(float) * kRows * kD));
-  PROBE_CUDA_OK(cudaMemcpy(dk, k.data(), k.size(), cudaMemcpyHostToDevice));
-  PROBE_CUDA_OK(cudaMemcpy(dv, v.data(), v.size(), cudaMemcpyHostToDevice));
-  PROBE_CUDA_OK(cudaMemcpy(dq, q_op.data(), q_op.size(), cudaMemcpyHostToDevice));
-  PROBE_CUDA_OK(cudaMemcpy(dp, p_op.data(), p_op.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMalloc(&dk, k.size()));
+  CUDA_OK(cudaMalloc(&dv, v.size()));
+  CUDA_OK(cudaMalloc(&dq, q_op.size()));
+  CUDA_OK(cudaMalloc(&dp, p_op.size()));
+  CUDA_OK(cudaMalloc(&ds, sizeof(float) * kKeys * kN));
+  CUDA_OK(cudaMalloc(&dout, sizeof(float) * kRows * kD));
+  CUDA_OK(cudaMemcpy(dk, k.data(), k.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dv, v.data(), v.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dq, q_op.data(), q_op.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dp, p_op.data(), p_op.size(), cudaMemcpyHostToDevice));
   const int smem = sizeof(Smem) + 1024;
-  PROBE_CUDA_OK(cudaFuncSetAttribute(tile, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CUDA_OK(cudaFuncSetAttribute(tile, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   std::vector<float> s(kKeys * kN), out(kRows * kD);
   auto run = [&](int mode) {
-    PROBE_CUDA_OK(cudaMemset(ds, 0xFF, sizeof(float) * kKeys * kN));  // poisoned: NaN where nothing is written
-    PROBE_CUDA_OK(cudaMemset(dout, 0xFF, sizeof(float) * kRows * kD));
+    CUDA_OK(cudaMemset(ds, 0xFF, sizeof(float) * kKeys * kN));  // poisoned: NaN where nothing is written
+    CUDA_OK(cudaMemset(dout, 0xFF, sizeof(float) * kRows * kD));
     tile<<<1, 128, smem>>>(mode, dk, dv, dq, dp, 1.f / q_shift, k_scale, v_scale, ds, dout);
-    PROBE_CUDA_OK(cudaGetLastError());
-    PROBE_CUDA_OK(cudaDeviceSynchronize());
-    PROBE_CUDA_OK(cudaMemcpy(s.data(), ds, sizeof(float) * s.size(), cudaMemcpyDeviceToHost));
-    PROBE_CUDA_OK(cudaMemcpy(out.data(), dout, sizeof(float) * out.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(s.data(), ds, sizeof(float) * s.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(out.data(), dout, sizeof(float) * out.size(), cudaMemcpyDeviceToHost));
   };
   bool ok = true;
 

@@ -674,8 +674,7 @@ __global__ void __launch_bounds__(384, 1)
   auto gemm_turn_end = [&] {
     if constexpr (kPingPong) named_barrier_arrive(4 + (cg ^ 1), 256);
   };
-  if constexpr (kPingPong)
-    if (cg == 1) named_barrier_arrive(4, 256);
+  if (cg == 1) gemm_turn_end();
   auto load_q = [&] {  // this warpgroup's 64 Q rows -> shared (rows past the sequence are zero)
     const T *qbase =
         static_cast<const T *>(p.q) + static_cast<int64_t>(qs + t0) * p.q_tok + static_cast<int64_t>(h) * p.q_head;

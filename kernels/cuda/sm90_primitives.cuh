@@ -204,8 +204,8 @@ __device__ __forceinline__ void prefetch_l2(const void *ptr) { asm volatile("pre
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-// Arrives on hardware barrier `id` without waiting (its other `threads` - 32 x warps wait
-// in named_barrier).
+// Counts this warp toward the `threads` of hardware barrier `id` without waiting for the
+// others (the warps that wait there call named_barrier with the same count).
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
