@@ -75,6 +75,33 @@ __device__ __forceinline__ int q_row_shift(float amax) {
   return min(126, max(-126, 14 - e));
 }
 
+// The shift that brings amax into [2^7, 2^8) instead, for q split into two e4m3 operands
+// (split_e4m3x2): its high parts stay under e4m3's largest value (448), so none saturates.
+__device__ __forceinline__ int q_row_shift_e4m3(float amax) {
+  if (!(amax > 0.f)) return 0;
+  const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xffu) - 127;
+  return min(126, max(-126, 7 - e));
+}
+
+// The f16 pair h (x, y) as two e4m3 pairs: hi their rounding, lo the rounding of what hi left.
+// hi + lo is x to within 2^-8 |x| or 2^-10 (half e4m3's subnormal step), against a largest
+// |x| of at least 2^7 (q_row_shift_e4m3): an operand split so keeps a product's error at
+// bf16's level, where one e4m3 operand would cost 2-4e-2 of the output (bench/NOTES.md,
+// "Session 17").
+// x - hi is exact in f16: hi is x to 4 significant bits, within a factor of two of it.
+__device__ __forceinline__ void split_e4m3x2(uint32_t h, uint16_t &hi, uint16_t &lo) {
+#if __CUDA_ARCH__ >= 890
+  uint32_t back;
+  asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(hi) : "r"(h));
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(back) : "h"(hi));
+  const __half2 rest = __hsub2(*reinterpret_cast<const __half2 *>(&h), *reinterpret_cast<const __half2 *>(&back));
+  asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(lo) : "r"(*reinterpret_cast<const uint32_t *>(&rest)));
+#else
+  hi = lo = 0;
+  __trap();  // only the sm90a prefill splits q
+#endif
+}
+
 // 2^e as a float, for e in [-126, 127] (q_row_shift's shifts and their inverses).
 __device__ __forceinline__ float exp2i(int e) { return __uint_as_float(static_cast<uint32_t>(e + 127) << 23); }
 

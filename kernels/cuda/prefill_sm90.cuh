@@ -6,6 +6,8 @@
 // e4m3 pages (KV = uint8_t): the producer lands each tile's bytes in staging slots and
 // widens them into the ring's f16 stages; the operands are f16 (bf16 q is converted per
 // warp), the per-head scales applied in fp32 (Config, the producer's `fetch`, convert_q_f16).
+// At head dim 128 (kFp8Keys) only V is staged and widened: K lands in a ring of e4m3 rows
+// that S = Q K^T reads on FP8 tensor cores, with q split into two e4m3 tiles (split_q_e4m3).
 //
 // Persistent: one CTA per SM walks the launch's (query head, 128-row query tile) items (the
 // order is below, at `unit_of`); each item is one 128-row tile of one head. Three warpgroups:
@@ -82,20 +84,27 @@ struct Config {
   static constexpr int kTileBytes = kKeyTile * D * 2;
   // A consumer step holds four stages (PV of its two, S of the next two): six leave the
   // producer two tiles ahead. Six D128 stages and Q take all but 3 KB of the 227 KB.
-  // e4m3 pages: the ring stays 16-bit (wgmma's operands) and the producer widens each
-  // tile into it from a staging slot its bytes landed in (kStaging slots of K and V, at
-  // D 128 in the room of two ring stages): the slots keep the reads from memory ahead, and
-  // a widening (shared to shared) refills a freed stage in well under a step. The shallow
-  // ring is what this path still loses (a 4-stage ring costs 16-bit pages 30%; widening in
-  // place in a 6-stage ring was slower on sparse layouts: bench/NOTES.md, "FP8 KV (CUDA)").
-  static constexpr int kStages = D == 128 ? (kE4m3 ? 4 : 6) : 8;
-  static constexpr int kStaging = kE4m3 ? (D == 128 ? 4 : 8) : 0;
+  // e4m3 pages at D 64: the ring stays 16-bit (wgmma's operands) and the producer widens
+  // each tile into it from a staging slot its bytes landed in (kStaging slots of K and V):
+  // the slots keep the reads from memory ahead, and a widening (shared to shared) refills a
+  // freed stage in well under a step.
+  // e4m3 pages at D 128 (kFp8Keys): the S GEMM reads K's e4m3 bytes as they land (FP8
+  // wgmma, q split into two e4m3 operands), so K's ring holds bytes and only V is staged
+  // (six slots) and widened; six stages fit again. Widening both took the shared memory's
+  // bandwidth from the GEMMs: a 4-stage ring of widened K and V with four slots of both ran
+  // 2-10% slower but on short-prompt batches, which gained 1-6% (bench/NOTES.md, "Session
+  // 27").
+  static constexpr bool kFp8Keys = kE4m3 && D == 128;
+  static constexpr int kStages = D == 128 ? (kE4m3 && !kFp8Keys ? 4 : 6) : 8;
+  static constexpr int kStaging = kE4m3 ? (D == 128 ? (kFp8Keys ? 6 : 4) : 8) : 0;
   static constexpr int kStagingTileBytes = kKeyTile * D;  // one tensor's e4m3 tile
+  static constexpr int kKStageBytes = kFp8Keys ? kStagingTileBytes : kTileBytes;
+  static constexpr int kSlotBytes = (kFp8Keys ? 1 : 2) * kStagingTileBytes;  // a staging slot: K and V, or V
   static constexpr int kProducers = 128;
   static constexpr int kPerThread = kListCap / kProducers;
-  // Q, the ring, the staging, the list and scan, the stage entries, the pair barriers,
-  // then the staging slots' barriers and entries.
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + 2 * kStaging * kStagingTileBytes +
+  // Q, the K and V rings, the staging, the list and scan, the stage entries, the pair
+  // barriers, then the staging slots' barriers and entries.
+  static constexpr int kSmemBytes = kQBytes + kStages * (kKStageBytes + kTileBytes) + kStaging * kSlotBytes +
                                     kListCap * 4 + 32 + kStages * 4 + 2 * kStages * 8 + kStaging * 12;
   // A launch that lists its items (TileListing) also holds the table and its walk, last.
   static constexpr int kListingSmemBytes = kSmemBytes + cuda::kSeqTileTableCap * 4 + 32;
@@ -169,9 +178,11 @@ __global__ void __launch_bounds__(384, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kE4m3 = std::is_same_v<KV, uint8_t>;
   static_assert(kE4m3 || std::is_same_v<KV, T>, "pages of q's type or e4m3");
+  constexpr bool kFp8Keys = Config<D, kE4m3>::kFp8Keys;
   // The matrix operands' type: e4m3 pages compute in f16, which the hardware widens e4m3
   // pairs to in one instruction (the bit placement into bf16 took six a pair and left the
   // producer behind the consumers); bf16 q is converted per warp (convert_q_f16, below).
+  // With kFp8Keys only O += P V does; S = Q K^T takes e4m3 operands.
   using MT = std::conditional_t<kE4m3, __half, T>;
   using C = Config<D, kE4m3>;
   constexpr int BM = C::BM, NH = C::NH, S = C::kStages;
@@ -185,9 +196,9 @@ __global__ void __launch_bounds__(384, 1)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   char *sQ = smem;
   char *sK = sQ + C::kQBytes;
-  char *sV = sK + S * C::kTileBytes;
-  char *sStaging = sV + S * C::kTileBytes;  // e4m3: slot j's K at 2 j tiles, its V after
-  int32_t *sList = reinterpret_cast<int32_t *>(sStaging + 2 * C::kStaging * C::kStagingTileBytes);
+  char *sV = sK + S * C::kKStageBytes;
+  char *sStaging = sV + S * C::kTileBytes;  // e4m3: slot j at j * kSlotBytes, its K (unless kFp8Keys) then V
+  int32_t *sList = reinterpret_cast<int32_t *>(sStaging + C::kStaging * C::kSlotBytes);
   int32_t *sScan = sList + kListCap;
   int32_t *sLastIn = sScan + 4;  // per consumer warpgroup: its split unit was the item's last
   int32_t *sEntry = sScan + 8;   // the list entry of each stage's tile
@@ -345,25 +356,24 @@ __global__ void __launch_bounds__(384, 1)
     // e4m3 pages: a tile's bytes land in staging slot `fetched % L` (fetch), and the oldest
     // two slots are widened into the next pair of ring stages (widen_pair) when every slot
     // is taken, the rest when the item ends; the ring's barriers count as for 16-bit pages.
+    // kFp8Keys: K's bytes land in K's ring instead (land_k), the slots hold V alone.
     int fetched = 0;  // tiles whose bytes were requested
-    auto fetch = [&](int entry) {
-      const int slot = fetched % L;
-      const uint32_t bar = staged + 8 * slot;
-      const uint32_t dst = smem_addr(sStaging) + slot * 2 * C::kStagingTileBytes;  // K, then V
+    // The e4m3 bytes of a tile's K (with_k) and V (with_v) at dst, K first, with one arrival
+    // per producer thread on bar once they land (TMA's bytes announced by thread 0);
+    // before_copies() runs once the block table's read is issued, so its wait hides it.
+    auto land = [&](auto with_k, auto with_v, int entry, uint32_t dst, uint32_t bar, auto before_copies) {
+      constexpr bool kK = decltype(with_k)::value, kV = decltype(with_v)::value;
+      constexpr uint32_t kVOff = kK ? C::kStagingTileBytes : 0;
       const int k0 = (entry & kTileIndexMask) * kKeyTile;
       const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
       const bool whole_tile = entry != kNoTiles && k0 + kKeyTile <= kv_len;
       const bool tma = maps.valid && whole_tile && (kPageBoxes || p.page_shift >= 6);
       const int boxes = kPageBoxes ? (kKeyTile >> p.page_shift) : 1;  // thread j: the tile's j-th page
       const int pg = tma && tid < boxes ? bt[(k0 >> p.page_shift) + tid] : 0;
-      // Every producer thread has widened the slot's previous tile: its reads (generic)
-      // come before the copies that overwrite it (TMA's through the async proxy).
-      fence_proxy_async();
-      named_barrier(1, 128);
-      if (tid == 0) sStagedEntry[slot] = entry;
+      before_copies();
       if (tma) {
         if (tid == 0)
-          mbar_arrive_expect_tx(bar, 2 * C::kStagingTileBytes);
+          mbar_arrive_expect_tx(bar, (int(kK) + int(kV)) * C::kStagingTileBytes);
         else
           mbar_arrive(bar);
         if (tid < boxes) {
@@ -371,8 +381,8 @@ __global__ void __launch_bounds__(384, 1)
           const int tok = kPageBoxes ? 0 : k0 & page_mask;
           auto coord = [&](int dim) { return maps.dim_tok == dim ? tok : maps.dim_head == dim ? kvh : pg; };
           const uint32_t to = dst + (kPageBoxes ? (static_cast<uint32_t>(tid) << p.page_shift) * D : 0u);
-          tma_load_4d(to, &maps.k, 0, coord(1), coord(2), coord(3), bar);
-          tma_load_4d(to + C::kStagingTileBytes, &maps.v, 0, coord(1), coord(2), coord(3), bar);
+          if constexpr (kK) tma_load_4d(to, &maps.k, 0, coord(1), coord(2), coord(3), bar);
+          if constexpr (kV) tma_load_4d(to + kVOff, &maps.v, 0, coord(1), coord(2), coord(3), bar);
         }
       } else {
         if (entry != kNoTiles) {
@@ -398,23 +408,53 @@ __global__ void __launch_bounds__(384, 1)
               cp_async_16(to + e4m3_stage_off<D>(r, c), valid ? src : base, valid);
             }
           };
-          gather(dst, p.k, p.k_head, p.k_page, p.k_tok);
-          gather(dst + C::kStagingTileBytes, p.v, p.v_head, p.v_page, p.v_tok);
+          if constexpr (kK) gather(dst, p.k, p.k_head, p.k_page, p.k_tok);
+          if constexpr (kV) gather(dst + kVOff, p.v, p.v_head, p.v_page, p.v_tok);
         }
         cp_async_arrive(bar);
       }
+    };
+    // A tile's bytes into staging slot `fetched % L`: K and V, or (kFp8Keys) V alone.
+    auto fetch = [&](int entry) {
+      const int slot = fetched % L;
+      land(std::bool_constant<!kFp8Keys>{}, std::true_type{}, entry, smem_addr(sStaging) + slot * C::kSlotBytes,
+           staged + 8 * slot, [&] {
+             // Every producer thread has widened the slot's previous tile: its reads (generic)
+             // come before the copies that overwrite it (TMA's through the async proxy).
+             fence_proxy_async();
+             named_barrier(1, 128);
+             if (tid == 0) sStagedEntry[slot] = entry;
+           });
       ++fetched;
+    };
+    // kFp8Keys: a tile's K bytes straight into the next stage of K's ring, which the S GEMM
+    // reads as they are (the pair's barriers as for 16-bit pages: the copies' arrivals, the
+    // entries with the second's).
+    int k_filled = 0;  // K stages filled so far
+    auto land_k = [&](int entry) {
+      const int stage = k_filled % S;
+      const bool second = stage & 1;
+      if (k_filled >= S && !second) mbar_wait(pair_bar(empty_k, stage), ((k_filled / S) - 1) & 1);
+      land(std::true_type{}, std::false_type{}, entry, smem_addr(sK) + stage * C::kKStageBytes, pair_bar(full_k, stage),
+           [] {});
+      if (tid == 0) {
+        sEntry[stage] = entry;
+        if (second) mbar_arrive(pair_bar(full_k, stage));  // release: both entries are visible with the phase
+      }
+      ++k_filled;
     };
     // Widens the next pair of stages (filled is even), both K first, then both V: a pair's
     // K is free a step before its V (the consumers' S runs ahead of their PV), so the
     // consumers' next S never waits for a V (widening per stage, K then V, stalled them).
+    // kFp8Keys: V's alone.
     auto widen_pair = [&] {
       const int stage = filled % S, slot = filled % L;  // filled and S, L even: slot + 1 is the second's
       const uint32_t parity = ((filled / S) - 1) & 1, staged_parity = (filled / L) & 1;
       mbar_wait(staged + 8 * slot, staged_parity);
       mbar_wait(staged + 8 * (slot + 1), staged_parity);
       const int e0 = sStagedEntry[slot], e1 = sStagedEntry[slot + 1];
-      const char *from = sStaging + slot * 2 * C::kStagingTileBytes;  // the second's K at + 2 tiles
+      const char *from = sStaging + slot * C::kSlotBytes;  // the second's at + kSlotBytes
+      constexpr int kVOff = kFp8Keys ? 0 : C::kStagingTileBytes;
       // Thread tid widens chunk c of rows r_low + 8 j, j = r_hi, r_hi + kGroups, ...: a
       // quarter warp takes eight consecutive rows at one chunk, so neither its reads nor its
       // writes (two 16-byte chunks of the swizzled ring) meet in a bank, and a thread's
@@ -437,19 +477,21 @@ __global__ void __launch_bounds__(384, 1)
           *reinterpret_cast<uint4 *>(dst_b + i * kGroups * kGroupBytes) = b;
         }
       };
-      if (filled >= S) mbar_wait(pair_bar(empty_k, stage), parity);
-      if (e0 != kNoTiles) widen_tile(from, sK + stage_off(stage));
-      if (e1 != kNoTiles) widen_tile(from + 2 * C::kStagingTileBytes, sK + stage_off(stage + 1));
-      fence_proxy_async();                   // generic stores that wgmma reads through the async proxy
-      mbar_arrive(pair_bar(full_k, stage));  // one arrival per stage, as the copies make
-      mbar_arrive(pair_bar(full_k, stage));
-      if (tid == 0) {
-        sEntry[stage] = e0, sEntry[stage + 1] = e1;
-        mbar_arrive(pair_bar(full_k, stage));  // release: both entries are visible with the phase
+      if constexpr (!kFp8Keys) {  // (kFp8Keys: K landed in its ring, land_k)
+        if (filled >= S) mbar_wait(pair_bar(empty_k, stage), parity);
+        if (e0 != kNoTiles) widen_tile(from, sK + stage_off(stage));
+        if (e1 != kNoTiles) widen_tile(from + C::kSlotBytes, sK + stage_off(stage + 1));
+        fence_proxy_async();                   // generic stores that wgmma reads through the async proxy
+        mbar_arrive(pair_bar(full_k, stage));  // one arrival per stage, as the copies make
+        mbar_arrive(pair_bar(full_k, stage));
+        if (tid == 0) {
+          sEntry[stage] = e0, sEntry[stage + 1] = e1;
+          mbar_arrive(pair_bar(full_k, stage));  // release: both entries are visible with the phase
+        }
       }
       if (filled >= S) mbar_wait(pair_bar(empty_v, stage), parity);
-      if (e0 != kNoTiles) widen_tile(from + C::kStagingTileBytes, sV + stage_off(stage));
-      if (e1 != kNoTiles) widen_tile(from + 3 * C::kStagingTileBytes, sV + stage_off(stage + 1));
+      if (e0 != kNoTiles) widen_tile(from + kVOff, sV + stage_off(stage));
+      if (e1 != kNoTiles) widen_tile(from + C::kSlotBytes + kVOff, sV + stage_off(stage + 1));
       fence_proxy_async();
       mbar_arrive(pair_bar(full_v, stage));
       mbar_arrive(pair_bar(full_v, stage));
@@ -467,6 +509,7 @@ __global__ void __launch_bounds__(384, 1)
     // V is free; copies nothing for kNoTiles.
     auto fill = [&](int entry) {
       if constexpr (kE4m3) {
+        if constexpr (kFp8Keys) land_k(entry);
         fetch(entry);  // into a free slot: at most L - 1 were waiting
         if (fetched - filled == L) widen_pair();
         return;
@@ -724,6 +767,62 @@ __global__ void __launch_bounds__(384, 1)
       return shift;
     }
   };
+  // kFp8Keys: each warp splits its own 16 rows of Q, scaled by the power of two that brings
+  // their largest |q| into [2^7, 2^8), into two e4m3 tiles, hi and lo (fp8::split_e4m3x2), in
+  // place: hi over the rows' first 128 bytes (the Q tile's first 64-column half), lo over
+  // their second, each a row of D bytes in the 128-byte swizzle the S GEMM's descriptors
+  // read. Returns the shift, which the logits' scale undoes.
+  auto split_q_e4m3 = [&]() -> int {
+    constexpr int kPerLane = 16 * C::kChunks / 32;
+    const int row0 = cg * 64 + (warp & 3) * 16;
+    uint4 x[kPerLane];
+    // The largest |q| of the warp's rows: non-negative 16-bit floats order as their bits.
+    uint32_t amax_bits = 0;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int idx = lane + 32 * i;
+      x[i] = *reinterpret_cast<const uint4 *>(sQ + swz<BM>(row0 + idx / C::kChunks, idx % C::kChunks));
+      for (const uint32_t w : {x[i].x, x[i].y, x[i].z, x[i].w}) amax_bits = __vmaxu2(amax_bits, w & 0x7fff7fffu);
+    }
+    amax_bits = __reduce_max_sync(0xffffffffu, max(amax_bits & 0xffffu, amax_bits >> 16));
+    const uint16_t amax16 = static_cast<uint16_t>(amax_bits);
+    float amax;
+    if constexpr (std::is_same_v<T, __half>)
+      amax = __half2float(__ushort_as_half(amax16));
+    else
+      amax = __bfloat162float(__ushort_as_bfloat16(amax16));
+    const int shift = fp8::q_row_shift_e4m3(amax);
+    const float scale = fp8::exp2i(shift);
+    // The pair times 2^shift as f16: exact but for values under 2^-21 of the rows' largest.
+    auto scaled_f16x2 = [&](uint32_t w) {
+      float2 f;
+      if constexpr (std::is_same_v<T, __half>)
+        f = __half22float2(*reinterpret_cast<const __half2 *>(&w));
+      else
+        f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w));
+      const __half2 h = __floats2half2_rn(f.x * scale, f.y * scale);
+      return *reinterpret_cast<const uint32_t *>(&h);
+    };
+    __syncwarp();  // every lane's reads of the warp's rows before any write over them
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int idx = lane + 32 * i;
+      const int r = row0 + idx / C::kChunks, c = idx % C::kChunks;  // 16-bit chunk c: bytes 8c.. of the e4m3 row
+      uint16_t hi[4], lo[4];
+      fp8::split_e4m3x2(scaled_f16x2(x[i].x), hi[0], lo[0]);
+      fp8::split_e4m3x2(scaled_f16x2(x[i].y), hi[1], lo[1]);
+      fp8::split_e4m3x2(scaled_f16x2(x[i].z), hi[2], lo[2]);
+      fp8::split_e4m3x2(scaled_f16x2(x[i].w), hi[3], lo[3]);
+      const uint32_t off = static_cast<uint32_t>(r * 128 + ((((c >> 1) ^ (r & 7)) << 4) | ((c & 1) << 3)));
+      *reinterpret_cast<uint2 *>(sQ + off) =
+          make_uint2(hi[0] | (uint32_t{hi[1]} << 16), hi[2] | (uint32_t{hi[3]} << 16));
+      *reinterpret_cast<uint2 *>(sQ + BM * 128 + off) =
+          make_uint2(lo[0] | (uint32_t{lo[1]} << 16), lo[2] | (uint32_t{lo[3]} << 16));
+    }
+    fence_proxy_async();  // generic stores that wgmma reads through the async proxy
+    named_barrier(2 + cg, 128);
+    return shift;
+  };
   // Accumulator element i of this thread: row wrow + (i/2 % 2) * 8, column 8*(i/4) + 2*(lane%4) + i%2.
   const int wrow = cg * 64 + (warp & 3) * 16 + (lane >> 2);
   // The query blocks of this thread's two rows, relative to the item's first (qb0), one
@@ -761,9 +860,26 @@ __global__ void __launch_bounds__(384, 1)
   const uint64_t q_desc = sw128_desc(smem_addr(sQ) + cg * 64 * 128, 1024);
   const uint64_t k_desc = sw128_desc(smem_addr(sK), kGroupBytes);
   const uint64_t v_desc = sw128_desc(smem_addr(sV), kGroupBytes, kHalfOffset);
+  // kFp8Keys: Q's hi and lo e4m3 tiles (split_q_e4m3) and K's ring of e4m3 rows.
+  const uint64_t q_hi_desc = sw128_desc(smem_addr(sQ) + cg * 64 * 128, 1024);
+  const uint64_t q_lo_desc = desc_advance(q_hi_desc, BM * 128);
+  const uint64_t k8_desc = sw128_desc(smem_addr(sK), 1024);
   // S of the step at stages n, n + 1: one N = 128 operand (a pad's stale keys are masked).
   auto issue_s = [&](Ring n) {
     wgmma_fence();
+    // kFp8Keys: S = hi K^T + lo K^T, 32 bytes of each row an instruction. The FP8 sum keeps
+    // ~13 bits, but only over the head dim: the sums over the keys stay P V's (f16, fp32).
+    if constexpr (kFp8Keys) {
+      const uint64_t k_stage = desc_advance(k8_desc, n.stage * C::kKStageBytes);
+#pragma unroll
+      for (int kk = 0; kk < D / 32; ++kk)
+        wgmma_ss128_e4m3(s[0], s[1], desc_advance(q_hi_desc, kk * 32), desc_advance(k_stage, kk * 32), kk > 0);
+#pragma unroll
+      for (int kk = 0; kk < D / 32; ++kk)
+        wgmma_ss128_e4m3(s[0], s[1], desc_advance(q_lo_desc, kk * 32), desc_advance(k_stage, kk * 32), 1);
+      wgmma_commit();
+      return;
+    }
     const uint64_t k_stage = desc_advance(k_desc, stage_off(n.stage));
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -960,7 +1076,11 @@ __global__ void __launch_bounds__(384, 1)
     fence_proxy_async();
     named_barrier(2 + cg, 128);
     if constexpr (kE4m3) {
-      const int shift = convert_q_f16();
+      int shift;
+      if constexpr (kFp8Keys)
+        shift = split_q_e4m3();
+      else
+        shift = convert_q_f16();
       k_scale_log2 = p.scale_log2 * p.k_scale[h / p.group] * fp8::exp2i(-shift);
     }
 #pragma unroll

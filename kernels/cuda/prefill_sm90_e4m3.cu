@@ -1,5 +1,6 @@
 // The instantiations of the sm90a prefill kernel over e4m3 pages (q and out bf16 or f16):
-// the producer widens each tile into the 16-bit ring the consumers read.
+// the producer widens each tile (V's alone at head dim 128, whose S reads K's e4m3 bytes)
+// into the 16-bit ring the consumers read.
 #include "kernels/cuda/prefill_sm90.cuh"
 
 namespace bspa::kernels::sm90 {

@@ -127,6 +127,19 @@ __device__ __forceinline__ void wgmma_rs_tb128(float (&d0)[32], float (&d1)[32],
 BSPA_WG_DEFINE(__nv_bfloat16, "bf16")
 BSPA_WG_DEFINE(__half, "f16")
 #undef BSPA_WG_DEFINE
+
+// d = (accumulate ? d : 0) + A(64x32, K-major smem) * B(32x128, K-major smem: 128 rows, SBO
+// apart per 8), e4m3 operands (fp32 accumulators in wgmma_ss128's layout). FP8 wgmma has no
+// transposed forms: both operands are rows of bytes along K. Its sum keeps about 13 bits
+// below its largest term (bench/NOTES.md, "Session 18: the FP8 probe's answer").
+__device__ __forceinline__ void wgmma_ss128_e4m3(float (&d0)[32], float (&d1)[32], uint64_t a, uint64_t b,
+                                                 int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " BSPA_WG_D64 ", %64, %65, p, 1, 1;\n}\n"
+      : BSPA_WG_OUT64(d0, d1)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
 #undef BSPA_WG_OUT64
 #undef BSPA_WG_D64
 #undef BSPA_WG_OUT32
