@@ -865,7 +865,7 @@ int main(int argc, char **argv) {
   std::vector<Case> fp8_prefill;
   {
     // e4m3 prefill rows of several query tiles (the sm90a kernel on compute capability 9.0,
-    // whose producer widens each tile into its ring): every page size from 4 (gathers) over
+    // whose producer widens each tile into its ring, V's alone at head dim 128): every page size from 4 (gathers) over
     // 8..32 (a TMA box per page) to 256 (one box a tile), tiles past a sequence's end
     // (gathered), one sequence and several (kernel-listed tiles), split last rounds, the
     // prefix identity.
@@ -1007,7 +1007,7 @@ int main(int argc, char **argv) {
     few[2].hq = 4, few[2].hkv = 2;
     few.push_back(listed[0]);       // tiles listed by the kernel, split on the device
     few.push_back(small_pages[0]);  // a key tile in eight TMA boxes
-    few.push_back(fp8_prefill[3]);  // e4m3 pages of 32 tokens, three sequences, widened by the sm90a producer
+    few.push_back(fp8_prefill[3]);  // e4m3 pages of 32 tokens, three sequences, on the sm90a kernel
     cases = few;
   }
   for (size_t i = 0; i < cases.size(); ++i) run_paged(cases[i], seed + i);

@@ -4,7 +4,8 @@
 // 16-bit pages use. Widening is exact: every e4m3 value is a bf16 and an f16 value. The
 // per-head scales are not applied here: K's folds into the softmax scale and V's into the
 // output (both constant over a CTA's KV head), so operands stay exact and the scales are
-// applied once in fp32.
+// applied once in fp32. Also the sm90a prefill's split of q into two e4m3 operands (hi +
+// lo) for its S on FP8 tensor cores at head dim 128 (q_row_shift_e4m3, split_e4m3x2).
 #pragma once
 
 #include <cuda_bf16.h>

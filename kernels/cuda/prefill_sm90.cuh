@@ -15,7 +15,7 @@
 //    visible 64-token key tiles (skipped / full / masked with the allowed bits of the tile's
 //    at most three query blocks) and fetches K and V of each through the block table into
 //    a ring of stages, stored as 128-byte-swizzled 64-column halves that wgmma reads
-//    through descriptors (RingLayout): a tile inside one page by TMA (one 64 x 64 box per
+//    through descriptors (RingLayout; kFp8Keys: K's as e4m3 rows): a tile inside one page by TMA (one 64 x 64 box per
 //    half, from descriptors of the pool made per launch: kv_tensor_map.cpp), a tile over
 //    pages of 8..32 tokens by a TMA box of both halves per page (kPageBoxes, a variant of
 //    its own, whose ring holds 8-row groups of both halves; a box per 8-row group where
@@ -95,11 +95,13 @@ struct Config {
   // 2-10% slower but on short-prompt batches, which gained 1-6% (bench/NOTES.md, "Session
   // 27").
   static constexpr bool kFp8Keys = kE4m3 && D == 128;
-  static constexpr int kStages = D == 128 ? (kE4m3 && !kFp8Keys ? 4 : 6) : 8;
-  static constexpr int kStaging = kE4m3 ? (D == 128 ? (kFp8Keys ? 6 : 4) : 8) : 0;
+  static constexpr int kStages = D == 128 ? 6 : 8;
+  static constexpr int kStaging = kE4m3 ? (D == 128 ? 6 : 8) : 0;
   static constexpr int kStagingTileBytes = kKeyTile * D;  // one tensor's e4m3 tile
   static constexpr int kKStageBytes = kFp8Keys ? kStagingTileBytes : kTileBytes;
-  static constexpr int kSlotBytes = (kFp8Keys ? 1 : 2) * kStagingTileBytes;  // a staging slot: K and V, or V
+  // A staging slot: K then V, or (kFp8Keys) V alone.
+  static constexpr int kSlotBytes = (kFp8Keys ? 1 : 2) * kStagingTileBytes;
+  static constexpr int kSlotVOffset = kFp8Keys ? 0 : kStagingTileBytes;
   static constexpr int kProducers = 128;
   static constexpr int kPerThread = kListCap / kProducers;
   // Q, the K and V rings, the staging, the list and scan, the stage entries, the pair
@@ -214,8 +216,8 @@ __global__ void __launch_bounds__(384, 1)
   // its split (one planned here for the listed items, or the host's), its units and the
   // table's sequences (0: the whole grid is walked), read from shared memory where used
   // (registers are the producer's limit: 40). Without it, the walk is the parameters'.
-  // e4m3: after the pair barriers, a barrier per staging slot (its K and V landed) and the
-  // list entry of the slot's tile.
+  // e4m3: after the pair barriers, a barrier per staging slot (its K and V, or with
+  // kFp8Keys its V, landed) and the list entry of the slot's tile.
   const uint32_t staged = empty_v + kPairs * 8;
   int32_t *sStagedEntry = sEntry + S + (S & 1) + 4 * kPairs * 2 + 2 * C::kStaging;
   uint32_t *sTable = reinterpret_cast<uint32_t *>(sStagedEntry + C::kStaging);
@@ -234,7 +236,8 @@ __global__ void __launch_bounds__(384, 1)
     }
     __device__ uint32_t bar() const { return 8 * (stage >> 1); }  // its pair's barrier offset
   };
-  // K and V of a stage (RingLayout): grouped where tiles come a page box at a time.
+  // K and V of a stage (RingLayout): grouped where tiles come a page box at a time. With
+  // kFp8Keys, K's ring is e4m3 rows instead (C::kKStageBytes a stage, e4m3_stage_off).
   using KvRing = RingLayout<NH, S, kPageBoxes>;
   constexpr uint32_t kGroupBytes = KvRing::kGroupBytes, kHalfOffset = KvRing::kHalfOffset;
   auto stage_off = [](int stage) { return static_cast<uint32_t>(stage) * KvRing::kStageStride; };
@@ -363,7 +366,7 @@ __global__ void __launch_bounds__(384, 1)
     // before_copies() runs once the block table's read is issued, so its wait hides it.
     auto land = [&](auto with_k, auto with_v, int entry, uint32_t dst, uint32_t bar, auto before_copies) {
       constexpr bool kK = decltype(with_k)::value, kV = decltype(with_v)::value;
-      constexpr uint32_t kVOff = kK ? C::kStagingTileBytes : 0;
+      constexpr uint32_t kVOff = kK ? C::kSlotVOffset : 0;
       const int k0 = (entry & kTileIndexMask) * kKeyTile;
       const int32_t *bt = p.block_table + static_cast<int64_t>(seq) * p.bt_stride;
       const bool whole_tile = entry != kNoTiles && k0 + kKeyTile <= kv_len;
@@ -454,7 +457,6 @@ __global__ void __launch_bounds__(384, 1)
       mbar_wait(staged + 8 * (slot + 1), staged_parity);
       const int e0 = sStagedEntry[slot], e1 = sStagedEntry[slot + 1];
       const char *from = sStaging + slot * C::kSlotBytes;  // the second's at + kSlotBytes
-      constexpr int kVOff = kFp8Keys ? 0 : C::kStagingTileBytes;
       // Thread tid widens chunk c of rows r_low + 8 j, j = r_hi, r_hi + kGroups, ...: a
       // quarter warp takes eight consecutive rows at one chunk, so neither its reads nor its
       // writes (two 16-byte chunks of the swizzled ring) meet in a bank, and a thread's
@@ -490,8 +492,8 @@ __global__ void __launch_bounds__(384, 1)
         }
       }
       if (filled >= S) mbar_wait(pair_bar(empty_v, stage), parity);
-      if (e0 != kNoTiles) widen_tile(from + kVOff, sV + stage_off(stage));
-      if (e1 != kNoTiles) widen_tile(from + C::kSlotBytes + kVOff, sV + stage_off(stage + 1));
+      if (e0 != kNoTiles) widen_tile(from + C::kSlotVOffset, sV + stage_off(stage));
+      if (e1 != kNoTiles) widen_tile(from + C::kSlotBytes + C::kSlotVOffset, sV + stage_off(stage + 1));
       fence_proxy_async();
       mbar_arrive(pair_bar(full_v, stage));
       mbar_arrive(pair_bar(full_v, stage));
@@ -813,6 +815,8 @@ __global__ void __launch_bounds__(384, 1)
       fp8::split_e4m3x2(scaled_f16x2(x[i].y), hi[1], lo[1]);
       fp8::split_e4m3x2(scaled_f16x2(x[i].z), hi[2], lo[2]);
       fp8::split_e4m3x2(scaled_f16x2(x[i].w), hi[3], lo[3]);
+      // e4m3_stage_off<128>(r, c / 2) + 8 (c % 2), written out: the call compiles to another
+      // schedule of the same instructions than the one measured and checked (session 27).
       const uint32_t off = static_cast<uint32_t>(r * 128 + ((((c >> 1) ^ (r & 7)) << 4) | ((c & 1) << 3)));
       *reinterpret_cast<uint2 *>(sQ + off) =
           make_uint2(hi[0] | (uint32_t{hi[1]} << 16), hi[2] | (uint32_t{hi[3]} << 16));
@@ -860,9 +864,9 @@ __global__ void __launch_bounds__(384, 1)
   const uint64_t q_desc = sw128_desc(smem_addr(sQ) + cg * 64 * 128, 1024);
   const uint64_t k_desc = sw128_desc(smem_addr(sK), kGroupBytes);
   const uint64_t v_desc = sw128_desc(smem_addr(sV), kGroupBytes, kHalfOffset);
-  // kFp8Keys: Q's hi and lo e4m3 tiles (split_q_e4m3) and K's ring of e4m3 rows.
-  const uint64_t q_hi_desc = sw128_desc(smem_addr(sQ) + cg * 64 * 128, 1024);
-  const uint64_t q_lo_desc = desc_advance(q_hi_desc, BM * 128);
+  // kFp8Keys: Q's hi and lo e4m3 tiles (split_q_e4m3: hi where q_desc points) and K's ring
+  // of e4m3 rows.
+  const uint64_t q_lo_desc = desc_advance(q_desc, BM * 128);
   const uint64_t k8_desc = sw128_desc(smem_addr(sK), 1024);
   // S of the step at stages n, n + 1: one N = 128 operand (a pad's stale keys are masked).
   auto issue_s = [&](Ring n) {
@@ -873,7 +877,7 @@ __global__ void __launch_bounds__(384, 1)
       const uint64_t k_stage = desc_advance(k8_desc, n.stage * C::kKStageBytes);
 #pragma unroll
       for (int kk = 0; kk < D / 32; ++kk)
-        wgmma_ss128_e4m3(s[0], s[1], desc_advance(q_hi_desc, kk * 32), desc_advance(k_stage, kk * 32), kk > 0);
+        wgmma_ss128_e4m3(s[0], s[1], desc_advance(q_desc, kk * 32), desc_advance(k_stage, kk * 32), kk > 0);
 #pragma unroll
       for (int kk = 0; kk < D / 32; ++kk)
         wgmma_ss128_e4m3(s[0], s[1], desc_advance(q_lo_desc, kk * 32), desc_advance(k_stage, kk * 32), 1);

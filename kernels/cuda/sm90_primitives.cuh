@@ -1,9 +1,9 @@
 // Thin wrappers over the sm90a instructions the Hopper prefill kernel is built from:
-// wgmma.mma_async (m64n128k16 with A and B from shared memory; m64n128k16 and m64n64k16
-// with A from registers and B N-major; fp32 accumulators), its fences and groups, shared-memory matrix descriptors for
-// the 128-byte swizzle, the generic->async proxy fence, mbarriers, TMA tensor loads, register reallocation and named
-// barriers. Only meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); the kernel that uses them compiles to
-// an empty body for other targets.
+// wgmma.mma_async (m64n128k16 with A and B from shared memory, and m64n128k32 over e4m3
+// bytes; m64n128k16 and m64n64k16 with A from registers and B N-major; fp32 accumulators), its fences and groups,
+// shared-memory matrix descriptors for the 128-byte swizzle, the generic->async proxy fence, mbarriers, TMA tensor
+// loads, register reallocation and named barriers. Only meaningful when compiled for sm_90a
+// (__CUDA_ARCH_FEAT_SM90_ALL); the kernel that uses them compiles to an empty body for other targets.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,11 +30,11 @@ using sm80::smem_addr;
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // Matrix descriptor, 128-byte swizzle. The operand is stored as rows of 128 bytes (64
-// 16-bit elements), 16-byte chunk c of row r at chunk c ^ (r & 7), 8-row atoms of 1024
-// bytes (1024-byte aligned base, so the hardware's address-bit swizzle matches ours).
-// sbo: bytes between 8-row groups (K-major: along M/N; N-major B: along K). LBO is unused
-// by every operand here (K-major: 16 elements of K per instruction fit in one row;
-// N-major: the 64 columns of one instruction fit in one row).
+// 16-bit elements or 128 e4m3 ones), 16-byte chunk c of row r at chunk c ^ (r & 7), 8-row
+// atoms of 1024 bytes (1024-byte aligned base, so the hardware's address-bit swizzle
+// matches ours). sbo: bytes between 8-row groups (K-major: along M/N; N-major B: along K).
+// LBO is unused by every operand here (K-major: one instruction's 32 bytes of K fit in one
+// row; N-major: the 64 columns of one instruction fit in one row).
 // lbo: N-major operands wider than 64 columns: bytes between their 64-column halves.
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t sbo, uint32_t lbo = 16) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
