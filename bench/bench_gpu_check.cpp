@@ -865,10 +865,10 @@ int main(int argc, char **argv) {
   std::vector<Case> fp8_prefill;
   {
     // e4m3 prefill rows of several query tiles (the sm90a kernel on compute capability 9.0,
-    // whose producer widens each tile into its ring, V's alone at head dim 128): every page size from 4 (gathers) over
-    // 8..32 (a TMA box per page) to 256 (one box a tile), tiles past a sequence's end
-    // (gathered), one sequence and several (kernel-listed tiles), split last rounds, the
-    // prefix identity.
+    // whose producer widens each tile into its ring, V's alone at head dim 128): every page
+    // size from 4 (gathers) over 8..32 (a TMA box per page) to 256 (one box a tile), tiles
+    // past a sequence's end (gathered), one sequence and several (kernel-listed tiles),
+    // split last rounds, the prefix identity.
     static const int page_sizes[] = {4, 8, 16, 32, 64, 128, 256};
     for (int i = 0; i < (quick ? 7 : 21); ++i) {
       Case c = varied_shape(i + 5);

@@ -5,7 +5,7 @@
 // per-head scales are not applied here: K's folds into the softmax scale and V's into the
 // output (both constant over a CTA's KV head), so operands stay exact and the scales are
 // applied once in fp32. Also the sm90a prefill's split of q into two e4m3 operands (hi +
-// lo) for its S on FP8 tensor cores at head dim 128 (q_row_shift_e4m3, split_e4m3x2).
+// lo) for its S on FP8 tensor cores at head dim 128 (split_e4m3x2).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -65,28 +65,22 @@ __device__ __forceinline__ void convert_e4m3x4_f16(uint32_t w, uint32_t &lo, uin
 #endif
 }
 
-// The power-of-two shift that brings the largest |q| (amax) of some rows into [2^14, 2^15),
-// the top of f16's range (the e4m3 paths convert bf16 q to f16 operands: per row in the
-// decode kernel, per warp's 16 rows in the sm90a prefill): 14 - floor(log2 amax), kept in
-// [-126, 126] so that 2^shift and 2^-shift are normal floats; 0 for zero rows. An infinite
-// amax shifts down (the infinities stay, as in bf16).
-__device__ __forceinline__ int q_row_shift(float amax) {
+// The power-of-two shift that brings the largest |q| (amax) of some rows into [2^top,
+// 2^(top+1)): top 14 is the top of f16's range (the e4m3 paths convert bf16 q to f16
+// operands: per row in the decode kernel, per warp's 16 rows in the sm90a prefill), top 7
+// keeps q split into two e4m3 operands (split_e4m3x2) under e4m3's largest value (448), so
+// none saturates. top - floor(log2 amax), kept in [-126, 126] so that 2^shift and 2^-shift
+// are normal floats; 0 for zero rows. An infinite amax shifts down (the infinities stay, as
+// in bf16, through f16; e4m3 has none).
+__device__ __forceinline__ int q_row_shift(float amax, int top = 14) {
   if (!(amax > 0.f)) return 0;
   const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xffu) - 127;
-  return min(126, max(-126, 14 - e));
-}
-
-// The shift that brings amax into [2^7, 2^8) instead, for q split into two e4m3 operands
-// (split_e4m3x2): its high parts stay under e4m3's largest value (448), so none saturates.
-__device__ __forceinline__ int q_row_shift_e4m3(float amax) {
-  if (!(amax > 0.f)) return 0;
-  const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xffu) - 127;
-  return min(126, max(-126, 7 - e));
+  return min(126, max(-126, top - e));
 }
 
 // The f16 pair h (x, y) as two e4m3 pairs: hi their rounding, lo the rounding of what hi left.
 // hi + lo is x to within 2^-8 |x| or 2^-10 (half e4m3's subnormal step), against a largest
-// |x| of at least 2^7 (q_row_shift_e4m3): an operand split so keeps a product's error at
+// |x| of at least 2^7 (q_row_shift's top 7): an operand split so keeps a product's error at
 // bf16's level, where one e4m3 operand would cost 2-4e-2 of the output (bench/NOTES.md,
 // "Session 17").
 // x - hi is exact in f16: hi is x to 4 significant bits, within a factor of two of it.

@@ -15,9 +15,10 @@
 //    visible 64-token key tiles (skipped / full / masked with the allowed bits of the tile's
 //    at most three query blocks) and fetches K and V of each through the block table into
 //    a ring of stages, stored as 128-byte-swizzled 64-column halves that wgmma reads
-//    through descriptors (RingLayout; kFp8Keys: K's as e4m3 rows): a tile inside one page by TMA (one 64 x 64 box per
-//    half, from descriptors of the pool made per launch: kv_tensor_map.cpp), a tile over
-//    pages of 8..32 tokens by a TMA box of both halves per page (kPageBoxes, a variant of
+//    through descriptors (RingLayout; kFp8Keys: K's as e4m3 rows): a tile inside one page
+//    by TMA (one 64 x 64 box per half, from descriptors of the pool made per launch:
+//    kv_tensor_map.cpp), a tile over pages of 8..32 tokens by a TMA box of both halves per
+//    page (kPageBoxes, a variant of
 //    its own, whose ring holds 8-row groups of both halves; a box per 8-row group where
 //    the pages' strides merge in no pair: kGroupBoxes), any
 //    other (pages under 8 tokens, a sequence's partial last tile, zero-filled past its
@@ -433,7 +434,7 @@ __global__ void __launch_bounds__(384, 1)
     // kFp8Keys: a tile's K bytes straight into the next stage of K's ring, which the S GEMM
     // reads as they are (the pair's barriers as for 16-bit pages: the copies' arrivals, the
     // entries with the second's).
-    int k_filled = 0;  // K stages filled so far
+    int k_filled = 0;  // K stages filled so far (`fetched` too, here: bench/NOTES.md, session 27, item 3)
     auto land_k = [&](int entry) {
       const int stage = k_filled % S;
       const bool second = stage & 1;
@@ -735,6 +736,14 @@ __global__ void __launch_bounds__(384, 1)
     cp_async_commit();
   };
 
+  // This warp's 16 rows of Q (the e4m3 paths' per-warp conversions): lane `lane` holds
+  // 16-byte chunks lane + 32 i, i < kQChunksPerLane, of the rows' 16-bit elements.
+  constexpr int kQChunksPerLane = 16 * C::kChunks / 32;
+  auto warp_q_chunk = [&](int i) -> char * {
+    const int idx = lane + 32 * i;
+    return sQ + swz<BM>(cg * 64 + (warp & 3) * 16 + idx / C::kChunks, idx % C::kChunks);
+  };
+
   // e4m3 pages with bf16 q: each warp converts its own 16 rows of Q to f16 in place, scaled
   // by the power of two that brings their largest |q| to the top of f16's range (exact for
   // every bf16 value within 2^24 of that largest one), and returns the shift, which the
@@ -743,14 +752,11 @@ __global__ void __launch_bounds__(384, 1)
     if constexpr (std::is_same_v<T, __half>) {
       return 0;
     } else {
-      constexpr int kPerLane = 16 * C::kChunks / 32;
-      const int row0 = cg * 64 + (warp & 3) * 16;
-      uint4 x[kPerLane];
+      uint4 x[kQChunksPerLane];
       float amax = 0.f;
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const int idx = lane + 32 * i;
-        x[i] = *reinterpret_cast<const uint4 *>(sQ + swz<BM>(row0 + idx / C::kChunks, idx % C::kChunks));
+      for (int i = 0; i < kQChunksPerLane; ++i) {
+        x[i] = *reinterpret_cast<const uint4 *>(warp_q_chunk(i));
         for (const uint32_t w : {x[i].x, x[i].y, x[i].z, x[i].w}) amax = fp8::max_abs_bf16x2(w, amax);
       }
 #pragma unroll
@@ -758,9 +764,8 @@ __global__ void __launch_bounds__(384, 1)
       const int shift = fp8::q_row_shift(amax);
       const float scale = fp8::exp2i(shift);
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const int idx = lane + 32 * i;
-        *reinterpret_cast<uint4 *>(sQ + swz<BM>(row0 + idx / C::kChunks, idx % C::kChunks)) =
+      for (int i = 0; i < kQChunksPerLane; ++i) {
+        *reinterpret_cast<uint4 *>(warp_q_chunk(i)) =
             make_uint4(fp8::bf16x2_to_f16x2(x[i].x, scale), fp8::bf16x2_to_f16x2(x[i].y, scale),
                        fp8::bf16x2_to_f16x2(x[i].z, scale), fp8::bf16x2_to_f16x2(x[i].w, scale));
       }
@@ -775,15 +780,13 @@ __global__ void __launch_bounds__(384, 1)
   // their second, each a row of D bytes in the 128-byte swizzle the S GEMM's descriptors
   // read. Returns the shift, which the logits' scale undoes.
   auto split_q_e4m3 = [&]() -> int {
-    constexpr int kPerLane = 16 * C::kChunks / 32;
     const int row0 = cg * 64 + (warp & 3) * 16;
-    uint4 x[kPerLane];
+    uint4 x[kQChunksPerLane];
     // The largest |q| of the warp's rows: non-negative 16-bit floats order as their bits.
     uint32_t amax_bits = 0;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int idx = lane + 32 * i;
-      x[i] = *reinterpret_cast<const uint4 *>(sQ + swz<BM>(row0 + idx / C::kChunks, idx % C::kChunks));
+    for (int i = 0; i < kQChunksPerLane; ++i) {
+      x[i] = *reinterpret_cast<const uint4 *>(warp_q_chunk(i));
       for (const uint32_t w : {x[i].x, x[i].y, x[i].z, x[i].w}) amax_bits = __vmaxu2(amax_bits, w & 0x7fff7fffu);
     }
     amax_bits = __reduce_max_sync(0xffffffffu, max(amax_bits & 0xffffu, amax_bits >> 16));
@@ -793,7 +796,7 @@ __global__ void __launch_bounds__(384, 1)
       amax = __half2float(__ushort_as_half(amax16));
     else
       amax = __bfloat162float(__ushort_as_bfloat16(amax16));
-    const int shift = fp8::q_row_shift_e4m3(amax);
+    const int shift = fp8::q_row_shift(amax, 7);
     const float scale = fp8::exp2i(shift);
     // The pair times 2^shift as f16: exact but for values under 2^-21 of the rows' largest.
     auto scaled_f16x2 = [&](uint32_t w) {
@@ -807,7 +810,7 @@ __global__ void __launch_bounds__(384, 1)
     };
     __syncwarp();  // every lane's reads of the warp's rows before any write over them
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
+    for (int i = 0; i < kQChunksPerLane; ++i) {
       const int idx = lane + 32 * i;
       const int r = row0 + idx / C::kChunks, c = idx % C::kChunks;  // 16-bit chunk c: bytes 8c.. of the e4m3 row
       uint16_t hi[4], lo[4];
