@@ -12,6 +12,8 @@
 // Grids: `splits` CTAs an item, each of WG warpgroups with their own rings taking alternate
 // tiles; batch 1 = 8 items of 32768 keys; a large case (512 items of 8192) for the rate a
 // full machine reaches. K/V rotate over 16 copies so the L2 holds none of a launch's bytes.
+// "paged" runs read each 64-key tile from a random 8 KB page of the whole 537 MB tensor
+// (a page table, as bench_decode's pages are drawn from its pool) instead of consecutively.
 //
 // Prints each run's median (CUDA events around one launch, 100 launches) beside an empty
 // kernel of the same grid, and the rate with and without that floor.
@@ -36,7 +38,7 @@ using bspa::kernels::sm90::mbar_arrive_expect_tx;
 using bspa::kernels::sm90::mbar_init;
 using bspa::kernels::sm90::mbar_wait;
 
-constexpr int kTileBytes = 64 * 128;        // 64 keys of K (or V), D 128, e4m3
+constexpr int kTileBytes = 64 * 128;         // 64 keys of K (or V), D 128, e4m3
 constexpr int kStageBytes = 2 * kTileBytes;  // K then V
 
 // One thread's 16 bytes of a stage's K and of its V, folded into `acc`.
@@ -50,6 +52,12 @@ __device__ __forceinline__ void consume(const uint8_t *stage, int wtid, uint4 &a
 struct Range {
   int t0, mine;
 };
+// The byte offset of item `item`'s tile t: consecutive, or its page's (pages != nullptr).
+__device__ __forceinline__ int64_t tile_offset(const int32_t *pages, int keys, int item, int t) {
+  return pages ? static_cast<int64_t>(pages[static_cast<int64_t>(item) * (keys / 64) + t]) * kTileBytes
+               : (static_cast<int64_t>(item) * (keys / 64) + t) * kTileBytes;
+}
+
 __device__ __forceinline__ Range cta_range(int keys, int wg, int WG) {
   const int n = keys / 64, split = blockIdx.x, splits = gridDim.x;
   const int t0 = static_cast<int>(int64_t{split} * n / splits), t1 = static_cast<int>(int64_t{split + 1} * n / splits);
@@ -63,15 +71,14 @@ __device__ __forceinline__ void fold_out(uint32_t *out, int wtid, const uint4 &a
 
 // grid (splits, items), WG x 128 threads; item i's K rows at k + i * keys * 128.
 template <int S, int WG>
-__global__ void __launch_bounds__(WG * 128) stream_cp_async(const uint8_t *k, const uint8_t *v, int keys,
-                                                            uint32_t *out) {
+__global__ void __launch_bounds__(WG * 128)
+    stream_cp_async(const uint8_t *k, const uint8_t *v, const int32_t *pages, int keys, uint32_t *out) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int wg = threadIdx.x >> 7, wtid = threadIdx.x & 127;
   uint8_t *ring = smem + wg * S * kStageBytes;
   const Range r = cta_range(keys, wg, WG);
-  const int64_t base = static_cast<int64_t>(blockIdx.y) * keys * 128;
   auto load = [&](int i) {
-    const int64_t src = base + static_cast<int64_t>(r.t0 + wg + WG * i) * kTileBytes;
+    const int64_t src = tile_offset(pages, keys, blockIdx.y, r.t0 + wg + WG * i);
     const uint32_t st = smem_addr(ring + (i % S) * kStageBytes);
 #pragma unroll
     for (int j = 0; j < kTileBytes / 16 / 128; ++j) {
@@ -103,20 +110,20 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_
 }
 
 template <int S, int WG>
-__global__ void __launch_bounds__(WG * 128) stream_bulk(const uint8_t *k, const uint8_t *v, int keys, uint32_t *out) {
+__global__ void __launch_bounds__(WG * 128)
+    stream_bulk(const uint8_t *k, const uint8_t *v, const int32_t *pages, int keys, uint32_t *out) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t full[WG][S];
   const int wg = threadIdx.x >> 7, wtid = threadIdx.x & 127;
   uint8_t *ring = smem + wg * S * kStageBytes;
   const Range r = cta_range(keys, wg, WG);
-  const int64_t base = static_cast<int64_t>(blockIdx.y) * keys * 128;
   if (wtid == 0) {
     for (int s = 0; s < S; ++s) mbar_init(smem_addr(&full[wg][s]), 1);
     fence_mbar_init();
   }
   __syncthreads();
   auto load = [&](int i) {  // one thread: tile i's K and V into stage i % S
-    const int64_t src = base + static_cast<int64_t>(r.t0 + wg + WG * i) * kTileBytes;
+    const int64_t src = tile_offset(pages, keys, blockIdx.y, r.t0 + wg + WG * i);
     const uint32_t st = smem_addr(ring + (i % S) * kStageBytes), bar = smem_addr(&full[wg][i % S]);
     mbar_arrive_expect_tx(bar, kStageBytes);
     bulk_copy(st, k + src, kTileBytes, bar);
@@ -134,9 +141,9 @@ __global__ void __launch_bounds__(WG * 128) stream_bulk(const uint8_t *k, const 
   fold_out(out, wtid, acc);
 }
 
-__global__ void empty_kernel(const uint8_t *, const uint8_t *, int, uint32_t *) {}
+__global__ void empty_kernel(const uint8_t *, const uint8_t *, const int32_t *, int, uint32_t *) {}
 
-using Kernel = void (*)(const uint8_t *, const uint8_t *, int, uint32_t *);
+using Kernel = void (*)(const uint8_t *, const uint8_t *, const int32_t *, int, uint32_t *);
 
 struct Run {
   const char *name;
@@ -144,15 +151,16 @@ struct Run {
   int stages, wg;  // stages 0: the empty kernel
   bool bulk;
   int items, keys, splits;
+  bool paged = false;
 };
 
 template <int S, int WG>
-Run cp_async_run(int items, int keys, int splits) {
-  return {"cp.async", stream_cp_async<S, WG>, S, WG, false, items, keys, splits};
+Run cp_async_run(int items, int keys, int splits, bool paged = false) {
+  return {paged ? "cp.async/p" : "cp.async", stream_cp_async<S, WG>, S, WG, false, items, keys, splits, paged};
 }
 template <int S, int WG>
-Run bulk_run(int items, int keys, int splits) {
-  return {"bulk", stream_bulk<S, WG>, S, WG, true, items, keys, splits};
+Run bulk_run(int items, int keys, int splits, bool paged = false) {
+  return {paged ? "bulk/p" : "bulk", stream_bulk<S, WG>, S, WG, true, items, keys, splits, paged};
 }
 
 }  // namespace
@@ -176,6 +184,15 @@ int main() {
   int sms = 0;
   CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int max_ctas = 512 * 2;
+  // A random page of the whole tensor for each of batch 1's tiles (paged runs): kCopies
+  // tables, disjoint, rotated between launches as the copies are.
+  const int64_t n_pages = tensor_bytes / kTileBytes, batch1_tiles = 8 * 32768 / 64;
+  std::vector<int32_t> perm(n_pages);
+  for (int64_t i = 0; i < n_pages; ++i) perm[i] = static_cast<int32_t>(i);
+  for (int64_t i = n_pages - 1; i > 0; --i) std::swap(perm[i], perm[(x = x * 1664525u + 1013904223u) % (i + 1)]);
+  int32_t *dpages;
+  CUDA_OK(cudaMalloc(&dpages, sizeof(int32_t) * n_pages));
+  CUDA_OK(cudaMemcpy(dpages, perm.data(), sizeof(int32_t) * n_pages, cudaMemcpyHostToDevice));
   uint32_t *dout;
   CUDA_OK(cudaMalloc(&dout, sizeof(uint32_t) * max_ctas * 128 * 4));
 
@@ -192,6 +209,8 @@ int main() {
       bulk_run<6, 2>(8, 32768, 16),
       bulk_run<4, 1>(8, 32768, 32),
       bulk_run<8, 1>(8, 32768, 8),
+      cp_async_run<4, 2>(8, 32768, 16, true),
+      bulk_run<8, 1>(8, 32768, 16, true),
       {"empty", empty_kernel, 0, 1, false, 512, 8192, 1},
       cp_async_run<4, 1>(512, 8192, 1),
       bulk_run<4, 1>(512, 8192, 1),
@@ -206,12 +225,16 @@ int main() {
   double empty_us = 0;
   for (const Run &run : runs) {
     const int64_t item_bytes = int64_t{run.keys} * 128, launch_bytes = run.items * item_bytes;
-    const int copies = static_cast<int>(std::min<int64_t>(kCopies, tensor_bytes / launch_bytes));
+    const int copies = run.paged ? static_cast<int>(std::min<int64_t>(kCopies, n_pages / batch1_tiles))
+                                 : static_cast<int>(std::min<int64_t>(kCopies, tensor_bytes / launch_bytes));
     const int smem = run.stages * run.wg * kStageBytes;
     if (smem > 0) CUDA_OK(cudaFuncSetAttribute(run.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const dim3 grid(run.splits, run.items);
     auto launch = [&](int c) {
-      run.kernel<<<grid, run.wg * 128, smem>>>(dk + c * launch_bytes, dv + c * launch_bytes, run.keys, dout);
+      if (run.paged)
+        run.kernel<<<grid, run.wg * 128, smem>>>(dk, dv, dpages + c * batch1_tiles, run.keys, dout);
+      else
+        run.kernel<<<grid, run.wg * 128, smem>>>(dk + c * launch_bytes, dv + c * launch_bytes, nullptr, run.keys, dout);
     };
     bool pass = true;
     if (run.stages > 0) {  // the folded bytes, against the host's fold of copy 0
@@ -229,7 +252,8 @@ int main() {
           for (int w = 0; w < 128 * 4 && pass; ++w) {
             uint32_t want = 0;
             for (int t = t0; t < t1; ++t) {
-              const int64_t off = it * item_bytes + int64_t{t} * kTileBytes + 4 * w;
+              const int64_t tile = run.paged ? perm[int64_t{it} * n + t] : int64_t{it} * n + t;
+              const int64_t off = tile * kTileBytes + 4 * w;
               uint32_t a, b;
               std::memcpy(&a, &hk[off], 4);
               std::memcpy(&b, &host[off], 4);

@@ -434,18 +434,17 @@ __global__ void __launch_bounds__(384, 1)
     // kFp8Keys: a tile's K bytes straight into the next stage of K's ring, which the S GEMM
     // reads as they are (the pair's barriers as for 16-bit pages: the copies' arrivals, the
     // entries with the second's).
-    int k_filled = 0;  // K stages filled so far (`fetched` too, here: bench/NOTES.md, session 27, item 3)
+    // K's stage is the tile's count, `fetched`: fill lands K before its fetch counts the tile.
     auto land_k = [&](int entry) {
-      const int stage = k_filled % S;
+      const int stage = fetched % S;
       const bool second = stage & 1;
-      if (k_filled >= S && !second) mbar_wait(pair_bar(empty_k, stage), ((k_filled / S) - 1) & 1);
+      if (fetched >= S && !second) mbar_wait(pair_bar(empty_k, stage), ((fetched / S) - 1) & 1);
       land(std::true_type{}, std::false_type{}, entry, smem_addr(sK) + stage * C::kKStageBytes, pair_bar(full_k, stage),
            [] {});
       if (tid == 0) {
         sEntry[stage] = entry;
         if (second) mbar_arrive(pair_bar(full_k, stage));  // release: both entries are visible with the phase
       }
-      ++k_filled;
     };
     // Widens the next pair of stages (filled is even), both K first, then both V: a pair's
     // K is free a step before its V (the consumers' S runs ahead of their PV), so the
