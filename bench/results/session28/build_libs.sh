@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Rebuilds call D's carried folder, .device/s28 (git-ignored), from the repository: the
-# libraries `landed` (a036c70's kernels, = 2c98422's), `stamp` (landed +
-# decode_phase_stamps.diff) and `lateq` (branch wip/s28-late-q's decode.cuh), main's bench
-# programs and demo, and the shared libraries the device image lacks. Run from the
-# repository root on a clean tree (~10 min on two cores); it leaves the tree as it found it.
+# libraries `landed` (main's kernels since 2c98422), `stamp` (landed +
+# decode_phase_stamps.diff), `lateq` (branch wip/s28-late-q's decode.cuh), `mrel` (branch
+# wip/s28-merge-release's decode.cuh and sm80_primitives.cuh) and `both` (the two branches
+# merged), main's bench programs and demo, and the shared libraries the device image lacks.
+# Run from the repository root on a clean tree (~15 min on two cores); it leaves the tree as
+# it found it.
 #   bash bench/results/session28/build_libs.sh [BUILD_DIR=build-s28]
 set -euo pipefail
 build=${1:-build-s28}
@@ -22,10 +24,18 @@ lib landed
 cp "$build"/bench/{bench_decode,bench_gpu_check,bench_fp8_check,bench_step,bench_prefill} "$out/bin/bench/"
 cp "$build/examples/demo/bspa-demo" "$out/bin/"
 cp -L /lib/x86_64-linux-gnu/{libsimdjson.so.14,libxxhash.so.0,libgomp.so.1} "$out/sys/"
-trap 'git checkout -q -- kernels/cuda/decode.cuh' EXIT
+files="kernels/cuda/decode.cuh kernels/cuda/sm80_primitives.cuh"
+restore() { git checkout -q HEAD -- $files; }
+trap restore EXIT
 git apply bench/results/session28/decode_phase_stamps.diff
 lib stamp
-git checkout -q -- kernels/cuda/decode.cuh
+restore
 git checkout -q wip/s28-late-q -- kernels/cuda/decode.cuh
-git reset -q -- kernels/cuda/decode.cuh
 lib lateq
+restore
+git checkout -q wip/s28-merge-release -- $files
+lib mrel
+restore
+git diff HEAD wip/s28-late-q -- kernels/cuda/decode.cuh | git apply
+git diff HEAD wip/s28-merge-release -- $files | git apply
+lib both
