@@ -48,16 +48,16 @@ __device__ __forceinline__ void consume(const uint8_t *stage, int wtid, uint4 &a
   acc.x ^= a.x ^ b.x, acc.y ^= a.y ^ b.y, acc.z ^= a.z ^ b.z, acc.w ^= a.w ^ b.w;
 }
 
+// The byte offset of item `item`'s tile t: consecutive, or its page's (pages != nullptr).
+__device__ __forceinline__ int64_t tile_offset(const int32_t *pages, int keys, int item, int t) {
+  const int64_t i = static_cast<int64_t>(item) * (keys / 64) + t;
+  return (pages ? pages[i] : i) * kTileBytes;
+}
+
 // This CTA's tile range of its item, and warpgroup wg's count of it (tiles wg, wg + WG, ...).
 struct Range {
   int t0, mine;
 };
-// The byte offset of item `item`'s tile t: consecutive, or its page's (pages != nullptr).
-__device__ __forceinline__ int64_t tile_offset(const int32_t *pages, int keys, int item, int t) {
-  return pages ? static_cast<int64_t>(pages[static_cast<int64_t>(item) * (keys / 64) + t]) * kTileBytes
-               : (static_cast<int64_t>(item) * (keys / 64) + t) * kTileBytes;
-}
-
 __device__ __forceinline__ Range cta_range(int keys, int wg, int WG) {
   const int n = keys / 64, split = blockIdx.x, splits = gridDim.x;
   const int t0 = static_cast<int>(int64_t{split} * n / splits), t1 = static_cast<int>(int64_t{split + 1} * n / splits);
@@ -170,17 +170,15 @@ int main() {
   const int64_t batch1_bytes = int64_t{8} * 32768 * 128;  // of K (and of V)
   const int64_t large_bytes = int64_t{512} * 8192 * 128;
   const int64_t tensor_bytes = std::max(batch1_bytes * kCopies, large_bytes);
-  std::vector<uint8_t> host(tensor_bytes);
+  std::vector<uint8_t> hk(tensor_bytes), hv(tensor_bytes);  // random bytes
   uint32_t x = 12345;
-  for (auto &b : host) b = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
+  for (auto *h : {&hk, &hv})
+    for (auto &b : *h) b = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
   uint8_t *dk, *dv;
   CUDA_OK(cudaMalloc(&dk, tensor_bytes));
   CUDA_OK(cudaMalloc(&dv, tensor_bytes));
-  CUDA_OK(cudaMemcpy(dk, host.data(), tensor_bytes, cudaMemcpyHostToDevice));
-  for (auto &b : host) b = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
-  CUDA_OK(cudaMemcpy(dv, host.data(), tensor_bytes, cudaMemcpyHostToDevice));
-  std::vector<uint8_t> hk(tensor_bytes);
-  CUDA_OK(cudaMemcpy(hk.data(), dk, tensor_bytes, cudaMemcpyDeviceToHost));  // host's V is `host`
+  CUDA_OK(cudaMemcpy(dk, hk.data(), tensor_bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dv, hv.data(), tensor_bytes, cudaMemcpyHostToDevice));
   int sms = 0;
   CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int max_ctas = 512 * 2;
@@ -256,7 +254,7 @@ int main() {
               const int64_t off = tile * kTileBytes + 4 * w;
               uint32_t a, b;
               std::memcpy(&a, &hk[off], 4);
-              std::memcpy(&b, &host[off], 4);
+              std::memcpy(&b, &hv[off], 4);
               want ^= a ^ b;
             }
             pass = got[(static_cast<size_t>(it) * run.splits + sp) * 512 + w] == want;

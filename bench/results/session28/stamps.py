@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Reads call C's decode logs (bench_decode --only 1x32767 with the `stamp` library): the
+"""Reads call D's stamp logs (bench_decode --only 1x32767 with the `stamp` library): the
 STAMP lines of thread 0 of every two-quad decode CTA, grouped into launches, and prints per
 layout the medians over launches of where a batch-1 launch's time goes.
-  python3 stamps.py res28c/decode_stamp_fp8.log [...]"""
+  python3 stamps.py res28d/decode_stamp_fp8.log [...]"""
 import statistics as st
 import sys
 
@@ -27,7 +27,7 @@ def report(name, lines):
     if not groups:
         return
     ghz = st.median(r[3][-1] / max(r[1] - r[0], 1) for g in groups for r in g)
-    span, start_spread, last_end, loop_end_p50, loop_end_max = [], [], [], [], []
+    span, start_spread, loop_end_p50, loop_end_max = [], [], [], []
     phase = [[] for _ in PHASES]
     merge_last, exit_other = [], []
     for g in groups:
@@ -59,7 +59,7 @@ def report(name, lines):
 
 def main():
     for path in sys.argv[1:]:
-        block, layout = [], None
+        block = []
         for ln in open(path, errors="replace"):
             if ln.startswith("STAMP"):
                 block.append(ln)
