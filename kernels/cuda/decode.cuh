@@ -262,7 +262,12 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   const int page_mask = (1 << p.page_shift) - 1;
 
   // Q rows -> shared (padding rows zero).
-  if constexpr (C::kFp8) {
+  // e4m3 pages: Q is read into registers, converted and stored by every thread (a generic
+  // lambda: only e4m3 kernels instantiate it). Where Q's fragments then stay in registers
+  // (kLateQ), the first pass stores Q after issuing its first K/V copies, so the copies'
+  // page-table reads and their memory latency no longer wait behind Q's own round trip.
+  constexpr bool kLateQ = C::kFp8 && (kQuads > 1 || kNarrow);
+  auto write_q_e4m3 = [&](auto) {
     // e4m3 fragments (below) give each thread K's head-dim elements in the order they lie in
     // a 128-bit load, not in mma's k order, so Q is stored with its columns permuted to
     // match: thread (row, m, c) moves columns 64m + 16c .. + 15 as eight pairs; pair 2w of
@@ -311,6 +316,9 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
         *reinterpret_cast<uint32_t *>(sQ + swz<D>(r, 2 * kk + 1) + 4 * c) = pairs[2 * w + 1];
       }
     }
+  };
+  if constexpr (C::kFp8) {
+    if constexpr (!kLateQ) write_q_e4m3(0);
     cp_async_commit();  // an empty group: the ring's wait counts stay those of the 16-bit path
   } else {
     const T *q = static_cast<const T *>(p.q);
@@ -674,16 +682,6 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     const int steps = (total + kQuads - 1) / kQuads;
     if constexpr (kQuads > 1) total = total > quad ? (total - quad + kQuads - 1) / kQuads : 0;
     auto entry_at = [&](int i) { return sList[first + quad + kQuads * i]; };
-    // The rows' softmax scales: the e4m3 path's Q shifts undone (their shared array was
-    // written with Q, before the listing's barrier).
-    float row_scale[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      row_scale[rr] = scale_log2;
-      if constexpr (kQToF16)
-        row_scale[rr] = scale_log2 * __uint_as_float(static_cast<uint32_t>(127 - sRowShift[fragment_row(rr)]) << 23);
-    }
-
     int pages[kPasses];
 #pragma unroll
     for (int i = 0; i < S - 1; ++i) {
@@ -694,6 +692,8 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
       cp_async_commit();
     }
     if (S - 1 < total) fetch_pages(entry_at(S - 1), pages);  // the pages of the next tile to copy
+    if constexpr (kLateQ)
+      if (c0 == c_begin) write_q_e4m3(0);
     // Several quads, or narrow tiles (whose Q fragments are half the registers): the warp's Q
     // fragments stay in registers through the pass rather than being read from shared
     // memory at every tile (eight ldmatrix a tile at D 128, on the chain of a warp whose
@@ -710,6 +710,15 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)
         ldmatrix_x4(xo(q_off, kk), q_frag[kk][0], q_frag[kk][1], q_frag[kk][2], q_frag[kk][3]);
+    }
+    // The rows' softmax scales: the e4m3 path's Q shifts undone (their shared array was
+    // written with Q: before the listing's barrier, or with kLateQ before the one above).
+    float row_scale[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      row_scale[rr] = scale_log2;
+      if constexpr (kQToF16)
+        row_scale[rr] = scale_log2 * __uint_as_float(static_cast<uint32_t>(127 - sRowShift[fragment_row(rr)]) << 23);
     }
     auto q_fragment = [&](int kk, uint32_t(&a)[4]) {
       if constexpr (kQInRegisters) {
