@@ -19,7 +19,9 @@
 //     8-column N side holds the rows without padding: decode_item's kNarrow);
 //  4. the key groups' partial states are merged in shared memory; with one split the rows
 //     are normalised and stored (and their lse), otherwise the CTA stores its unit and the
-//     item's last CTA to finish combines the item's units (merge_units).
+//     item's last CTA to finish combines the item's units (merge_units), or, where the
+//     item's splits are one thread-block cluster (Split::cluster), the cluster's CTAs
+//     combine them from each other's shared memory.
 // The same layout block-size rule as the prefill kernels holds (multiples of 64, checked on
 // the host), so a key tile lies in one key block; q <= 8 rows span at most two query blocks.
 #pragma once
@@ -35,6 +37,7 @@
 #include "kernels/cuda/kv_tile_copy.cuh"
 #include "kernels/cuda/launch_check.hpp"
 #include "kernels/cuda/sm80_primitives.cuh"
+#include "kernels/cuda/sm90_primitives.cuh"
 #include "kernels/cuda/softmax.cuh"
 
 namespace bspa::kernels::decode {
@@ -102,21 +105,21 @@ struct Config {
   static_assert(kKeyTile % kRowsPerPass == 0, "a tile's rows divide evenly over a chunk column's threads");
 };
 
-// Combines the split units of one item (sequence, KV head): `units` are its splits'
-// units, every one written for all `rows` rows (an empty split stores zeros and a zero
-// sum), read from L2 (other CTAs wrote them). Latency bound (a few KB an item) and on the
-// launch's critical path (the last CTA of the last item merges after everything else), so a
-// thread takes four columns of a row (one pass over the item at 4 x 128 rows x columns) and
-// loads the statistics and outputs of 16 units at once, folding its row's statistics
-// itself: one round trip to L2 per 16 units, no pass for the statistics and no barrier. All
-// threads of the CTA call it.
-template <class T, int D>
-__device__ __forceinline__ void merge_units(const cuda::AttentionParams &p, const Split &split, const float *units,
-                                            int rows, int G, int qs, int kvh) {
+// Combines the split units of one item (sequence, KV head): its splits' units, every one
+// written for all `rows` rows (an empty split stores zeros and a zero sum); load_unit(u, r,
+// col, st, v) reads unit u's statistics of row r and its columns col..col + 3. Latency bound
+// (a few KB an item) and on the launch's critical path (the last CTA of the last item
+// merges after everything else), so a thread takes four columns of a row and loads the
+// statistics and outputs of 16 units at once, folding its row's statistics itself: one
+// round trip per 16 units, no pass for the statistics and no barrier. The (row, four
+// columns) slots first, first + step, ... are this thread's: the item's last CTA takes
+// them all (first = threadIdx.x, step = blockDim.x); a cluster's CTAs share them.
+template <class T, int D, class LoadUnit>
+__device__ __forceinline__ void merge_units(const cuda::AttentionParams &p, const Split &split, int rows, int G, int qs,
+                                            int kvh, int first, int step, LoadUnit &&load_unit) {
   constexpr int kBatch = 16;
   const int S = split.splits;
-  const int64_t stride = unit_floats(split.rows, D);  // a multiple of 4 floats: the float4 loads stay aligned
-  for (int idx = threadIdx.x; idx < rows * (D / 4); idx += blockDim.x) {
+  for (int idx = first; idx < rows * (D / 4); idx += step) {
     const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
     // merge_row_stats' rule (softmax.cuh), folded online kBatch units a step: with S <= kBatch
     // one step, the max over the units that saw keys and their rescaled sums.
@@ -130,10 +133,7 @@ __device__ __forceinline__ void merge_units(const cuda::AttentionParams &p, cons
         const int u = u0 + j;
         st[j] = make_float2(-INFINITY, 0.f);
         v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (u < S) {
-          st[j] = __ldcg(reinterpret_cast<const float2 *>(units + u * stride + split.rows * D) + r);
-          v[j] = __ldcg(reinterpret_cast<const float4 *>(units + u * stride + r * D + col));
-        }
+        if (u < S) load_unit(u, r, col, st[j], v[j]);
       }
       float m_new = m;
 #pragma unroll
@@ -991,9 +991,23 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   }
   __syncthreads();
   const bool whole = split.splits == 1;
+  // Split::cluster (two-quad CTAs only: one CTA an SM, the item's splits a cluster): the
+  // unit stays in this CTA's shared memory, after the key groups' states, and the cluster
+  // merges its units through distributed shared memory below.
+#if __CUDA_ARCH__ >= 900
+  constexpr bool kClusterMerge = kQuads == 2;
+#else
+  constexpr bool kClusterMerge = false;  // no clusters: the host never sets Split::cluster here
+#endif
+  static_assert(!kClusterMerge || C::kReduceBytes + unit_floats(C::kRows, D) * 4 <= kQuads * C::kRingBytes,
+                "a cluster unit must fit in the rings after the key groups' states");
+  const bool in_cluster = kClusterMerge && split.cluster;
+  float *cluster_unit = reinterpret_cast<float *>(red_ml + C::kKeyGroups * C::kRows);
   float *unit = whole ? nullptr
-                      : split.partials + ((static_cast<int64_t>(seq) * gridDim.y + kvh) * split.splits + split_idx) *
-                                             unit_floats(split.rows, D);
+                : in_cluster
+                    ? cluster_unit
+                    : split.partials + ((static_cast<int64_t>(seq) * gridDim.y + kvh) * split.splits + split_idx) *
+                                           unit_floats(split.rows, D);
   // Four columns of a row a thread (4 x 128 rows x columns: one pass at GQA 4).
   for (int idx = tid; idx < rows * (D / 4); idx += C::kThreads) {
     const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
@@ -1023,6 +1037,24 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
     }
   }
   if (whole) return;
+  if constexpr (kClusterMerge) {
+    if (in_cluster) {
+      // Every unit of the item is in its CTA's shared memory after the cluster barrier;
+      // the CTAs share the merge (this CTA's slots: split_idx, + splits, ...: one row's
+      // four columns a thread), reading each unit at its CTA's cluster rank (= split_idx:
+      // the cluster spans the grid's x), and none leaves before all are done reading.
+      sm90::cluster_sync();
+      const uint32_t local = smem_addr(cluster_unit);
+      merge_units<T, D>(p, split, rows, G, qs, kvh, tid * split.splits + split_idx, C::kThreads * split.splits,
+                        [&](int u, int r, int col, float2 &st, float4 &v) {
+                          const uint32_t peer = sm90::cluster_peer_addr(local, static_cast<uint32_t>(u));
+                          st = sm90::ld_cluster_f2(peer + static_cast<uint32_t>(split.rows * D + 2 * r) * 4u);
+                          v = sm90::ld_cluster_f4(peer + static_cast<uint32_t>(r * D + col) * 4u);
+                        });
+      sm90::cluster_sync();
+      return;
+    }
+  }
   // The item's last CTA to store its unit merges them all: each CTA's stores are made
   // visible device-wide before it counts itself (the counters are zero: Split::counters;
   // when the grid before this one clears them, it waits for that grid first).
@@ -1037,7 +1069,12 @@ __device__ __forceinline__ void decode_item(const cuda::AttentionParams &p, cons
   // Every other CTA of the item has counted: left zero for the next launch (a batch's own
   // workspace is cleared only when it is made: SplitWorkspace::kept_clear_counters).
   if (tid == 0) split.counters[item] = 0;
-  merge_units<T, D>(p, split, split.partials + item * split.splits * unit_floats(split.rows, D), rows, G, qs, kvh);
+  const float *units = split.partials + item * split.splits * unit_floats(split.rows, D);
+  const int64_t stride = unit_floats(split.rows, D);  // a multiple of 4 floats: the float4 loads stay aligned
+  merge_units<T, D>(p, split, rows, G, qs, kvh, tid, C::kThreads, [&](int u, int r, int col, float2 &st, float4 &v) {
+    st = __ldcg(reinterpret_cast<const float2 *>(units + u * stride + split.rows * D) + r);
+    v = __ldcg(reinterpret_cast<const float4 *>(units + u * stride + r * D + col));
+  });
 }
 
 template <class T, class KV, int D, int WR, int kQuads, bool kConsecutiveRows, bool kNarrow>
@@ -1061,8 +1098,11 @@ void launch_kernel(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num
   using C = Config<D, WR, KV, kQuads>;
   constexpr auto kernel = decode_kernel<T, KV, D, WR, kQuads, kConsecutiveRows, kNarrow>;
   cuda::allow_dynamic_smem<kernel>(C::kSmemBytes, "cudaFuncSetAttribute(decode_kernel)");
-  cuda::launch_programmatic(kernel, dim3(split.splits, num_kv_heads, num_seqs), dim3(C::kThreads), C::kSmemBytes,
-                            stream, overlap.previous, "decode_kernel", p, split);
+  // A cluster of more than 8 CTAs (batch 1's 16 splits) is a size the kernel must opt in to.
+  if (split.cluster && split.splits > 8)
+    cuda::allow_nonportable_clusters<kernel>("cudaFuncSetAttribute(decode_kernel)");
+  cuda::launch_ex(kernel, dim3(split.splits, num_kv_heads, num_seqs), dim3(C::kThreads), C::kSmemBytes, stream,
+                  overlap.previous, split.cluster ? split.splits : 1, "decode_kernel", p, split);
 }
 
 // The copy way (decode_item's K/V loads): consecutive rows for 16-bit pages; for e4m3
@@ -1106,6 +1146,28 @@ void launch(const cuda::AttentionParams &p, int32_t num_seqs, int32_t num_kv_hea
   with_variant<KV>(max_rows, split.quads, [&](auto row_groups, auto quads, auto narrow) {
     launch_rows<T, KV, D, decltype(row_groups)::value, decltype(quads)::value, decltype(narrow)::value>(
         p, num_seqs, num_kv_heads, split, overlap, stream);
+  });
+}
+
+// Whether a launch whose grid holds `clusters` items can run each as one thread-block
+// cluster of its `splits` CTAs, every cluster at once (Split::cluster): two-quad CTAs (one
+// an SM), 2..16 splits, and the current device holds that many such clusters (a cluster's
+// CTAs share a GPC, so whole GPCs' SMs count, not the CTA slots).
+template <class T, class KV, int D>
+bool cluster_merge_fits(int32_t max_rows, int32_t quads, int32_t splits, int64_t clusters) {
+  if (quads != 2 || splits < 2 || splits > 16 || clusters < 1) return false;
+  return with_variant<KV>(max_rows, quads, [&](auto row_groups, auto quads_, auto narrow) {
+    constexpr int WR = decltype(row_groups)::value, Q = decltype(quads_)::value;
+    if constexpr (Q != 2) {
+      return false;
+    } else {
+      using C = Config<D, WR, KV, Q>;
+      // The consecutive-rows form stands for both copy ways (the same threads, shared
+      // memory and launch bounds), and every launch's both forms exist for it.
+      constexpr auto kernel = decode_kernel<T, KV, D, WR, Q, true, decltype(narrow)::value>;
+      cuda::allow_dynamic_smem<kernel>(C::kSmemBytes, "cudaFuncSetAttribute(decode_kernel)");
+      return cuda::max_active_clusters<kernel>(splits, C::kThreads, C::kSmemBytes) >= clusters;
+    }
   });
 }
 

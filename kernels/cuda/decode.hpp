@@ -42,6 +42,12 @@ struct Split {
   // pages, at most kernel_quads) where one-quad CTAs would leave the last wave mostly idle
   // (plan_decode_shape). Host only: it picks the variant.
   int32_t quads = 1;
+  // The item's splits are one thread-block cluster (compute capability 9.0, two quads, at
+  // most 16 splits, every cluster of the grid resident at once: cluster_merge_fits): each
+  // CTA keeps its unit in shared memory and the cluster merges them through distributed
+  // shared memory, with no units, counters, fences or atomics in global memory (partials
+  // and counters unused). Measured on batch 1 (bench/NOTES.md, "Session 29").
+  bool cluster = false;
 };
 
 // A unit: rows x D output floats, then rows x (max, sum), padded to a multiple of 4 floats
@@ -84,6 +90,12 @@ void clear_counters(int32_t *counters, int64_t n, cudaStream_t stream);
 // types; e4m3 pages stage bytes and widen them, so theirs differs); 0 for a head_dim the
 // kernel lacks.
 size_t shared_bytes(int32_t head_dim, int32_t max_rows, bool e4m3_pages, int32_t quads = 1);
+
+// Whether a launch whose grid holds `clusters` (sequence, KV head) items of `splits` CTAs of
+// `quads` quads (max_rows as launch's) can run with Split::cluster on the current device
+// (cached per device after a first occupancy query). Same T, KV and D as launch's.
+template <class T, class KV, int D>
+bool cluster_merge_fits(int32_t max_rows, int32_t quads, int32_t splits, int64_t clusters);
 
 // Launches the decode kernel over grid (splits, num_kv_heads, num_seqs); with splits > 1
 // split.counters are zero on the stream when the grid counts (cleared before it, by the

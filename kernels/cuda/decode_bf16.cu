@@ -19,4 +19,7 @@ template void launch<__nv_bfloat16, __nv_bfloat16, 64>(const cuda::AttentionPara
 template void launch<__nv_bfloat16, __nv_bfloat16, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t,
                                                         const Split &, const Overlap &, cudaStream_t);
 
+template bool cluster_merge_fits<__nv_bfloat16, __nv_bfloat16, 64>(int32_t, int32_t, int32_t, int64_t);
+template bool cluster_merge_fits<__nv_bfloat16, __nv_bfloat16, 128>(int32_t, int32_t, int32_t, int64_t);
+
 }  // namespace bspa::kernels::decode

@@ -12,4 +12,9 @@ template void launch<__half, uint8_t, 64>(const cuda::AttentionParams &, int32_t
 template void launch<__half, uint8_t, 128>(const cuda::AttentionParams &, int32_t, int32_t, int32_t, const Split &,
                                            const Overlap &, cudaStream_t);
 
+template bool cluster_merge_fits<__nv_bfloat16, uint8_t, 64>(int32_t, int32_t, int32_t, int64_t);
+template bool cluster_merge_fits<__nv_bfloat16, uint8_t, 128>(int32_t, int32_t, int32_t, int64_t);
+template bool cluster_merge_fits<__half, uint8_t, 64>(int32_t, int32_t, int32_t, int64_t);
+template bool cluster_merge_fits<__half, uint8_t, 128>(int32_t, int32_t, int32_t, int64_t);
+
 }  // namespace bspa::kernels::decode

@@ -36,21 +36,31 @@ void check_launch(const char *kernel, cudaStream_t stream);
 // Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream
 // serialization when `programmatic` (compute capability 9.0+): the grid may then start
 // before the previous work on the stream has finished, and the kernel itself waits for it
-// (griddepcontrol.wait) before it reads that work's results or exits. `what` names the
-// kernel in errors.
+// (griddepcontrol.wait) before it reads that work's results or exits; and in thread-block
+// clusters of cluster_x x 1 x 1 CTAs when cluster_x > 1 (compute capability 9.0+; more
+// than 8 needs allow_nonportable_clusters). `what` names the kernel in errors.
 template <class... Params, class... Args>
-void launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                         bool programmatic, const char *what, Args &&...args) {
+void launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool programmatic,
+               int cluster_x, const char *what, Args &&...args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = programmatic ? 1 : 0;
+  cudaLaunchAttribute attrs[2] = {};
+  unsigned n = 0;
+  if (programmatic) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = static_cast<unsigned>(cluster_x);
+    attrs[n].val.clusterDim.y = 1;
+    attrs[n++].val.clusterDim.z = 1;
+  }
+  cfg.attrs = attrs;
+  cfg.numAttrs = n;
   check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
   check_launch(what, stream);
 }
@@ -93,6 +103,59 @@ void allow_dynamic_smem(int bytes, const char *what) {
   if (device >= 0 && device < kMaxDevices && allowed[device].load(std::memory_order_relaxed) >= bytes) return;
   check_cuda(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what);
   if (device >= 0 && device < kMaxDevices) allowed[device].store(bytes, std::memory_order_relaxed);
+}
+
+// Opts `Kernel` in to thread-block clusters of more than 8 CTAs (a non-portable size: up to
+// 16 on compute capability 9.0) once per device, as allow_dynamic_smem.
+template <auto Kernel>
+void allow_nonportable_clusters(const char *what) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> allowed[kMaxDevices];
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (device >= 0 && device < kMaxDevices && allowed[device].load(std::memory_order_relaxed)) return;
+  check_cuda(cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), what);
+  if (device >= 0 && device < kMaxDevices) allowed[device].store(true, std::memory_order_relaxed);
+}
+
+// How many clusters of `cluster_x` CTAs of `Kernel` (`threads` threads and `smem` bytes of
+// dynamic shared memory a CTA, which the caller has allowed) the current device holds at
+// once (cudaOccupancyMaxActiveClusters: a cluster's CTAs share one GPC, so this is not the
+// CTA slots divided by cluster_x); 0 where the device has no clusters or the query fails
+// (its error cleared, so no later launch check reports it). An answer is cached per device
+// and cluster size (a driver query): a kernel's threads and shared memory are fixed by its
+// template.
+template <auto Kernel>
+int max_active_clusters(int cluster_x, int threads, int smem) {
+  constexpr int kMaxDevices = 64, kMaxCluster = 16;
+  static std::atomic<int> known[kMaxDevices][kMaxCluster + 1];  // clusters + 1 (0: not asked yet)
+  if (cluster_x < 1 || cluster_x > kMaxCluster) return 0;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached) {
+    const int k = known[device][cluster_x].load(std::memory_order_relaxed);
+    if (k > 0) return k - 1;
+  }
+  if (cluster_x > 8) allow_nonportable_clusters<Kernel>("cudaFuncSetAttribute(non-portable cluster size)");
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(cluster_x));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster_x);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, Kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;  // not cached: a query refused once (e.g. inside a stream capture) is asked again
+  }
+  if (cached) known[device][cluster_x].store(clusters + 1, std::memory_order_relaxed);
+  return clusters;
 }
 
 }  // namespace bspa::kernels::cuda

@@ -146,6 +146,14 @@ int32_t decode_max_quads() {
   return quads;
 }
 
+// BSPA_CUDA_DECODE_CLUSTER=0 (a diagnostic, read once) keeps every split decode launch on
+// the merge through global memory (decode::Split::cluster off): to time the cluster merge
+// against it, and to check the two give the same bytes.
+bool decode_cluster_enabled() {
+  static const bool on = cuda::env_flag("BSPA_CUDA_DECODE_CLUSTER", true);
+  return on;
+}
+
 bool built_with_sm90a() { return std::strstr(BSPA_CUDA_ARCHS_STRING, "90a") != nullptr; }
 
 // Compute capability 9.0 (sm_90a code runs on nothing else), cached per device.
@@ -436,7 +444,19 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
         /*even_out_waves=*/layout.kind == Layout::Kind::Dense, forced > 0 && forced * indexed <= capacity ? forced : 0);
     split.splits = shape.splits;
     split.quads = shape.quads;
-    if (split.splits > 1) {
+    // A grid of one two-quad CTA an SM (batch 1 and other small batches) merges each item's
+    // splits inside a thread-block cluster where the device holds all its clusters at once:
+    // no units through L2, no fences, no count, no counter clear (decode::Split::cluster).
+    // Not beside a prefill grid, whose CTAs hold SMs of the GPCs a cluster needs whole.
+    if (split.splits > 1 && split.quads == 2 && sm90 && built_with_sm90a() && !any_prefill && decode_cluster_enabled())
+      with_element_types(p.dtype, e4m3, [&](auto t, auto kv) {
+        using T = typename decltype(t)::type;
+        using KV = typename decltype(kv)::type;
+        split.cluster = p.head_dim == 64
+                            ? decode::cluster_merge_fits<T, KV, 64>(split.rows, split.quads, split.splits, indexed)
+                            : decode::cluster_merge_fits<T, KV, 128>(split.rows, split.quads, split.splits, indexed);
+      });
+    if (split.splits > 1 && !split.cluster) {
       split.counters = static_cast<int32_t *>(decode_workspace.data);
       split.partials = reinterpret_cast<float *>(static_cast<char *>(decode_workspace.data) + counter_bytes);
       // A caller's workspace has no defined contents: with a prefill grid, cleared before

@@ -1,9 +1,12 @@
 // Thin wrappers over the sm90a instructions the Hopper prefill kernel is built from:
 // wgmma.mma_async (m64n128k16 with A and B from shared memory, and m64n128k32 over e4m3
-// bytes; m64n128k16 and m64n64k16 with A from registers and B N-major; fp32 accumulators), its fences and groups,
-// shared-memory matrix descriptors for the 128-byte swizzle, the generic->async proxy fence, mbarriers, TMA tensor
-// loads, register reallocation and named barriers. Only meaningful when compiled for sm_90a
-// (__CUDA_ARCH_FEAT_SM90_ALL); the kernel that uses them compiles to an empty body for other targets.
+// bytes; m64n128k16 and m64n64k16 with A from registers and B N-major; fp32 accumulators),
+// its fences and groups, shared-memory matrix descriptors for the 128-byte swizzle, the
+// generic->async proxy fence, mbarriers, TMA tensor loads, register reallocation and named
+// barriers; and the cluster barrier and distributed shared-memory loads of the decode
+// kernel's split merge. Only meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL;
+// the cluster wrappers for sm_90); the kernels that use them compile to an empty body, or
+// never take that branch, for other targets.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -221,6 +224,42 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 // others (the warps that wait there call named_barrier with the same count).
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Thread-block clusters (compute capability 9.0; the decode kernel's split merge). Every
+// thread of every CTA of the cluster calls cluster_sync: the CTAs' earlier shared-memory
+// writes are visible to the cluster's loads after it (release / acquire), and no CTA runs
+// past it (or exits, freeing its shared memory) before all have reached it.
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// The shared::cluster address of this CTA's shared address `local` in the CTA of cluster
+// rank `rank` (distributed shared memory: that CTA's same offset).
+__device__ __forceinline__ uint32_t cluster_peer_addr(uint32_t local, uint32_t rank) {
+  uint32_t remote = local;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+#endif
+  return remote;
+}
+__device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#if __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+#endif
+  return v;
+}
+__device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr) {
+  float2 v = make_float2(0.f, 0.f);
+#if __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+#endif
+  return v;
 }
 
 }  // namespace bspa::kernels::sm90
