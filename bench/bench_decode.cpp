@@ -49,7 +49,12 @@ const Case kCases[] = {{"64x8191", 64, 8191},
                        {"8x131071", 8, 131071},
                        {"256x2047", 256, 2047},
                        {"1x32767", 1, 32767},
-                       {"128x4095", 128, 4095}};
+                       {"128x4095", 128, 4095},
+                       // Small batches (session 29): one two-quad CTA an SM whose splits merge inside a
+                       // cluster on compute capability 9.0 (decode::Split::cluster): 64 items in 2
+                       // splits (clusters of 2), 8 items in 8 (clusters of 8).
+                       {"8x8191", 8, 8191},
+                       {"1x8191", 1, 8191}};
 
 bool allowed(int h, int64_t qb, int64_t kb, bool sparse) {
   if (kb > qb) return false;

@@ -46,7 +46,8 @@ struct Split {
   // most 16 splits, every cluster of the grid resident at once: cluster_merge_fits): each
   // CTA keeps its unit in shared memory and the cluster merges them through distributed
   // shared memory, with no units, counters, fences or atomics in global memory (partials
-  // and counters unused). Measured on batch 1 (bench/NOTES.md, "Session 29").
+  // and counters unused): 1 x 8k -6..-8%, 8 x 8k -1..-4% on an H100 (bench/NOTES.md,
+  // "Session 29"; batch 1 at 32k needs 8 clusters of 16 and 132 SMs hold 7).
   bool cluster = false;
 };
 
