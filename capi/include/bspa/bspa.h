@@ -78,9 +78,10 @@
  *    idle runs three); 1 keeps the four-warp CTA, 2 leaves out the three-quad grid; same
  *    results within rounding, for comparison.
  *  - BSPA_CUDA_DECODE_CLUSTER = 0: the key splits of a decode item always merge through
- *    global memory (by default, on compute capability 9.0, a launch of one two-quad CTA an
- *    SM whose items' splits all fit the GPU at once as thread-block clusters of at most 16
- *    merges them inside each cluster); same results, for comparison.
+ *    global memory (by default, on compute capability 9.0, a launch of decode rows only
+ *    whose grid is one two-quad CTA an SM, and whose items' splits all fit the GPU at once
+ *    as thread-block clusters of at most 16 CTAs, merges them inside each cluster); same
+ *    results, for comparison.
  *  - BSPA_CUDA_LIST_TILES = 0: the sm90 kernel walks every (sequence, query tile, head)
  *    item of a launch without a work list (bspa_prefill_paged over several sequences)
  *    instead of listing the items that have rows first; for comparison (results equal
