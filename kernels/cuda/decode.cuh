@@ -1165,7 +1165,6 @@ bool cluster_merge_fits(int32_t max_rows, int32_t quads, int32_t splits, int64_t
       // The consecutive-rows form stands for both copy ways: it is instantiated for every
       // page class, with the same threads, shared memory and launch bounds as the other.
       constexpr auto kernel = decode_kernel<T, KV, D, WR, Q, true, decltype(narrow)::value>;
-      cuda::allow_dynamic_smem<kernel>(C::kSmemBytes, "cudaFuncSetAttribute(decode_kernel)");
       return cuda::max_active_clusters<kernel>(splits, C::kThreads, C::kSmemBytes) >= clusters;
     }
   });

@@ -33,6 +33,16 @@ bool stream_may_be_capturing(cudaStream_t stream);
 // Call right after a <<<...>>> launch.
 void check_launch(const char *kernel, cudaStream_t stream);
 
+// The launch attribute of thread-block clusters of cluster_x x 1 x 1 CTAs.
+inline cudaLaunchAttribute cluster_dim_attribute(int cluster_x) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster_x);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
 // Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream
 // serialization when `programmatic` (compute capability 9.0+): the grid may then start
 // before the previous work on the stream has finished, and the kernel itself waits for it
@@ -53,12 +63,7 @@ void launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cu
     attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (cluster_x > 1) {
-    attrs[n].id = cudaLaunchAttributeClusterDimension;
-    attrs[n].val.clusterDim.x = static_cast<unsigned>(cluster_x);
-    attrs[n].val.clusterDim.y = 1;
-    attrs[n++].val.clusterDim.z = 1;
-  }
+  if (cluster_x > 1) attrs[n++] = cluster_dim_attribute(cluster_x);
   cfg.attrs = attrs;
   cfg.numAttrs = n;
   check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
@@ -119,8 +124,8 @@ void allow_nonportable_clusters(const char *what) {
 }
 
 // How many clusters of `cluster_x` CTAs of `Kernel` (`threads` threads and `smem` bytes of
-// dynamic shared memory a CTA, which the caller has allowed) the current device holds at
-// once (cudaOccupancyMaxActiveClusters: a cluster's CTAs share one GPC, so this is not the
+// dynamic shared memory a CTA, allowed here before the first query) the current device
+// holds at once (cudaOccupancyMaxActiveClusters: a cluster's CTAs share one GPC, so this is not the
 // CTA slots divided by cluster_x); 0 where the device has no clusters or the query fails
 // (its error cleared, so no later launch check reports it). An answer is cached per device
 // and cluster size (a driver query): a kernel's threads and shared memory are fixed by its
@@ -137,16 +142,13 @@ int max_active_clusters(int cluster_x, int threads, int smem) {
     const int k = known[device][cluster_x].load(std::memory_order_relaxed);
     if (k > 0) return k - 1;
   }
+  allow_dynamic_smem<Kernel>(smem, "cudaFuncSetAttribute(dynamic shared memory)");
   if (cluster_x > 8) allow_nonportable_clusters<Kernel>("cudaFuncSetAttribute(non-portable cluster size)");
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(cluster_x));
   cfg.blockDim = dim3(static_cast<unsigned>(threads));
   cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(cluster_x);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
+  cudaLaunchAttribute attr = cluster_dim_attribute(cluster_x);
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   int clusters = 0;

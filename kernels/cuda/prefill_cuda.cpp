@@ -445,10 +445,11 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
     split.splits = shape.splits;
     split.quads = shape.quads;
     // A grid of one two-quad CTA an SM (batch 1 and other small batches) merges each item's
-    // splits inside a thread-block cluster where the device holds all its clusters at once:
+    // splits inside a thread-block cluster where the device holds all its clusters at once
+    // (decode::cluster_merge_fits decides, the quads included):
     // no units through L2, no fences, no count, no counter clear (decode::Split::cluster).
     // Not beside a prefill grid, whose CTAs hold SMs of the GPCs a cluster needs whole.
-    if (split.splits > 1 && split.quads == 2 && sm90 && built_with_sm90a() && !any_prefill && decode_cluster_enabled())
+    if (split.splits > 1 && sm90 && built_with_sm90a() && !any_prefill && decode_cluster_enabled())
       with_element_types(p.dtype, e4m3, [&](auto t, auto kv) {
         using T = typename decltype(t)::type;
         using KV = typename decltype(kv)::type;
