@@ -11,10 +11,11 @@ namespace bspa::kernels::decode {
 
 // The tuning constants of plan_splits and plan_decode_shape.
 namespace split_plan {
-// A split's key range is at least this many 64-token tiles (1024 keys), so the fixed cost
+// A split's key range is at least this many 64-token tiles (512 keys), so the fixed cost
 // of a CTA (Q, listing, filling the pipeline, its share of the merge) stays small against
-// its loads.
-inline constexpr int64_t kMinSplitTiles = 16;
+// its loads. Measured on an H100 (bench/NOTES.md, "Session 29"): 1 x 8k dense in 16 splits
+// of 8 tiles ran 9-10% faster than in 8 of 16, both dtypes (sparse the same).
+inline constexpr int64_t kMinSplitTiles = 8;
 // Splits this long keep two CTAs per SM busy long enough to pay for the second one's
 // fixed cost; shorter ones run one CTA per SM.
 inline constexpr int64_t kLongSplitTiles = 64;
