@@ -46,8 +46,8 @@ Test(decode_split_plan, limits) {
   cr_expect_eq(plan_splits(0, 8192, kH200Sms, 2, kRoom, true), 1, "no items");
   cr_expect_eq(plan_splits(8, 0, kH200Sms, 2, kRoom, true), 1, "no keys");
   cr_expect_eq(plan_splits(8, 8192, 0, 2, kRoom, true), 1, "no SMs");
-  cr_expect_eq(splits(1, 2048, false, true), 2, "a split keeps at least 16 key tiles (1024 keys)");
-  cr_expect_eq(splits(1, 1024, false, true), 1, "one split's worth of keys");
+  cr_expect_eq(splits(1, 2048, false, true), 4, "a split keeps at least 8 key tiles (512 keys)");
+  cr_expect_eq(splits(1, 512, false, true), 1, "one split's worth of keys");
   cr_expect_eq(splits(1, 32768, false, true, 8 * 5), 5, "the workspace bounds the splits");
   cr_expect_eq(splits(1, 32768, false, true, 7), 1, "no room for a second unit of every item");
   cr_expect_leq(plan_splits(1, int64_t{1} << 40, 1000, 3, kRoom, true), 256, "at most 256 splits");
