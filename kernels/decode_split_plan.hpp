@@ -13,8 +13,9 @@ namespace bspa::kernels::decode {
 namespace split_plan {
 // A split's key range is at least this many 64-token tiles (512 keys), so the fixed cost
 // of a CTA (Q, listing, filling the pipeline, its share of the merge) stays small against
-// its loads. Measured on an H100 (bench/NOTES.md, "Session 29"): 1 x 8k dense in 16 splits
-// of 8 tiles ran 9-10% faster than in 8 of 16, both dtypes (sparse the same).
+// its loads. 8, not 16 (bench/NOTES.md, "Session 30", H100): batch 1 and 2 at 1k-8k
+// contexts run 7-24% faster dense and 0-19% sparse (more CTAs stream the keys; the fixed
+// part is most of these launches), every larger case the same within 0.3%.
 inline constexpr int64_t kMinSplitTiles = 8;
 // Splits this long keep two CTAs per SM busy long enough to pay for the second one's
 // fixed cost; shorter ones run one CTA per SM.
@@ -54,7 +55,7 @@ inline double wave_use(int64_t ctas, int64_t slots) {
 //
 // Splits for `items` (sequence, KV head) items whose longest key range is `max_keys` tokens,
 // on `sms` SMs of `ctas_per_sm` CTAs each, with room for `capacity_units` units: one wave of
-// CTAs spread evenly over the SMs, each split at least 16 key tiles; 1 (no split) when the
+// CTAs spread evenly over the SMs, each split at least kMinSplitTiles key tiles; 1 (no split) when the
 // items alone fill half the CTA slots or there is no room, unless even_out_waves and they
 // fill one to two waves, which splits fill more evenly.
 inline int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int32_t ctas_per_sm, int64_t capacity_units,
