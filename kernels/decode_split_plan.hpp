@@ -14,7 +14,7 @@ namespace split_plan {
 // A split's key range is at least this many 64-token tiles (512 keys), so the fixed cost
 // of a CTA (Q, listing, filling the pipeline, its share of the merge) stays small against
 // its loads. 8, not 16 (bench/NOTES.md, "Session 30", H100): batch 1 and 2 at 1k-8k
-// contexts run 7-24% faster dense and 0-19% sparse (more CTAs stream the keys; the fixed
+// contexts run 7-24% faster dense and up to 19% sparse (more CTAs stream the keys; the fixed
 // part is most of these launches), every larger case the same within 0.3%.
 inline constexpr int64_t kMinSplitTiles = 8;
 // Splits this long keep two CTAs per SM busy long enough to pay for the second one's
