@@ -8,8 +8,9 @@
 # where `cmake --install` put libbspa (lib/libbspa.so, lib/pkgconfig/bspa.pc, include/).
 # Needs: python3 with pip (numpy, pytest, scikit-build-core, swig from PyPI; the fresh-venv
 # install downloads them through pip's build isolation, and needs libxxhash-dev), cargo and
-# rustfmt (the Rust crates have no dependencies; checking their committed bindings against
-# bspa.h needs Debian's `bindgen` tool and libclang), Go >= 1.19 (golang-go), pkg-config.
+# rustfmt (bspa-sys has no dependencies; bspa needs `half`, Debian's librust-half-dev, which
+# scripts/deps.sh installs; checking bspa-sys's committed bindings against bspa.h needs
+# Debian's `bindgen` tool and libclang), Go >= 1.19 (golang-go), pkg-config.
 # BSPA_BINDINGS="python rust go" picks a subset. Run from scripts/test.sh, its lines go into
 # that script's summary too.
 set -uo pipefail

@@ -86,6 +86,16 @@
  *    item of a launch without a work list (bspa_prefill_paged over several sequences)
  *    instead of listing the items that have rows first; for comparison (results equal
  *    within rounding: the split of the last round may differ).
+ *  - BSPA_DECODE_SPLITS = 1..1024: the decode kernel splits the keys of each (sequence, KV
+ *    head) item that many ways instead of the planned count, where the launch's workspace
+ *    holds them (other values are ignored); a diagnostic for benchmarking (results equal
+ *    within rounding).
+ *  - BSPA_CUDA_MIXED_PREFILL_CTAS = 0..65536: on compute capability 9.0, a launch with
+ *    decode rows and longer queries whose two kernels overlap (not BSPA_CUDA_OVERLAP=0)
+ *    runs its sm90 prefill kernel on at most that many CTAs (0, the default: one an SM;
+ *    other values are ignored), leaving the other SMs to its decode kernel from the start;
+ *    a diagnostic for benchmarking (results equal within rounding: the split of the last
+ *    round may differ).
  *
  * Security: prefix caching shares KV between requests with equal prefixes, which is
  * observable through timing. Sequences of different tenants must use different salts
