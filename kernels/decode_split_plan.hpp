@@ -55,9 +55,9 @@ inline double wave_use(int64_t ctas, int64_t slots) {
 //
 // Splits for `items` (sequence, KV head) items whose longest key range is `max_keys` tokens,
 // on `sms` SMs of `ctas_per_sm` CTAs each, with room for `capacity_units` units: one wave of
-// CTAs spread evenly over the SMs, each split at least kMinSplitTiles key tiles; 1 (no split) when the
-// items alone fill half the CTA slots or there is no room, unless even_out_waves and they
-// fill one to two waves, which splits fill more evenly.
+// CTAs spread evenly over the SMs, each split at least kMinSplitTiles key tiles; 1 (no
+// split) when the items alone fill half the CTA slots or there is no room, unless
+// even_out_waves and they fill one to two waves, which splits fill more evenly.
 inline int32_t plan_splits(int64_t items, int64_t max_keys, int32_t sms, int32_t ctas_per_sm, int64_t capacity_units,
                            bool even_out_waves) {
   using namespace split_plan;

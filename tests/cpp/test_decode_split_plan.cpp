@@ -30,7 +30,6 @@ Test(decode_split_plan, one_wave_of_equal_ctas) {
   cr_expect_eq(splits(1, 32768, false, false), 16, "sparse batch 1 as dense");
   // Short contexts: splits of 8 key tiles (kMinSplitTiles; 16 ran 7-24% slower, session 30).
   cr_expect_eq(splits(1, 8192, true, true), 16, "1 x 8k: 16 splits of 8 tiles");
-  cr_expect_eq(splits(1, 2048, false, true), 4, "1 x 2k: 4 splits of 8 tiles");
   cr_expect_eq(splits(2, 2048, false, true), 4, "2 x 2k: 4 splits of 8 tiles");
 }
 
