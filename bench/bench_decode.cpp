@@ -3,10 +3,10 @@
 // shapes: Hq 32, Hkv 8, head dim 128, bf16, B 64, Lb 16, V 8, heterogeneous heads, scale
 // 1/128; one new token per sequence (--q N for speculative rows). Pages of each sequence are
 // a random permutation of the pool's, so the reads are as scattered as in a long-running
-// server. Every case reads far more than L2 holds (>= 134 MB), so launches need no rotation.
-// CUDA events around each queued launch, warm-up, median of many.
+// server (--in-order-pages: consecutive, as a fresh pool hands them out). Every case reads far more than L2 holds (>=
+// 134 MB), so launches need no rotation. CUDA events around each queued launch, warm-up, median of many.
 //   bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE] [--kv fp8]
-//                [--case SEQSxCTX]
+//                [--case SEQSxCTX] [--in-order-pages]
 // --kv fp8: the pages hold e4m3 (half the bytes; q and out stay bf16), with per-head scales;
 // the mixed-step rows are left out.
 // "bytes" is the K/V a decode must read: every key of the sequence per KV head (dense), or
@@ -149,6 +149,9 @@ int main(int argc, char **argv) {
                  "an extra case SEQSxCTX (e.g. 1x1023: a launch's fixed cost; one that fits in L2 reads from it)");
   app.add_option("--kv", kv, "page dtype (fp8: e4m3 pages with per-head scales, no mixed rows)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
+  bool in_order_pages = false;
+  app.add_flag("--in-order-pages", in_order_pages,
+               "bspa_prefill_paged's block tables in page order (default: a random permutation)");
   if (const int rc = gpu::parse_flags(app, argc, argv); rc >= 0) return rc;
   const char *json = json_path.empty() ? nullptr : json_path.c_str(), *commit = commit_name.c_str();
   const char *only = only_name.empty() ? nullptr : only_name.c_str();
@@ -237,11 +240,13 @@ int main(int argc, char **argv) {
       max_pages = std::max(max_pages, (sq.first + sq.second + ps - 1) / ps);
       max_q = std::max(max_q, sq.second), T += sq.second;
     }
-    // Each sequence's pages: a random draw without replacement from the whole pool.
+    // Each sequence's pages: a random draw without replacement from the whole pool (or, with
+    // --in-order-pages, the next ones in order).
     std::vector<int32_t> perm(num_pages);
     for (int64_t i = 0; i < num_pages; ++i) perm[i] = static_cast<int32_t>(i);
     gpu::Rng rng(11 + ps);
-    for (int64_t i = num_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.next() % (i + 1)]);
+    if (!in_order_pages)
+      for (int64_t i = num_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.next() % (i + 1)]);
     std::vector<int32_t> bt(static_cast<size_t>(ns) * max_pages, 0), qs(ns + 1, 0), cl(ns);
     size_t next = 0;
     for (int i = 0; i < ns; ++i) {
@@ -279,8 +284,8 @@ int main(int argc, char **argv) {
     return med;
   };
 
-  std::printf("%s, decode kernel %s, q = %d, pages %s\n", prop.name, decode_off ? "OFF (prefill path)" : "on", q,
-              fp8 ? "fp8_e4m3" : "bf16");
+  std::printf("%s, decode kernel %s, q = %d, pages %s%s\n", prop.name, decode_off ? "OFF (prefill path)" : "on", q,
+              fp8 ? "fp8_e4m3" : "bf16", in_order_pages ? " (block tables in page order)" : "");
   std::printf("%-10s %5s %-6s %10s %9s %9s %8s\n", "case", "page", "layout", "ms", "GB", "GB/s", "host_us");
   for (int ps : page_sizes) {
     for (const Case &c : cases) {
@@ -409,8 +414,9 @@ int main(int argc, char **argv) {
     std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     std::fprintf(
         f,
-        "{\n  \"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"decode_kernel\": %s, \"kv_dtype\": \"%s\",\n  \"results\": [\n",
-        prop.name, commit, date, decode_off ? "false" : "true", fp8 ? "fp8_e4m3" : "bf16");
+        "{\n  \"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"decode_kernel\": %s, \"kv_dtype\": \"%s\", \"in_order_pages\": %s,\n  \"results\": [\n",
+        prop.name, commit, date, decode_off ? "false" : "true", fp8 ? "fp8_e4m3" : "bf16",
+        in_order_pages ? "true" : "false");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result &r = results[i];
       std::fprintf(
