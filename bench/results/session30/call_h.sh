@@ -8,7 +8,8 @@
 # listing), block tables in page order, the listing off (BSPA_CUDA_LIST_TILES=0), both.
 # The bench's pool rows now write every cached context's K/V (f52d5f3: they read unwritten
 # pages before), so the pool rows here are the first honest ones; then every mixed row
-# once more (bench_decode --pages 64, bf16, all cases).
+# once more (bench_decode --pages 64, bf16, all cases); then bench_step, whose 32-layer
+# decode step now reads written contexts too.
 set -uo pipefail
 source bench/device_call.sh /tmp/res30h .device/s30
 R=$DC_RESULTS B=$DC_BIN
@@ -29,5 +30,9 @@ t "all bf16 cases and both mixed steps"
 LD_LIBRARY_PATH=/tmp/libmain timeout 120 $B/bench/bench_decode --pages 64 --kv bf16 --json $R/decode_bf16.json \
   > $R/decode_bf16.log 2>&1
 grep -A5 "mixed step" $R/decode_bf16.log
+save
+t "bench_step (its 32-layer step's contexts now written, as the pool rows')"
+LD_LIBRARY_PATH=/tmp/libmain timeout 120 $B/bench/bench_step --reps 200 --json $R/step.json > $R/step.log 2>&1
+echo "rc=$?"; grep -A9 "32-layer" $R/step.log
 save
 t done
