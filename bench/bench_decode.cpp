@@ -3,8 +3,9 @@
 // shapes: Hq 32, Hkv 8, head dim 128, bf16, B 64, Lb 16, V 8, heterogeneous heads, scale
 // 1/128; one new token per sequence (--q N for speculative rows). Pages of each sequence are
 // a random permutation of the pool's, so the reads are as scattered as in a long-running
-// server (--in-order-pages: consecutive, as a fresh pool hands them out). Every case reads far more than L2 holds (>=
-// 134 MB), so launches need no rotation. CUDA events around each queued launch, warm-up, median of many.
+// server (--in-order-pages: consecutive, as a fresh pool hands them out). Every case reads
+// far more than L2 holds (>= 134 MB), so launches need no rotation. CUDA events around each
+// queued launch, warm-up, median of many.
 //   bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE] [--kv fp8]
 //                [--case SEQSxCTX] [--in-order-pages]
 // --kv fp8: the pages hold e4m3 (half the bytes; q and out stay bf16), with per-head scales;
@@ -50,9 +51,10 @@ const Case kCases[] = {{"64x8191", 64, 8191},
                        {"256x2047", 256, 2047},
                        {"1x32767", 1, 32767},
                        {"128x4095", 128, 4095},
-                       // Small batches (session 29): one two-quad CTA an SM whose splits merge inside a
-                       // cluster on compute capability 9.0 (decode::Split::cluster): 64 items in 2
-                       // splits (clusters of 2), 8 items in 8 (clusters of 8).
+                       // Small batches (session 29): one two-quad CTA an SM. 8 x 8191: 64 items in 2
+                       // splits, merged inside clusters of 2 on compute capability 9.0
+                       // (decode::Split::cluster); 1 x 8191: 8 items in 16 splits (session 30's
+                       // kMinSplitTiles), merged through L2 (7 clusters of 16 fit, not 8).
                        {"8x8191", 8, 8191},
                        {"1x8191", 1, 8191}};
 
@@ -181,17 +183,7 @@ int main(int argc, char **argv) {
   const size_t kv_elems = static_cast<size_t>(kMaxTokens) * kHkv * kD;
   uint16_t *k = static_cast<uint16_t *>(gpu::dmalloc(kv_elems * 2)),
            *v = static_cast<uint16_t *>(gpu::dmalloc(kv_elems * 2));
-  {
-    const size_t chunk = 16u << 20;
-    std::vector<uint16_t> h(chunk);
-    gpu::Rng rng(7);
-    for (auto &x : h) x = gpu::f32_to_bf16(rng.normal());
-    uint16_t *d = gpu::upload(h);
-    for (uint16_t *p : {k, v})
-      for (size_t off = 0; off < kv_elems; off += chunk)
-        CUDA_OK(cudaMemcpy(p + off, d, std::min(chunk, kv_elems - off) * 2, cudaMemcpyDeviceToDevice));
-    cudaFree(d);
-  }
+  gpu::fill_normal_bf16({{k, kv_elems}, {v, kv_elems}}, 7);
   uint8_t *k8 = nullptr, *v8 = nullptr;  // --kv fp8: e4m3 pages, and their scales
   float *kv_scales = nullptr;
   if (fp8) {

@@ -125,17 +125,9 @@ struct Bench {
     }
     q = static_cast<uint16_t *>(gpu::dmalloc(q_elems * 2));
     out = static_cast<uint16_t *>(gpu::dmalloc(q_elems * 2));
-    // Random N(0,1) bf16 (never zeros): one 32 MB random chunk tiled over every buffer.
-    const size_t chunk = 16u << 20;
-    std::vector<uint16_t> h(chunk);
-    gpu::Rng rng(7);
-    for (auto &x : h) x = gpu::f32_to_bf16(rng.normal());
-    uint16_t *dchunk = gpu::upload(h);
-    for (auto [p, n] : {std::pair{k, page_elems}, {v, page_elems}, {q, q_elems}, {out, q_elems}})
-      for (size_t off = 0; off < n; off += chunk)
-        CUDA_OK(cudaMemcpy(p + off, dchunk, std::min(chunk, n - off) * 2, cudaMemcpyDeviceToDevice));
-    cudaFree(dchunk);
+    gpu::fill_normal_bf16({{k, page_elems}, {v, page_elems}, {q, q_elems}, {out, q_elems}}, 7);
     if (fp8) {
+      const size_t chunk = 16u << 20;
       const std::vector<uint8_t> codes = gpu::random_e4m3(chunk, 7);
       uint8_t *dcodes = gpu::upload(codes);
       for (uint16_t *p : {k, v})

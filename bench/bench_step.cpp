@@ -743,24 +743,13 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
     std::vector<int32_t> ctx_lens(decode_seqs, sctx);
     bspa_batch *fill = nullptr;
     BSPA_OK_OR_DIE(bspa_batch_create(&fill, pool, seqs.data(), ctx_lens.data(), decode_seqs, nullptr));
-    // K and V of every layer from one N(0,1) block (16 MB, repeated: the values need not
-    // differ between layers, only be real)
-    const int64_t rows = static_cast<int64_t>(decode_seqs) * sctx, elems = rows * kHkv * kD;
-    std::vector<uint16_t> block(static_cast<size_t>(std::min<int64_t>(elems, int64_t{8} << 20)));
-    gpu::Rng rng(5);
-    for (auto &x : block) x = gpu::f32_to_bf16(rng.normal());
-    uint16_t *kv = static_cast<uint16_t *>(gpu::dmalloc(static_cast<size_t>(elems) * 2));
-    for (int64_t off = 0; off < elems; off += static_cast<int64_t>(block.size()))
-      CUDA_OK(
-          cudaMemcpy(kv + off, block.data(), std::min<int64_t>(block.size(), elems - off) * 2, cudaMemcpyHostToDevice));
+    // K and V of every layer alike (the values need not differ between layers, only be real)
+    const int64_t rows = static_cast<int64_t>(decode_seqs) * sctx;
+    const size_t elems = static_cast<size_t>(rows) * kHkv * kD;
+    uint16_t *kv = static_cast<uint16_t *>(gpu::dmalloc(elems * 2));
+    gpu::fill_normal_bf16({{kv, elems}}, 5);
     Tensor tkv(kv, kDev, gpu::dl_dtype(BSPA_DTYPE_BF16), {rows, kHkv, kD});
-    bspa_kv_write_args a;
-    bspa_kv_write_args_init(&a);
-    a.k_new = a.v_new = tkv.dl();
-    for (int l = 0; l < layers; ++l) {
-      a.layer = l;
-      BSPA_OK_OR_DIE(bspa_kv_write(pool, fill, &a, nullptr));
-    }
+    for (int l = 0; l < layers; ++l) BSPA_OK_OR_DIE(gpu::kv_write(pool, fill, l, tkv.dl(), tkv.dl()));
     CUDA_OK(cudaDeviceSynchronize());
     cudaFree(kv);
     bspa_batch_destroy(fill);

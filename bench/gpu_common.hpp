@@ -7,11 +7,14 @@
 #include <bspa/bspa.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "cuda_ok.hpp"
@@ -219,6 +222,21 @@ std::vector<T> download(const T *p, size_t n) {
   std::vector<T> v(n);
   if (n) CUDA_OK(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
   return v;
+}
+
+// Fills device bf16 buffers (pointer, element count) with N(0,1) values (never all zeros:
+// the kernels' time depends on the values): one random chunk of 16M elements (seed), tiled
+// over every buffer, so large buffers cost one chunk's generation.
+inline void fill_normal_bf16(std::initializer_list<std::pair<uint16_t *, size_t> > buffers, uint64_t seed) {
+  const size_t chunk = 16u << 20;
+  std::vector<uint16_t> h(chunk);
+  Rng rng(seed);
+  for (auto &x : h) x = f32_to_bf16(rng.normal());
+  uint16_t *d = upload(h);
+  for (auto [p, n] : buffers)
+    for (size_t off = 0; off < n; off += chunk)
+      CUDA_OK(cudaMemcpy(p + off, d, std::min(chunk, n - off) * 2, cudaMemcpyDeviceToDevice));
+  cudaFree(d);
 }
 
 // bspa_kv_write / bspa_prefill on the default stream, their args structs filled from the

@@ -46,8 +46,10 @@ struct Split {
   // most 16 splits, every cluster of the grid resident at once: cluster_merge_fits): each
   // CTA keeps its unit in shared memory and the cluster merges them through distributed
   // shared memory, with no units, counters, fences or atomics in global memory (partials
-  // and counters unused): 1 x 8k -6..-8%, 8 x 8k -1..-4% on an H100 (bench/NOTES.md,
-  // "Session 29"; batch 1 at 32k needs 8 clusters of 16 and 132 SMs hold 7).
+  // and counters unused): 1 x 8k in 8 splits -6..-8%, 8 x 8k -1..-4% on an H100
+  // (bench/NOTES.md, "Session 29"). Since splits keep 8 key tiles (session 30) 1 x 8k runs
+  // 16 splits through L2 instead, faster still; batch 1 at 8k-32k needs 8 clusters of 16
+  // and 132 SMs hold 7, so it is shorter contexts and small batches that take clusters.
   bool cluster = false;
 };
 
