@@ -13,6 +13,14 @@
 #                       (scripts/gpu_sanitize.sh); logs RESULTS/*_NAME.*, a line each
 #   save                RESULTS into $OUT/<its name>.tgz (call it after each phase, so a
 #                       call cut off at its time limit still returns what it finished)
+#   decode_case LIB CASE KV TAG
+#                       with /tmp/libLIB: bench_decode --quick --pages 64 --kv KV of one case
+#                       (one of its own, or SEQSxCTX added by --case); log RESULTS/f_LIB_CASE_KV_TAG.log,
+#                       prints "CASE KV TAG LIB: dense MS; sparse MS;"
+#   issue_figures LIB COMMIT PAGES
+#                       with /tmp/libLIB: issue 19's host rows (bench_step) and bench_decode bf16
+#                       and e4m3 at PAGES (e.g. 64,16; JSON tagged COMMIT), then prints the
+#                       launch rows, each case's e4m3 / bf16 and the mixed rows
 DC_RESULTS=$1
 DC_LIBS=$2
 DC_BIN=$DC_LIBS/bin
@@ -51,3 +59,34 @@ checks() {
 }
 
 save() { tar czf "$OUT/$(basename "$DC_RESULTS").tgz" -C "$(dirname "$DC_RESULTS")" "$(basename "$DC_RESULTS")"; }
+
+decode_case() {
+  local lib=$1 c=$2 kv=$3 tag=$4 extra=() log=$DC_RESULTS/f_$1_$2_$3_$4.log
+  case " 64x8191 8x131071 256x2047 1x32767 128x4095 8x8191 1x8191 " in
+    *" $c "*) ;;
+    *) extra=(--case "$c") ;;
+  esac
+  LD_LIBRARY_PATH=/tmp/lib$lib timeout 60 "$DC_BIN"/bench/bench_decode --quick --pages 64 --kv "$kv" "${extra[@]}" \
+    --only "$c" > "$log" 2>&1
+  echo "$c $kv $tag $lib: $(grep -E "^$c " "$log" | awk '{printf "%s %s; ", $3, $4}')"
+}
+
+issue_figures() {
+  local lib=$1 commit=$2 pages=$3 r=$DC_RESULTS
+  t "bench_step ($lib)"
+  LD_LIBRARY_PATH=/tmp/lib$lib timeout 150 "$DC_BIN"/bench/bench_step --reps 200 --json "$r/step.json" \
+    --commit "$commit" > "$r/step.log" 2>&1
+  echo "rc=$?"
+  save
+  for kv in bf16 fp8; do
+    t "decode $kv ($lib)"
+    LD_LIBRARY_PATH=/tmp/lib$lib timeout 150 "$DC_BIN"/bench/bench_decode --pages "$pages" --kv $kv \
+      --json "$r/decode_$kv.json" --commit "$commit" > "$r/decode_$kv.log" 2>&1
+    echo "rc=$?"
+  done
+  save
+  grep -E "^floor: (empty kernel launch|sm90a prefill's shape after 2.5 ms of GPU)|one 32k prefill\)  |decode rows\)  |batch_plan \(reusable|kv_write \(reusable\)|allocations|eager: plan|graph: plan" "$r/step.log"
+  paste <(awk '{print $1,$2,$3,$4}' "$r/decode_fp8.log") <(awk '{print $4}' "$r/decode_bf16.log") |
+    awk '$4+0>0 && $5+0>0 {printf "%s %s %s %s %s %.3f\n",$1,$2,$3,$4,$5,$4/$5}'
+  grep -A5 "mixed step" "$r/decode_bf16.log" | head -12
+}

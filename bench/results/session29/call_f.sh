@@ -8,15 +8,8 @@ source bench/device_call.sh /tmp/res29f .device/s29
 R=$DC_RESULTS B=$DC_BIN
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.txt
 for lib in clus plan8; do unpack_lib $lib; done
-one() {  # one LIB CASE KV ROUND
-  local extra=()
-  [ "$2" != 1x8191 ] && [ "$2" != 1x32767 ] && extra=(--case $2)
-  LD_LIBRARY_PATH=/tmp/lib$1 timeout 60 $B/bench/bench_decode --quick --pages 64 --kv $3 "${extra[@]}" --only $2 \
-    > $R/f_$1_$2_$3_$4.log 2>&1
-  echo "$2 $3 r$4 $1: $(grep -E "^$2 " $R/f_$1_$2_$3_$4.log | awk '{printf "%s %s; ", $3, $4}')"
-}
 for r in 1 2 3; do for kv in fp8 bf16; do for c in 1x1023 1x2047 1x4095 1x8191 2x2047 1x32767; do
-  for lib in clus plan8; do one $lib $c $kv $r; done
+  for lib in clus plan8; do decode_case $lib $c $kv r$r; done
 done; done; done | tee $R/table.txt
 save
 t "gpu_check (plan8)"

@@ -16,30 +16,13 @@ for lib in clus plan8; do unpack_lib $lib; done
 checks clus
 save
 t "call F: plan8 against clus"
-one() {  # one LIB CASE KV ROUND
-  local extra=()
-  [ "$2" != 1x8191 ] && [ "$2" != 1x32767 ] && extra=(--case $2)
-  LD_LIBRARY_PATH=/tmp/lib$1 timeout 60 $B/bench/bench_decode --quick --pages 64 --kv $3 "${extra[@]}" --only $2 \
-    > $R/f_$1_$2_$3_$4.log 2>&1
-  echo "$2 $3 r$4 $1: $(grep -E "^$2 " $R/f_$1_$2_$3_$4.log | awk '{printf "%s %s; ", $3, $4}')"
-}
 for r in 1 2; do for kv in fp8 bf16; do for c in 1x1023 1x2047 1x4095 1x8191 2x2047 1x32767; do
-  for lib in clus plan8; do one $lib $c $kv $r; done
+  for lib in clus plan8; do decode_case $lib $c $kv r$r; done
 done; done; done | tee $R/table.txt
 save
 t "gpu_check (plan8)"
 LD_LIBRARY_PATH=/tmp/libplan8 timeout 300 $B/bench/bench_gpu_check --quick > $R/check_plan8.log 2>&1
 echo "gpu_check rc=$? $(tail -1 $R/check_plan8.log)"
 save
-if grep -q H200 $R/gpu.txt; then
-  t "bench_step"; LD_LIBRARY_PATH=/tmp/libclus timeout 150 $B/bench/bench_step --reps 200 --json $R/step.json --commit d6a8be3 > $R/step.log 2>&1; echo "rc=$?"
-  save
-  for kv in bf16 fp8; do
-    t "decode $kv"; LD_LIBRARY_PATH=/tmp/libclus timeout 150 $B/bench/bench_decode --pages 64 --kv $kv --json $R/decode_${kv}.json --commit d6a8be3 > $R/decode_${kv}.log 2>&1; echo "rc=$?"
-  done
-  save
-  grep -E "^floor: (empty kernel launch|sm90a prefill's shape after 2.5 ms of GPU)|one 32k prefill\)  |decode rows\)  |batch_plan \(reusable|kv_write \(reusable\)|allocations|eager: plan|graph: plan" $R/step.log
-  paste <(sed -n 3,30p $R/decode_fp8.log | awk '{print $1,$2,$3,$4}') <(sed -n 3,30p $R/decode_bf16.log | awk '{print $4}') | awk 'NF==5 && $5>0 {printf "%s %s %s %s %s %.3f\n",$1,$2,$3,$4,$5,$4/$5}'
-  grep -A5 "mixed step" $R/decode_bf16.log | head -12
-fi
+grep -q H200 $R/gpu.txt && issue_figures clus d6a8be3 64
 t done
