@@ -6,7 +6,7 @@
 // server (--in-order-pages: consecutive, as a fresh pool hands them out). Every case reads
 // far more than L2 holds (>= 134 MB), so launches need no rotation. CUDA events around each
 // queued launch, warm-up, median of many.
-//   bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE] [--kv fp8]
+//   bench_decode [--json FILE] [--commit SHA] [--pages 16,64] [--q N] [--quick] [--only CASE,...] [--kv fp8]
 //                [--case SEQSxCTX] [--in-order-pages]
 // --kv fp8: the pages hold e4m3 (half the bytes; q and out stay bf16), with per-head scales;
 // the mixed-step rows are left out.
@@ -129,7 +129,8 @@ std::pair<double, double> time_queued(int iters, Launch launch) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  std::string json_path, commit_name = "unknown", only_name, kv = "bf16";
+  std::string json_path, commit_name = "unknown", kv = "bf16";
+  std::vector<std::string> only_names;
   std::vector<int> page_sizes = {16, 64};
   int q = 1;
   bool quick = false;
@@ -145,7 +146,7 @@ int main(int argc, char **argv) {
       ->transform(gpu::decimal())
       ->check(CLI::Range(1, 1 << 16));
   app.add_flag("--quick", quick, "fewer iterations");
-  app.add_option("--only", only_name, "one case by name");
+  app.add_option("--only", only_names, "only these cases and mixed steps, by name (comma-separated)")->delimiter(',');
   std::string extra_case;
   app.add_option("--case", extra_case,
                  "an extra case SEQSxCTX (e.g. 1x1023: a launch's fixed cost; one that fits in L2 reads from it)");
@@ -156,7 +157,6 @@ int main(int argc, char **argv) {
                "bspa_prefill_paged's block tables in page order (default: a random permutation)");
   if (const int rc = gpu::parse_flags(app, argc, argv); rc >= 0) return rc;
   const char *json = json_path.empty() ? nullptr : json_path.c_str(), *commit = commit_name.c_str();
-  const char *only = only_name.empty() ? nullptr : only_name.c_str();
   const bool fp8 = kv == "fp8";
   std::vector<Case> cases(std::begin(kCases), std::end(kCases));
   if (!extra_case.empty()) {
@@ -169,6 +169,32 @@ int main(int argc, char **argv) {
       return 2;
     }
     cases.push_back({extra_case.c_str(), seqs, ctx});
+  }
+  // Mixed steps (prefill chunks and decode rows in one launch) against their parts launched
+  // apart, at 64-token pages, through bspa_prefill_paged and through a CUDA pool: a 2048-token chunk over a 30000-token
+  // prefix with 63 decode rows at 8191, and 8 chunks of 512 over contexts 0..14k with 120 decode rows at 1k..8k.
+  struct Mixed {
+    const char *name;
+    std::vector<std::pair<int, int> > chunks, decodes;
+  };
+  std::vector<Mixed> mixed(2);
+  mixed[0].name = "chunk2048+63dec";
+  mixed[0].chunks = {{30000, 2048}};
+  mixed[0].decodes.assign(63, {8191, 1});
+  mixed[1].name = "8x512+120dec";
+  for (int i = 0; i < 8; ++i) mixed[1].chunks.push_back({2048 * i, 512});
+  for (int i = 0; i < 120; ++i) mixed[1].decodes.push_back({1024 + (i * 131) % 7168, 1});
+  // --only: every name must be a case's or a mixed step's (a typo would time nothing).
+  auto selected = [&](const char *name) {
+    return only_names.empty() || std::find(only_names.begin(), only_names.end(), name) != only_names.end();
+  };
+  for (const std::string &name : only_names) {
+    const bool known = std::any_of(cases.begin(), cases.end(), [&](const Case &c) { return name == c.name; }) ||
+                       std::any_of(mixed.begin(), mixed.end(), [&](const Mixed &m) { return name == m.name; });
+    if (!known) {
+      std::fprintf(stderr, "--only %s: no case or mixed step of that name\n", name.c_str());
+      return 2;
+    }
   }
   int32_t n = 0;
   if (bspa_device_count(kDLCUDA, &n) != BSPA_OK || n == 0) {
@@ -281,7 +307,7 @@ int main(int argc, char **argv) {
   std::printf("%-10s %5s %-6s %10s %9s %9s %8s\n", "case", "page", "layout", "ms", "GB", "GB/s", "host_us");
   for (int ps : page_sizes) {
     for (const Case &c : cases) {
-      if (only && std::strcmp(only, c.name) != 0) continue;
+      if (!selected(c.name)) continue;
       const std::vector<std::pair<int, int> > seqs(c.seqs, {c.ctx, q});
       for (int sp = 0; sp < 2; ++sp) {
         double host = 0;
@@ -293,27 +319,13 @@ int main(int argc, char **argv) {
       }
     }
   }
-  // Mixed steps (prefill chunks and decode rows in one launch) against their parts launched
-  // apart, at 64-token pages, through bspa_prefill_paged and through a CUDA pool: a 2048-token chunk over a 30000-token
-  // prefix with 63 decode rows at 8191, and 8 chunks of 512 over contexts 0..14k with 120 decode rows at 1k..8k.
-  struct Mixed {
-    const char *name;
-    std::vector<std::pair<int, int> > chunks, decodes;
-  };
-  std::vector<Mixed> mixed(2);
-  mixed[0].name = "chunk2048+63dec";
-  mixed[0].chunks = {{30000, 2048}};
-  mixed[0].decodes.assign(63, {8191, 1});
-  mixed[1].name = "8x512+120dec";
-  for (int i = 0; i < 8; ++i) mixed[1].chunks.push_back({2048 * i, 512});
-  for (int i = 0; i < 120; ++i) mixed[1].decodes.push_back({1024 + (i * 131) % 7168, 1});
   if (fp8) mixed.clear();  // the mixed steps are timed over bf16 pages only
   // "dq<=1": the whole again with max_decode_query_len = 1 (the decode rows have one token:
   // the decode tile sized for them, not for the 8 a launch over device metadata must allow).
   std::printf("\n%-16s %-6s %10s %10s %10s %10s %10s %10s\n", "mixed step", "layout", "whole ms", "chunks ms",
               "decode ms", "whole/parts", "dq<=1 ms", "dq<=1/parts");
   for (const Mixed &m : mixed) {
-    if (only && std::strcmp(only, m.name) != 0) continue;
+    if (!selected(m.name)) continue;
     std::vector<std::pair<int, int> > whole = m.chunks;
     whole.insert(whole.begin() + 1, m.decodes.begin(), m.decodes.end());  // decode rows between chunks
     for (int sp = 0; sp < 2; ++sp) {
@@ -390,7 +402,7 @@ int main(int argc, char **argv) {
   std::printf("\n%-16s %-6s %10s %10s %10s %10s   (CUDA pool: bspa_batch_create + bspa_prefill)\n", "mixed step",
               "layout", "whole ms", "chunks ms", "decode ms", "whole/parts");
   for (const Mixed &m : mixed) {
-    if (only && std::strcmp(only, m.name) != 0) continue;
+    if (!selected(m.name)) continue;
     std::vector<std::pair<int, int> > whole = m.chunks;
     whole.insert(whole.begin() + 1, m.decodes.begin(), m.decodes.end());
     for (int sp = 0; sp < 2; ++sp) {
