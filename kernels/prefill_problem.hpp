@@ -14,6 +14,7 @@
 #include "batch_plan.hpp"
 #include "dtype.hpp"
 #include "layout.hpp"
+#include "mixed_step_share.hpp"
 
 namespace bspa::kernels {
 
@@ -111,6 +112,11 @@ struct PrefillProblem {
   // would only exit; the outputs are the same bits); while capturing every grid is.
   int32_t live_work = -1;
   int32_t live_decode_seqs = -1;
+  // CUDA, a launch with both prefill work and decode rows: the step's estimated work
+  // (kernels/mixed_step_share.hpp), from which the sm90a prefill grid's share of the SMs is
+  // sized. Zero (unknown: metadata on the device, or a fixed-shape batch, whose captured
+  // grids must not change with the step): one CTA an SM.
+  MixedStepWork mixed_work;
 };
 
 // Writes new tokens' K/V ([total_q, Hkv, head_dim], token/head strides in elements)

@@ -346,6 +346,9 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
         p.live_work_entries = d.live_work;
         p.live_work = static_cast<int32_t>(plan.work.size());
         p.live_decode_seqs = plan.decode_seqs;
+      } else if (plan.decode_seqs > 0 && !plan.work.empty()) {
+        // A mixed step: how much of each kind sizes the two grids' shares of the SMs.
+        p.mixed_work = bspa::kernels::estimate_mixed_step(plan, layout->layout, p.num_q_heads / p.num_kv_heads);
       }
     } else {
       p.work = plan.work.data();

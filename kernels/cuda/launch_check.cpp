@@ -60,6 +60,17 @@ int max_shared_bytes_per_block(int device) {
                                                                    "cudaDeviceGetAttribute(shared memory per block)");
 }
 
+double sm_clock_hz(int device) {
+  return 1e3 * cached_attribute<cudaDevAttrClockRate>(device, "cudaDeviceGetAttribute(SM clock)");
+}
+
+double memory_peak_bytes_per_s(int device) {
+  const double clock_hz =
+      1e3 * cached_attribute<cudaDevAttrMemoryClockRate>(device, "cudaDeviceGetAttribute(memory clock)");
+  const int bus_bits = cached_attribute<cudaDevAttrGlobalMemoryBusWidth>(device, "cudaDeviceGetAttribute(memory bus)");
+  return 2.0 * clock_hz * bus_bits / 8;
+}
+
 namespace {
 int device_of_pointer(const void *ptr) {
   cudaPointerAttributes attr{};

@@ -79,6 +79,10 @@ constexpr size_t align_to_256(size_t v) { return (v + 255) & ~size_t{255}; }
 int multiprocessor_count(int device = -1);
 // The dynamic shared memory a block may opt in to on `device` (cached likewise).
 int max_shared_bytes_per_block(int device = -1);
+// The SMs' peak clock (Hz) and the memory's peak bandwidth (bytes/s: two transfers a
+// memory clock over the bus) of `device`, from its attributes (cached likewise).
+double sm_clock_hz(int device = -1);
+double memory_peak_bytes_per_s(int device = -1);
 
 // Makes the device that owns `ptr` current for the guard's lifetime (launches go to the
 // current device) and restores the caller's device afterwards (a common/ DeviceGuard).

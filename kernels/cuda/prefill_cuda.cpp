@@ -129,13 +129,28 @@ bool mixed_overlap_enabled() {
   return on;
 }
 
-// BSPA_CUDA_MIXED_PREFILL_CTAS=N (a diagnostic, read once; default 0, one an SM): at most N
-// CTAs for the sm90a prefill grid of a mixed launch whose decode grid overlaps it, so that
-// the decode grid runs beside it on the other SMs from the start, to time how a mixed
-// step's SMs are best shared.
-int32_t mixed_prefill_ctas() {
-  static const int32_t value = cuda::env_int("BSPA_CUDA_MIXED_PREFILL_CTAS", 0, 1 << 16, 0);
+// BSPA_CUDA_MIXED_PREFILL_CTAS=N (a diagnostic, read once): at most N CTAs (0: one an SM)
+// for the sm90a prefill grid of a mixed launch whose decode grid overlaps it, instead of the
+// share mixed_prefill_ctas gives it (kernels/mixed_step_share.hpp), to time how a mixed
+// step's SMs are best shared. -1: unset.
+int32_t forced_mixed_prefill_ctas() {
+  static const int32_t value = cuda::env_int("BSPA_CUDA_MIXED_PREFILL_CTAS", 0, 1 << 16, -1);
   return value;
+}
+
+// The sm90a prefill grid's CTAs at most for a mixed launch on `device` (0: one an SM).
+// Rates for the estimate (only their ratio matters): the sm90a prefill's dense rate,
+// measured at 2450 flop a clock an SM (630-656 useful TFLOP/s on 132 SMs at 1.98 GHz, H100
+// and H200), and the decode kernel's streaming rate, 92% of the memory's peak (H100 3.06 of
+// 3.35 TB/s; torch's SDPA decode 4.45 of 4.8 on an H200).
+int32_t mixed_prefill_cap(const PrefillProblem &p, int device, bool e4m3) {
+  if (const int32_t forced = forced_mixed_prefill_ctas(); forced >= 0) return forced;
+  constexpr double kPrefillFlopsPerSmClock = 2450, kDecodeStreamShare = 0.92;
+  const int32_t sms = cuda::multiprocessor_count(device);
+  DeviceRates rates;
+  rates.prefill_flops_per_s = kPrefillFlopsPerSmClock * sms * cuda::sm_clock_hz(device);
+  rates.decode_bytes_per_s = kDecodeStreamShare * cuda::memory_peak_bytes_per_s(device);
+  return mixed_prefill_ctas(sms, p.mixed_work, rates, p.num_q_heads, p.num_kv_heads, p.head_dim, e4m3 ? 1 : 2);
 }
 
 // BSPA_CUDA_DECODE_QUADS=1|2 (a diagnostic, read once): at most that many quads of warps a
@@ -393,8 +408,9 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // be the decode's counters), and always in a workspace the library owns, whose decode
   // counters must stay where they were zeroed.
   const bool sm90 = device_is_sm90(device.device());
-  // The diagnostic cap on the prefill grid follows the route, not whether an idle decode
-  // grid is left out of this launch: eager and captured launches plan the same split.
+  // The prefill grid's cap follows the route, not whether an idle decode grid is left out of
+  // this launch: eager and captured launches plan the same split (a fixed-shape batch has
+  // no mixed_work, so no cap that could change from step to step).
   const bool mixed_overlap = sm90 && any_prefill && route_decode && mixed_overlap_enabled();
   decode::Overlap overlap;
   overlap.previous = mixed_overlap && launch_decode_grid;
@@ -478,8 +494,9 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   // The decode grid overlaps only a prefill grid this call launched (never a caller's
   // kernel before it on the stream, whose results it may read).
   const bool prefill_launched =
-      any_prefill && launch_prefill(prefill, prm, stream, device.device(),
-                                    /*check_only=*/skip_prefill_grid, mixed_overlap ? mixed_prefill_ctas() : 0);
+      any_prefill &&
+      launch_prefill(prefill, prm, stream, device.device(),
+                     /*check_only=*/skip_prefill_grid, mixed_overlap ? mixed_prefill_cap(p, device.device(), e4m3) : 0);
   overlap.previous = overlap.previous && prefill_launched;
   if (clear_by_kernel && launch_decode_grid) {
     decode::clear_counters(split.counters, indexed, stream);

@@ -92,10 +92,12 @@
  *    within rounding).
  *  - BSPA_CUDA_MIXED_PREFILL_CTAS = 0..65536: on compute capability 9.0, a launch with
  *    decode rows and longer queries whose two kernels overlap (not BSPA_CUDA_OVERLAP=0)
- *    runs its sm90 prefill kernel on at most that many CTAs (0, the default: one an SM;
- *    other values are ignored), leaving the other SMs to its decode kernel from the start;
- *    a diagnostic for benchmarking (results equal within rounding: the split of the last
- *    round may differ).
+ *    runs its sm90 prefill kernel on at most that many CTAs (0: one an SM), leaving the
+ *    other SMs to its decode kernel from the start. Unset (or another value), a pool
+ *    batch's launch sizes that share from its plan (its decode rows' estimated part of the
+ *    step's time; a fixed-shape batch's and bspa_prefill_paged's launches take one CTA an
+ *    SM); a diagnostic for benchmarking (results equal within rounding: the split of the
+ *    last round may differ).
  *
  * Security: prefix caching shares KV between requests with equal prefixes, which is
  * observable through timing. Sequences of different tenants must use different salts

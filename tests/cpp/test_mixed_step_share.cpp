@@ -1,0 +1,113 @@
+// How a mixed launch shares the SMs (kernels/mixed_step_share.hpp): the estimate of a plan's
+// two kinds of work under dense and Phi-3-small strided layouts, and the prefill grid's cap
+// on 132 SMs for bench_decode's two mixed steps, pinned where bench/NOTES.md ("Session 31")
+// measured the best caps, so that a change to the rule shows here before it shows on a GPU.
+// Internal; no GPU needed.
+#include <criterion/criterion.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "kernels/mixed_step_share.hpp"
+
+using namespace bspa::kernels;
+
+namespace {
+
+constexpr int32_t kSms = 132, kHq = 32, kHkv = 8, kD = 128;
+
+// H100 SXM (1.98 GHz, 3.35 TB/s) and H200 (4.8 TB/s) as prefill_cuda rates them.
+DeviceRates rates(double memory_peak) { return {2450.0 * kSms * 1.98e9, 0.92 * memory_peak}; }
+const DeviceRates kH100 = rates(3.35e12), kH200 = rates(4.8e12);
+
+// A plan of (context, new tokens) sequences as plan_batch makes it: one work item of up to
+// 64 rows a tile of each sequence with more than `decode_bound` new tokens.
+BatchPlan plan(const std::vector<std::pair<int32_t, int32_t> > &seqs, int32_t decode_bound = 8) {
+  BatchPlan p;
+  p.num_seqs = static_cast<int32_t>(seqs.size());
+  p.decode_max_query_len = decode_bound;
+  p.query_starts.push_back(0);
+  for (int32_t i = 0; i < p.num_seqs; ++i) {
+    const auto [ctx, q] = seqs[static_cast<size_t>(i)];
+    p.query_starts.push_back(p.query_starts.back() + q);
+    p.context_lens.push_back(ctx);
+    if (q > decode_bound)
+      for (int32_t r = 0; r < q; r += 64) p.work.push_back({i, r, std::min(r + 64, q), ctx + std::min(r + 64, q)});
+  }
+  return p;
+}
+
+Layout dense() {
+  Layout l;
+  l.num_heads = kHq;
+  return l;
+}
+
+// Phi-3-small: local 16 blocks of 64, vertical stride 8, heterogeneous heads.
+Layout phi3() {
+  Layout l;
+  l.kind = Layout::Kind::Strided;
+  l.num_heads = kHq;
+  l.block_size = 64;
+  l.local_blocks = 16;
+  l.vert_stride = 8;
+  l.head_step = 1;
+  return l;
+}
+
+// bench_decode's mixed steps.
+std::vector<std::pair<int32_t, int32_t> > chunk_and_63() {
+  std::vector<std::pair<int32_t, int32_t> > s = {{30000, 2048}};
+  s.insert(s.end(), 63, {8191, 1});
+  return s;
+}
+std::vector<std::pair<int32_t, int32_t> > chunks_8x512_and_120() {
+  std::vector<std::pair<int32_t, int32_t> > s;
+  for (int32_t i = 0; i < 8; ++i) s.push_back({2048 * i, 512});
+  for (int32_t i = 0; i < 120; ++i) s.push_back({1024 + (i * 131) % 7168, 1});
+  return s;
+}
+
+int32_t cap(const std::vector<std::pair<int32_t, int32_t> > &seqs, const Layout &l, const DeviceRates &r) {
+  return mixed_prefill_ctas(kSms, estimate_mixed_step(plan(seqs), l, kHq / kHkv), r, kHq, kHkv, kD, 2);
+}
+
+}  // namespace
+
+Test(mixed_step_share, dense_estimate_counts_every_key) {
+  const MixedStepWork w = estimate_mixed_step(plan({{100, 64}, {10, 1}, {20, 2}}), dense(), 4);
+  // Rows 100..163 see 101..164 keys: 64 rows at the middle row's 132 (the estimate's rule).
+  cr_expect_float_eq(w.prefill_row_keys, 64.0 * 132, 1e-9);
+  cr_expect_float_eq(w.decode_keys, 11.0 + 22.0, 1e-9, "decode rows read every key of their sequence");
+}
+
+Test(mixed_step_share, strided_estimate_sees_the_window_and_the_stride) {
+  // A row at position 8191 sees its 16 local blocks (1024 keys) and 1/8 of the 7168 older
+  // ones; a KV group of 4 heterogeneous heads sees 4 residues of 8, half of them.
+  const MixedStepWork w = estimate_mixed_step(plan({{8191, 1}}), phi3(), 4);
+  cr_expect_float_eq(w.decode_keys, 1024 + 7168 / 2.0, 1e-9);
+  const MixedStepWork p = estimate_mixed_step(plan({{8192 - 32, 64}}), phi3(), 4);
+  cr_expect_float_eq(p.prefill_row_keys, 64 * (1024 + (8192 - 1024) / 8.0), 1e-9, "middle row 8191");
+  Layout homo = phi3();
+  homo.head_step = 0;  // every head sees the same residue
+  cr_expect_float_eq(estimate_mixed_step(plan({{8191, 1}}), homo, 4).decode_keys, 1024 + 7168 / 8.0, 1e-9);
+}
+
+Test(mixed_step_share, caps_where_the_sweep_found_the_best) {
+  // Session 31 (H100, two rounds): chunk + 63 dense best at 104-120, 8 x 512 + 120 dense at
+  // 100-104, both sparse steps at 96-104; none gained below 96.
+  cr_expect_eq(cap(chunk_and_63(), dense(), kH100), 112);
+  cr_expect_eq(cap(chunks_8x512_and_120(), dense(), kH100), 101);
+  cr_expect_eq(cap(chunk_and_63(), phi3(), kH100), 99, "a quarter of the SMs at most");
+  cr_expect_eq(cap(chunks_8x512_and_120(), phi3(), kH100), 99);
+  // The H200 streams 43% faster: its decode rows are a smaller share of the step.
+  cr_expect_eq(cap(chunk_and_63(), dense(), kH200), 117);
+}
+
+Test(mixed_step_share, no_cap_without_both_kinds_or_for_a_sliver_of_decode) {
+  cr_expect_eq(cap({{30000, 2048}}, dense(), kH100), 0, "no decode rows");
+  cr_expect_eq(cap({{8191, 1}, {8191, 1}}, dense(), kH100), 0, "no prefill work");
+  cr_expect_eq(cap({{131072 - 4096, 4096}, {1000, 1}}, dense(), kH100), 0, "one short decode row beside a long prefill");
+  cr_expect_eq(mixed_prefill_ctas(kSms, {1e6, 1e6}, {}, kHq, kHkv, kD, 2), 0, "no rates");
+}
