@@ -348,7 +348,7 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
         p.live_decode_seqs = plan.decode_seqs;
       } else if (plan.decode_seqs > 0 && !plan.work.empty()) {
         // A mixed step: how much of each kind sizes the two grids' shares of the SMs.
-        p.mixed_work = bspa::kernels::estimate_mixed_step(plan, layout->layout, p.num_q_heads / p.num_kv_heads);
+        p.mixed_work = bspa::kernels::estimate_mixed_step(plan, layout->layout);
       }
     } else {
       p.work = plan.work.data();
