@@ -7,11 +7,11 @@
 // Leaving them a few SMs from the start (the prefill grid capped) runs the two side by
 // side; letting them wait for the prefill's end runs them one after the other on SMs that
 // mostly wait for memory. Measured (bench/NOTES.md, "Session 31", both mixed steps of
-// bench_decode): under a dense layout the best caps left the decode grid about half its
-// share of the step's time in SMs, never more than a quarter of them, on an H100 and an
-// H200; under Phi-3-small's strided layout the same rule gained 3-4% on the H100 and lost
-// 2-4% on the H200, so sparse steps keep one CTA an SM. Nothing here knows of CUDA: the
-// caller gives the device's rates.
+// bench_decode): on an H100 the best caps left the decode grid about half its share of the
+// step's time in SMs, never more than a quarter of them, and on an H200 the rule below
+// gained on both dense steps; under Phi-3-small's strided layout it gained 1-3% on the H100
+// but lost 1-4% on the H200, so sparse steps keep one CTA an SM. Nothing here knows of
+// CUDA: the caller gives the device's rates.
 #pragma once
 
 #include <algorithm>
