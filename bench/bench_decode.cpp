@@ -189,10 +189,14 @@ int main(int argc, char **argv) {
     return only_names.empty() || std::find(only_names.begin(), only_names.end(), name) != only_names.end();
   };
   for (const std::string &name : only_names) {
-    const bool known = std::any_of(cases.begin(), cases.end(), [&](const Case &c) { return name == c.name; }) ||
-                       std::any_of(mixed.begin(), mixed.end(), [&](const Mixed &m) { return name == m.name; });
-    if (!known) {
+    const bool is_case = std::any_of(cases.begin(), cases.end(), [&](const Case &c) { return name == c.name; });
+    const bool is_mixed = std::any_of(mixed.begin(), mixed.end(), [&](const Mixed &m) { return name == m.name; });
+    if (!is_case && !is_mixed) {
       std::fprintf(stderr, "--only %s: no case or mixed step of that name\n", name.c_str());
+      return 2;
+    }
+    if (is_mixed && fp8) {
+      std::fprintf(stderr, "--only %s: the mixed steps are timed over bf16 pages only (not --kv fp8)\n", name.c_str());
       return 2;
     }
   }

@@ -7,11 +7,14 @@
 // Leaving them a few SMs from the start (the prefill grid capped) runs the two side by
 // side; letting them wait for the prefill's end runs them one after the other on SMs that
 // mostly wait for memory. Measured (bench/NOTES.md, "Session 31", both mixed steps of
-// bench_decode): on an H100 the best caps left the decode grid about half its share of the
-// step's time in SMs, never more than a quarter of them, and on an H200 the rule below
-// gained on both dense steps; under Phi-3-small's strided layout it gained 1-3% on the H100
-// but lost 1-4% on the H200, so sparse steps keep one CTA an SM. Nothing here knows of
-// CUDA: the caller gives the device's rates.
+// bench_decode, 16-bit pages): on an H100 the best caps of the dense steps left the decode
+// grid about half its share of the step's time in SMs and at most a quarter of them (whole
+// step -4…-5% and -10…-13% at the rule's caps); on an H200, whose figures vary more, the
+// rule's caps ran them -1% and -13% (likely an outlier), -4% and +0%. Under Phi-3-small's
+// strided layout the rule gained 1-3% on the H100 but lost 1-4% on the H200, so sparse
+// steps keep one CTA an SM, as do e4m3 pages (their prefill's rate differs and no mixed
+// step over them was timed). Nothing here knows of CUDA: the caller gives the device's
+// clocks.
 #pragma once
 
 #include <algorithm>
@@ -33,7 +36,7 @@ struct MixedStepWork {
   double decode_keys = 0;
 };
 
-// The work of a mixed step under a dense layout, an item's rows counted at its middle row;
+// The work of a mixed step under a dense layout, an item's rows counted at its mean row;
 // none under any other layout (no cap: see above). O(work items + sequences).
 inline MixedStepWork estimate_mixed_step(const BatchPlan &plan, const Layout &layout) {
   MixedStepWork w;
@@ -42,8 +45,10 @@ inline MixedStepWork estimate_mixed_step(const BatchPlan &plan, const Layout &la
     const int32_t q = plan.query_starts[item.seq + 1] - plan.query_starts[item.seq];
     const int32_t r0 = std::max(item.q_begin, 0), r1 = std::min(item.q_end, q);
     if (r1 <= r0) continue;
-    // Row r sees the context and new tokens 0..r: context + r + 1 keys.
-    w.prefill_row_keys += static_cast<double>(r1 - r0) * (plan.context_lens[item.seq] + (r0 + r1 - 1) / 2 + 1);
+    // Row r sees the context and new tokens 0..r: context + r + 1 keys; rows r0..r1-1 see
+    // context + (r0 + r1 + 1) / 2 on average.
+    const double mean_keys = plan.context_lens[item.seq] + 0.5 * (static_cast<double>(r0) + r1 + 1);
+    w.prefill_row_keys += static_cast<double>(r1 - r0) * mean_keys;
   }
   for (int32_t i = 0; i < plan.num_seqs; ++i) {
     const int32_t q = plan.query_starts[i + 1] - plan.query_starts[i];
@@ -59,19 +64,30 @@ struct DeviceRates {
   double decode_bytes_per_s = 0;
 };
 
-// The prefill grid's CTAs for a mixed launch on `sms` SMs: sms minus the SMs left to the
-// decode grid from the start, round(sms * min(share / 2, 1 / 4)) where share is the decode's
-// estimated part of the step's time (each part's time on the whole machine); 0 (one CTA an
-// SM, no cap) when that leaves the decode no SM or either part has no work.
+// The rates of a device of `sms` SMs at `sm_clock_hz` whose memory peaks at
+// `memory_peak_bytes_per_s`: the sm90a prefill's dense rate measured at 2450 flop a clock an
+// SM (630-656 useful TFLOP/s on 132 SMs at 1.98 GHz, H100 and H200), and the decode
+// kernel's streaming rate, 92% of the memory's peak (H100 3.06 of 3.35 TB/s; torch's SDPA
+// decode 4.45 of 4.8 on an H200).
+inline DeviceRates device_rates(int32_t sms, double sm_clock_hz, double memory_peak_bytes_per_s) {
+  constexpr double kPrefillFlopsPerSmClock = 2450, kDecodeStreamShare = 0.92;
+  return {kPrefillFlopsPerSmClock * sms * sm_clock_hz, kDecodeStreamShare * memory_peak_bytes_per_s};
+}
+
+// The prefill grid's CTAs for a mixed launch on `sms` SMs over 16-bit pages: sms minus the
+// SMs left to the decode grid from the start, round(sms * min(share / 2, 1 / 4)) where
+// share is the decode's estimated part of the step's time (each part's time on the whole
+// machine); 0 (one CTA an SM, no cap) when that leaves the decode no SM or either part has
+// no work.
 inline int32_t mixed_prefill_ctas(int32_t sms, const MixedStepWork &work, const DeviceRates &rates, int32_t num_q_heads,
-                                  int32_t num_kv_heads, int32_t head_dim, int32_t kv_elem_bytes) {
+                                  int32_t num_kv_heads, int32_t head_dim) {
   if (sms <= 1 || work.prefill_row_keys <= 0 || work.decode_keys <= 0 || rates.prefill_flops_per_s <= 0 ||
       rates.decode_bytes_per_s <= 0)
     return 0;
   // Q K^T and P V: 4 * head_dim flop a (row, key) pair and query head; K and V: 2 * head_dim
-  // elements a key and KV head.
+  // two-byte elements a key and KV head.
   const double prefill_s = work.prefill_row_keys * num_q_heads * 4.0 * head_dim / rates.prefill_flops_per_s;
-  const double decode_s = work.decode_keys * num_kv_heads * 2.0 * head_dim * kv_elem_bytes / rates.decode_bytes_per_s;
+  const double decode_s = work.decode_keys * num_kv_heads * 4.0 * head_dim / rates.decode_bytes_per_s;
   const double share = decode_s / (prefill_s + decode_s);
   const auto decode_sms = static_cast<int32_t>(std::lround(sms * std::min(share / 2, 0.25)));
   return decode_sms >= 1 ? sms - decode_sms : 0;

@@ -112,10 +112,11 @@ struct PrefillProblem {
   // would only exit; the outputs are the same bits); while capturing every grid is.
   int32_t live_work = -1;
   int32_t live_decode_seqs = -1;
-  // CUDA, a launch with both prefill work and decode rows: the step's estimated work
-  // (kernels/mixed_step_share.hpp), from which the sm90a prefill grid's share of the SMs is
-  // sized. Zero (unknown: metadata on the device, or a fixed-shape batch, whose captured
-  // grids must not change with the step): one CTA an SM.
+  // CUDA, a pool batch's launch with both prefill work and decode rows under a dense
+  // layout: the step's estimated work (kernels/mixed_step_share.hpp), from which the sm90a
+  // prefill grid's share of the SMs is sized (16-bit pages). Zero (other layouts, one kind
+  // of work only, metadata on the device, or a fixed-shape batch, whose captured grids must
+  // not change with the step): one CTA an SM.
   MixedStepWork mixed_work;
 };
 

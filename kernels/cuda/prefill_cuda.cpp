@@ -138,19 +138,16 @@ int32_t forced_mixed_prefill_ctas() {
   return value;
 }
 
-// The sm90a prefill grid's CTAs at most for a mixed launch on `device` (0: one an SM).
-// Rates for the estimate (only their ratio matters): the sm90a prefill's dense rate,
-// measured at 2450 flop a clock an SM (630-656 useful TFLOP/s on 132 SMs at 1.98 GHz, H100
-// and H200), and the decode kernel's streaming rate, 92% of the memory's peak (H100 3.06 of
-// 3.35 TB/s; torch's SDPA decode 4.45 of 4.8 on an H200).
+// The sm90a prefill grid's CTAs at most for a mixed launch on `device` (0: one an SM): the
+// share kernels/mixed_step_share.hpp gives a pool batch's dense step over 16-bit pages
+// (its mixed_work; none elsewhere, e4m3 pages included), unless the environment forces one.
 int32_t mixed_prefill_cap(const PrefillProblem &p, int device, bool e4m3) {
   if (const int32_t forced = forced_mixed_prefill_ctas(); forced >= 0) return forced;
-  constexpr double kPrefillFlopsPerSmClock = 2450, kDecodeStreamShare = 0.92;
+  if (e4m3 || p.mixed_work.prefill_row_keys <= 0 || p.mixed_work.decode_keys <= 0) return 0;
   const int32_t sms = cuda::multiprocessor_count(device);
-  DeviceRates rates;
-  rates.prefill_flops_per_s = kPrefillFlopsPerSmClock * sms * cuda::sm_clock_hz(device);
-  rates.decode_bytes_per_s = kDecodeStreamShare * cuda::memory_peak_bytes_per_s(device);
-  return mixed_prefill_ctas(sms, p.mixed_work, rates, p.num_q_heads, p.num_kv_heads, p.head_dim, e4m3 ? 1 : 2);
+  return mixed_prefill_ctas(sms, p.mixed_work,
+                            device_rates(sms, cuda::sm_clock_hz(device), cuda::memory_peak_bytes_per_s(device)),
+                            p.num_q_heads, p.num_kv_heads, p.head_dim);
 }
 
 // BSPA_CUDA_DECODE_QUADS=1|2 (a diagnostic, read once): at most that many quads of warps a

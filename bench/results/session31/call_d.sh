@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 31's call D (carry [".device/s31"], rebuilt by build_libs.sh on the branch's dense-only
-# mixed share; ~2.5 min): the share against main, both mixed steps of bench_decode, three
+# Session 31's call D (carry [".device/s31"], rebuilt by build_libs.sh from main after
+# bc9bd0c: the mixed share under dense layouts over 16-bit pages; ~2.5 min): the share against main, both mixed steps of bench_decode, three
 # rounds alternating (the sparse rows, uncapped in both, are the control); then
 # bench_gpu_check --quick and bench_step --check on the share's library; bench_step's host rows on main's.
 set -uo pipefail

@@ -94,10 +94,11 @@
  *    decode rows and longer queries whose two kernels overlap (not BSPA_CUDA_OVERLAP=0)
  *    runs its sm90 prefill kernel on at most that many CTAs (0: one an SM), leaving the
  *    other SMs to its decode kernel from the start. Unset (or another value), a pool
- *    batch's launch under a dense layout sizes that share from its plan (its decode rows'
- *    estimated part of the step's time); other launches (sparse layouts, fixed-shape
- *    batches, bspa_prefill_paged) take one CTA an SM. A diagnostic for benchmarking
- *    (results equal within rounding: the split of the last round may differ).
+ *    batch's launch under a dense layout over 16-bit pages sizes that share from its plan
+ *    (its decode rows' estimated part of the step's time); other launches (sparse layouts,
+ *    e4m3 pages, fixed-shape batches, bspa_prefill_paged) take one CTA an SM. The variable
+ *    is a diagnostic for benchmarking (results equal within rounding: the split of the
+ *    last round may differ).
  *
  * Security: prefix caching shares KV between requests with equal prefixes, which is
  * observable through timing. Sequences of different tenants must use different salts
