@@ -738,26 +738,18 @@ int run_bench(const std::string &json, const std::string &commit, int reps) {
     BSPA_OK_OR_DIE(bspa_seq_create(&q, pool, nullptr));
     append_unique(q, sctx);
   }
-  {  // every layer's context K/V written (N(0,1)) through a one-step batch, then committed:
-     // the step reads real values, not pages never written
-    std::vector<int32_t> ctx_lens(decode_seqs, sctx);
-    bspa_batch *fill = nullptr;
-    BSPA_OK_OR_DIE(bspa_batch_create(&fill, pool, seqs.data(), ctx_lens.data(), decode_seqs, nullptr));
+  {  // every layer's context K/V written (N(0,1)), then committed: the step reads real values
     // K and V of every layer alike (the values need not differ between layers, only be real)
     const int64_t rows = static_cast<int64_t>(decode_seqs) * sctx;
     const size_t elems = static_cast<size_t>(rows) * kHkv * kD;
     uint16_t *kv = static_cast<uint16_t *>(gpu::dmalloc(elems * 2));
     gpu::fill_normal_bf16({{kv, elems}}, 5);
     Tensor tkv(kv, kDev, gpu::dl_dtype(BSPA_DTYPE_BF16), {rows, kHkv, kD});
-    for (int l = 0; l < layers; ++l) BSPA_OK_OR_DIE(gpu::kv_write(pool, fill, l, tkv.dl(), tkv.dl()));
-    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<int32_t> ctx_lens(decode_seqs, sctx);
+    gpu::write_contexts(pool, seqs, ctx_lens, ctx_lens, layers, tkv.dl(), tkv.dl());
     cudaFree(kv);
-    bspa_batch_destroy(fill);
   }
-  for (auto &q : seqs) {
-    BSPA_OK_OR_DIE(bspa_seq_commit(q, sctx));
-    append_unique(q, 1);
-  }
+  for (auto &q : seqs) append_unique(q, 1);
   // Two buckets of the same step: one that may also hold prefill rows (max_query_len =
   // max_tokens, so its capture holds the prefill grid too, idle in a decode step) and one of
   // decode rows only (max_query_len 1, at most the decode bound: its capture holds the decode

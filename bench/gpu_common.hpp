@@ -263,4 +263,21 @@ inline bspa_status prefill(bspa_pool *pool, const bspa_batch *batch, int32_t lay
   return bspa_prefill(pool, batch, &a, nullptr);
 }
 
+// Writes the K/V of the first tokens[i] appended, uncomputed tokens of each sequence for
+// layers [0, layers) from k and v ([sum of tokens, Hkv, D]) through a one-step batch on the
+// default stream (synchronised before it returns), then commits committed[i] tokens of each:
+// so that a timed step reads written values (pages a fresh pool never wrote hold zeros, over
+// which the prefill runs faster; bench/NOTES.md, "Session 30", item 6).
+inline void write_contexts(bspa_pool *pool, const std::vector<bspa_seq *> &seqs, const std::vector<int32_t> &tokens,
+                           const std::vector<int32_t> &committed, int32_t layers, const DLTensor *k,
+                           const DLTensor *v) {
+  bspa_batch *fill = nullptr;
+  BSPA_OK_OR_DIE(
+      bspa_batch_create(&fill, pool, seqs.data(), tokens.data(), static_cast<int32_t>(seqs.size()), nullptr));
+  for (int32_t l = 0; l < layers; ++l) BSPA_OK_OR_DIE(kv_write(pool, fill, l, k, v));
+  CUDA_OK(cudaDeviceSynchronize());
+  bspa_batch_destroy(fill);
+  for (size_t i = 0; i < seqs.size(); ++i) BSPA_OK_OR_DIE(bspa_seq_commit(seqs[i], committed[i]));
+}
+
 }  // namespace gpu

@@ -6,6 +6,7 @@
 #include "common/checked_size.hpp"
 #include "common/error.hpp"
 #include "kernels/decode_routing.hpp"
+#include "kernels/mixed_step_share.hpp"
 #include "kernels/tile_alignment.hpp"
 
 namespace bspa::kernels {
@@ -137,6 +138,7 @@ BatchPlan plan_batch(const BatchPlanInput &in) {
     }
   }
   p.work = plan_work(p.num_seqs, p.query_starts.data(), p.context_lens.data(), p.tile_rows, p.decode_max_query_len);
+  p.mixed_work = estimate_mixed_step(p);
   if (in.limits && in.limits->fixed_launch_shape) {
     p.shape = fixed_shape(*in.limits, p);
   } else {

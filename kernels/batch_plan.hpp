@@ -78,6 +78,19 @@ struct BatchPlanInput {
   int32_t *block_table_out = nullptr;
 };
 
+// A step's two kinds of work, counted for the CUDA mixed launch's share of the SMs
+// (kernels/mixed_step_share.hpp: estimate_mixed_step, launch_mixed_work).
+struct MixedStepWork {
+  // Sum over the prefill work items' query rows of the keys each row sees under a dense
+  // layout (one query head; a launch computes it for every one).
+  double prefill_row_keys = 0;
+  // Sum over the decode sequences (1..decode_max_query_len new tokens) of their keys (what
+  // one KV head reads).
+  double decode_keys = 0;
+  // Whether the step has both kinds (a mixed step; the share is sized from nothing else).
+  bool mixed() const { return prefill_row_keys > 0 && decode_keys > 0; }
+};
+
 struct BatchPlan {
   int32_t num_seqs = 0;
   int32_t page_size = 0;
@@ -95,6 +108,7 @@ struct BatchPlan {
   int64_t decode_max_keys = 0;        // their largest context + new tokens
   int32_t decode_max_q = 0;           // their largest new-token count
   LaunchShape shape;                  // what the launches size their grids by
+  MixedStepWork mixed_work;           // estimate_mixed_step's, planned once for every layer's launch
 };
 
 // Throws Error(OutOfRange) when a sequence's context + query tokens need more pages

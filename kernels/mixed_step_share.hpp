@@ -22,25 +22,17 @@
 #include <cstdint>
 
 #include "kernels/batch_plan.hpp"
+#include "kernels/dtype.hpp"
 #include "kernels/layout.hpp"
 
 namespace bspa::kernels {
 
-// A mixed step's work, from its host plan.
-struct MixedStepWork {
-  // Sum over the prefill work items' query rows of the keys each row sees (one query head;
-  // a launch computes it for every one).
-  double prefill_row_keys = 0;
-  // Sum over the decode sequences (1..plan.decode_max_query_len new tokens) of their keys
-  // (what one KV head reads).
-  double decode_keys = 0;
-};
-
-// The work of a mixed step under a dense layout, an item's rows counted at its mean row;
-// none under any other layout (no cap: see above). O(work items + sequences).
-inline MixedStepWork estimate_mixed_step(const BatchPlan &plan, const Layout &layout) {
+// A plan's mixed work (its work list and decode sequences; plan_batch stores it in
+// BatchPlan::mixed_work), each item's rows counted at its mean row under a dense layout.
+// O(work items + sequences).
+inline MixedStepWork estimate_mixed_step(const BatchPlan &plan) {
   MixedStepWork w;
-  if (layout.kind != Layout::Kind::Dense) return w;
+  if (plan.work.empty() || plan.decode_seqs == 0) return w;  // one kind only: nothing to share
   for (const WorkItem &item : plan.work) {
     const int32_t q = plan.query_starts[item.seq + 1] - plan.query_starts[item.seq];
     const int32_t r0 = std::max(item.q_begin, 0), r1 = std::min(item.q_end, q);
@@ -55,6 +47,12 @@ inline MixedStepWork estimate_mixed_step(const BatchPlan &plan, const Layout &la
     if (q >= 1 && q <= plan.decode_max_query_len) w.decode_keys += static_cast<double>(plan.context_lens[i]) + q;
   }
   return w;
+}
+
+// The work a launch sizes its share from: the plan's under a dense layout over 16-bit pages,
+// none otherwise (one CTA an SM: see above).
+inline MixedStepWork launch_mixed_work(const MixedStepWork &planned, const Layout &layout, DType kv_dtype) {
+  return layout.kind == Layout::Kind::Dense && kv_dtype != DType::FP8_E4M3 ? planned : MixedStepWork{};
 }
 
 // A device's rates for the estimate: the prefill's dense matrix rate (flop/s) and the rate
@@ -81,9 +79,7 @@ inline DeviceRates device_rates(int32_t sms, double sm_clock_hz, double memory_p
 // no work.
 inline int32_t mixed_prefill_ctas(int32_t sms, const MixedStepWork &work, const DeviceRates &rates, int32_t num_q_heads,
                                   int32_t num_kv_heads, int32_t head_dim) {
-  if (sms <= 1 || work.prefill_row_keys <= 0 || work.decode_keys <= 0 || rates.prefill_flops_per_s <= 0 ||
-      rates.decode_bytes_per_s <= 0)
-    return 0;
+  if (sms <= 1 || !work.mixed() || rates.prefill_flops_per_s <= 0 || rates.decode_bytes_per_s <= 0) return 0;
   // Q K^T and P V: 4 * head_dim flop a (row, key) pair and query head; K and V: 2 * head_dim
   // two-byte elements a key and KV head.
   const double prefill_s = work.prefill_row_keys * num_q_heads * 4.0 * head_dim / rates.prefill_flops_per_s;

@@ -14,7 +14,6 @@
 #include "batch_plan.hpp"
 #include "dtype.hpp"
 #include "layout.hpp"
-#include "mixed_step_share.hpp"
 
 namespace bspa::kernels {
 
@@ -113,10 +112,10 @@ struct PrefillProblem {
   int32_t live_work = -1;
   int32_t live_decode_seqs = -1;
   // CUDA, a pool batch's launch with both prefill work and decode rows under a dense
-  // layout: the step's estimated work (kernels/mixed_step_share.hpp), from which the sm90a
-  // prefill grid's share of the SMs is sized (16-bit pages). Zero (other layouts, one kind
-  // of work only, metadata on the device, or a fixed-shape batch, whose captured grids must
-  // not change with the step): one CTA an SM.
+  // layout over 16-bit pages: the plan's estimated work (launch_mixed_work,
+  // kernels/mixed_step_share.hpp), from which the sm90a prefill grid's share of the SMs is
+  // sized. Zero (other layouts or pages, one kind of work only, metadata on the device, or a
+  // fixed-shape batch, whose captured grids must not change with the step): one CTA an SM.
   MixedStepWork mixed_work;
 };
 

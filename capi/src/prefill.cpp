@@ -14,6 +14,7 @@
 #include "capi/src/layout_handle.hpp"
 #include "capi/src/tensor_checks.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/mixed_step_share.hpp"
 
 using bspa::Errc;
 using bspa::check;
@@ -346,9 +347,9 @@ BSPA_API bspa_status bspa_prefill(bspa_pool *pool, const bspa_batch *batch, cons
         p.live_work_entries = d.live_work;
         p.live_work = static_cast<int32_t>(plan.work.size());
         p.live_decode_seqs = plan.decode_seqs;
-      } else if (plan.decode_seqs > 0 && !plan.work.empty()) {
-        // A mixed step: how much of each kind sizes the two grids' shares of the SMs.
-        p.mixed_work = bspa::kernels::estimate_mixed_step(plan, layout->layout);
+      } else {
+        // A mixed step: how much of each kind (planned once) sizes the two grids' shares.
+        p.mixed_work = bspa::kernels::launch_mixed_work(plan.mixed_work, layout->layout, p.kv.kv_dtype);
       }
     } else {
       p.work = plan.work.data();

@@ -20,6 +20,7 @@
 #include "kernels/cuda/prefill_sm80.hpp"
 #include "kernels/cuda/prefill_sm90.hpp"
 #include "kernels/decode_routing.hpp"
+#include "kernels/mixed_step_share.hpp"
 
 namespace bspa::kernels {
 namespace {
@@ -139,11 +140,11 @@ int32_t forced_mixed_prefill_ctas() {
 }
 
 // The sm90a prefill grid's CTAs at most for a mixed launch on `device` (0: one an SM): the
-// share kernels/mixed_step_share.hpp gives a pool batch's dense step over 16-bit pages
-// (its mixed_work; none elsewhere, e4m3 pages included), unless the environment forces one.
-int32_t mixed_prefill_cap(const PrefillProblem &p, int device, bool e4m3) {
+// share kernels/mixed_step_share.hpp gives the launch's mixed_work (a pool batch's dense
+// step over 16-bit pages; none elsewhere), unless the environment forces one.
+int32_t mixed_prefill_cap(const PrefillProblem &p, int device) {
   if (const int32_t forced = forced_mixed_prefill_ctas(); forced >= 0) return forced;
-  if (e4m3 || p.mixed_work.prefill_row_keys <= 0 || p.mixed_work.decode_keys <= 0) return 0;
+  if (!p.mixed_work.mixed()) return 0;  // no device attributes to read
   const int32_t sms = cuda::multiprocessor_count(device);
   return mixed_prefill_ctas(sms, p.mixed_work,
                             device_rates(sms, cuda::sm_clock_hz(device), cuda::memory_peak_bytes_per_s(device)),
@@ -493,7 +494,7 @@ void prefill_cuda(const PrefillProblem &p, void *stream_ptr) {
   const bool prefill_launched =
       any_prefill &&
       launch_prefill(prefill, prm, stream, device.device(),
-                     /*check_only=*/skip_prefill_grid, mixed_overlap ? mixed_prefill_cap(p, device.device(), e4m3) : 0);
+                     /*check_only=*/skip_prefill_grid, mixed_overlap ? mixed_prefill_cap(p, device.device()) : 0);
   overlap.previous = overlap.previous && prefill_launched;
   if (clear_by_kernel && launch_decode_grid) {
     decode::clear_counters(split.counters, indexed, stream);

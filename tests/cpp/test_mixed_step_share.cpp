@@ -34,6 +34,8 @@ BatchPlan plan(const std::vector<std::pair<int32_t, int32_t> > &seqs, int32_t de
     p.context_lens.push_back(ctx);
     if (q > decode_bound)
       for (int32_t r = 0; r < q; r += 64) p.work.push_back({i, r, std::min(r + 64, q), ctx + std::min(r + 64, q)});
+    else if (q >= 1)
+      ++p.decode_seqs;
   }
   return p;
 }
@@ -70,22 +72,25 @@ std::vector<std::pair<int32_t, int32_t> > chunks_8x512_and_120() {
 }
 
 int32_t cap(const std::vector<std::pair<int32_t, int32_t> > &seqs, const Layout &l, const DeviceRates &r) {
-  return mixed_prefill_ctas(kSms, estimate_mixed_step(plan(seqs), l), r, kHq, kHkv, kD);
+  return mixed_prefill_ctas(kSms, launch_mixed_work(estimate_mixed_step(plan(seqs)), l, DType::BF16), r, kHq, kHkv, kD);
 }
 
 }  // namespace
 
 Test(mixed_step_share, dense_estimate_counts_every_key) {
-  const MixedStepWork w = estimate_mixed_step(plan({{100, 64}, {10, 1}, {20, 2}}), dense());
+  const MixedStepWork w =
+      launch_mixed_work(estimate_mixed_step(plan({{100, 64}, {10, 1}, {20, 2}})), dense(), DType::BF16);
   // Rows 100..163 see 101..164 keys, 132.5 on average.
   cr_expect_float_eq(w.prefill_row_keys, 64.0 * 132.5, 1e-9);
   cr_expect_float_eq(w.decode_keys, 11.0 + 22.0, 1e-9, "decode rows read every key of their sequence");
 }
 
-Test(mixed_step_share, other_layouts_keep_one_cta_an_sm) {
-  const MixedStepWork w = estimate_mixed_step(plan(chunk_and_63()), phi3());
+Test(mixed_step_share, other_layouts_and_e4m3_pages_keep_one_cta_an_sm) {
+  const MixedStepWork w = launch_mixed_work(estimate_mixed_step(plan(chunk_and_63())), phi3(), DType::BF16);
   cr_expect(w.prefill_row_keys == 0 && w.decode_keys == 0, "a cap lost 1-4%% on the H200's sparse steps");
   cr_expect_eq(cap(chunk_and_63(), phi3(), kH100), 0);
+  const MixedStepWork e4m3 = launch_mixed_work(estimate_mixed_step(plan(chunk_and_63())), dense(), DType::FP8_E4M3);
+  cr_expect(!e4m3.mixed(), "e4m3 pages: no mixed step over them was timed");
 }
 
 Test(mixed_step_share, caps_where_the_sweep_found_the_best) {
