@@ -21,6 +21,10 @@
 #                       with /tmp/libLIB: issue 19's host rows (bench_step) and bench_decode bf16
 #                       and e4m3 at PAGES (e.g. 64,16; JSON tagged COMMIT), then prints the
 #                       launch rows, each case's e4m3 / bf16 and the mixed rows
+#   mixed_ab ROUNDS LIB...
+#                       bench_decode's two mixed steps (bf16, 64-token pages) with each
+#                       /tmp/libLIB in turn, ROUNDS rounds alternating; logs RESULTS/ab_LIB_R.log,
+#                       their rows in RESULTS/ab_table.txt
 DC_RESULTS=$1
 DC_LIBS=$2
 DC_BIN=$DC_LIBS/bin
@@ -89,4 +93,18 @@ issue_figures() {
   paste <(awk '{print $1,$2,$3,$4}' "$r/decode_fp8.log") <(awk '{print $4}' "$r/decode_bf16.log") |
     awk '$4+0>0 && $5+0>0 {printf "%s %s %s %s %s %.3f\n",$1,$2,$3,$4,$5,$4/$5}'
   grep -A5 "mixed step" "$r/decode_bf16.log" | head -12
+}
+
+mixed_ab() {
+  local rounds=$1 r lib
+  shift
+  for r in $(seq "$rounds"); do
+    for lib in "$@"; do
+      LD_LIBRARY_PATH=/tmp/lib$lib timeout 90 "$DC_BIN"/bench/bench_decode --pages 64 --kv bf16 \
+        --only chunk2048+63dec,8x512+120dec > "$DC_RESULTS/ab_${lib}_$r.log" 2>&1
+      echo "r$r $lib:"
+      grep -E "^(chunk2048|8x512)" "$DC_RESULTS/ab_${lib}_$r.log"
+    done
+    save
+  done | tee "$DC_RESULTS/ab_table.txt"
 }

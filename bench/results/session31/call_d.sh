@@ -9,14 +9,7 @@ R=$DC_RESULTS B=$DC_BIN
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.txt
 unpack_lib main
 unpack_lib share
-for r in 1 2 3; do
-  for lib in main share; do
-    LD_LIBRARY_PATH=/tmp/lib$lib timeout 90 $B/bench/bench_decode --pages 64 --kv bf16 \
-      --only chunk2048+63dec,8x512+120dec > $R/ab_${lib}_$r.log 2>&1
-    echo "r$r $lib:"; grep -E "^(chunk2048|8x512)" $R/ab_${lib}_$r.log
-  done
-  save
-done > $R/ab_table.txt
+mixed_ab 3 main share
 t "checks"
 LD_LIBRARY_PATH=/tmp/libshare timeout 300 $B/bench/bench_gpu_check --quick > $R/check_share.log 2>&1
 echo "gpu_check rc=$? $(tail -1 $R/check_share.log)"
